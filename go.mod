@@ -1,0 +1,3 @@
+module github.com/poplimit/poplimit
+
+go 1.26.0
