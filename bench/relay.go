@@ -1,0 +1,154 @@
+package bench
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Relay is a loopback TCP proxy that delays every byte by a one-way delay in
+// each direction, so a round trip through it costs 2× the delay more: a
+// stand-in for a store in another region, or a slowed shard. Throughput is
+// not limited by the delay (data in flight is queued, like a long pipe).
+// The delay can be changed while it runs. Close stops it and every
+// connection through it.
+type Relay struct {
+	// Addr is the relay's listening address.
+	Addr   string
+	target string
+	delay  atomic.Int64
+	ln     net.Listener
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+	closed atomic.Bool
+}
+
+// StartRelay listens on a free loopback port and forwards to target with the
+// given one-way delay.
+func StartRelay(target string, oneWay time.Duration) (*Relay, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("bench: relay listen: %w", err)
+	}
+	r := &Relay{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	r.delay.Store(int64(oneWay))
+	r.wg.Add(1)
+	go r.accept()
+	return r, nil
+}
+
+// SetDelay changes the one-way delay for data read from now on.
+func (r *Relay) SetDelay(oneWay time.Duration) { r.delay.Store(int64(oneWay)) }
+
+// Delay returns the current one-way delay.
+func (r *Relay) Delay() time.Duration { return time.Duration(r.delay.Load()) }
+
+// Close stops the listener and closes every relayed connection.
+func (r *Relay) Close() error {
+	if r.closed.Swap(true) {
+		return nil
+	}
+	err := r.ln.Close()
+	r.mu.Lock()
+	for c := range r.conns {
+		_ = c.Close()
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+	return err
+}
+
+func (r *Relay) track(c net.Conn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed.Load() {
+		_ = c.Close()
+		return false
+	}
+	r.conns[c] = struct{}{}
+	return true
+}
+
+func (r *Relay) untrack(c net.Conn) {
+	r.mu.Lock()
+	delete(r.conns, c)
+	r.mu.Unlock()
+	_ = c.Close()
+}
+
+func (r *Relay) accept() {
+	defer r.wg.Done()
+	for {
+		in, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !r.track(in) {
+			return
+		}
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer r.untrack(in)
+			out, err := net.DialTimeout("tcp", r.target, 2*time.Second)
+			if err != nil {
+				return
+			}
+			if !r.track(out) {
+				return
+			}
+			defer r.untrack(out)
+			done := make(chan struct{}, 2)
+			go func() { r.pipe(out, in); done <- struct{}{} }()
+			go func() { r.pipe(in, out); done <- struct{}{} }()
+			<-done // one side ended: close both so the other ends too
+			_ = in.Close()
+			_ = out.Close()
+			<-done
+		}()
+	}
+}
+
+type chunk struct {
+	due  time.Time
+	data []byte
+}
+
+// pipe copies src to dst, holding every chunk until its due time.
+func (r *Relay) pipe(dst, src net.Conn) {
+	q := make(chan chunk, 1024)
+	go func() {
+		defer close(q)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				q <- chunk{due: time.Now().Add(r.Delay()), data: append([]byte(nil), buf[:n]...)}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for c := range q {
+		if wait := time.Until(c.due); wait > 0 {
+			timer.Reset(wait)
+			<-timer.C
+		}
+		if _, err := dst.Write(c.data); err != nil {
+			_ = src.Close() // unblocks the reader
+			// drain so the reader can finish
+			for range q {
+			}
+			return
+		}
+	}
+	if tc, ok := dst.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+}
