@@ -1,0 +1,104 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Errors a backend reports through Call.Err. The proxy answers the client
+// "SERVER_ERROR <err text without the 'proxy: ' prefix>" for any of them.
+var (
+	// ErrBackendClosed: the backend was closed while the call was pending.
+	ErrBackendClosed = errors.New("proxy: backend closed")
+	// ErrTimeout: no reply within the request timeout.
+	ErrTimeout = errors.New("proxy: timeout")
+	// ErrBadReply: the shard sent bytes that are not a memcached reply.
+	ErrBadReply = errors.New("proxy: bad reply from shard")
+	// ErrNoShard: no live shard to route to (all ejected).
+	ErrNoShard = errors.New("proxy: no live shard")
+)
+
+// Backend executes requests on one shard: a pool of pipelined connections
+// to a memcached (Pool) or an in-process storage engine.
+//
+// Implementations must be safe for concurrent use by many client
+// connections.
+type Backend interface {
+	// Do starts executing c.Req and may return before the reply is known.
+	// The implementation must call c.Finish exactly once, possibly before
+	// Do returns, after either appending to c.Reply the complete reply
+	// memcached 1.6 writes for c.Req (as if Noreply were false: e.g.
+	// "STORED\r\n", or "VALUE k 0 1\r\na\r\nEND\r\n") or passing an error.
+	// Do must not block for longer than the request timeout.
+	//
+	// Calls from one client connection are given in the client's order;
+	// a backend must apply calls it receives from one goroutine in that
+	// order (pipelining keeps a client's requests ordered per shard).
+	// c.Req and the byte slices it refers to stay valid until Finish.
+	Do(c *Call)
+	// Close stops the backend; calls pending at Close finish with
+	// ErrBackendClosed. Close is idempotent.
+	Close() error
+}
+
+// Prober is implemented by backends that can check a shard's health out of
+// band (memcached "version" on a fresh connection). The health loop uses it
+// to re-admit an ejected shard.
+type Prober interface {
+	Probe(ctx context.Context) error
+}
+
+// Call is one request to one backend, and the reply to it.
+//
+// The zero value is not usable; get one from NewCall. A Call is reused after
+// Wait returns and the reply has been consumed (Release).
+type Call struct {
+	// Req is the request to execute (read-only for the backend).
+	Req *Request
+	// Reply receives the backend's complete wire reply.
+	Reply []byte
+	// Err is set instead of Reply when the request failed (timeout,
+	// connection refused, shard ejected, ...).
+	Err error
+	// Start is when the proxy accepted the request; a backend with a
+	// request timeout fails the call at Start+timeout.
+	Start time.Time
+	// Conn picks the backend connection: calls with the same Conn value go
+	// over the same connection, in order (the proxy uses the client
+	// connection's id).
+	Conn uint64
+
+	// shard is the index of the shard the call went to (stats, health).
+	shard int
+	done  chan struct{}
+	req   Request // storage for Req when the proxy builds sub-requests
+}
+
+// NewCall returns an empty Call ready for Do.
+func NewCall() *Call {
+	return &Call{done: make(chan struct{}, 1)}
+}
+
+// Finish completes the call with err (nil on success). A backend calls it
+// exactly once per Do.
+func (c *Call) Finish(err error) {
+	c.Err = err
+	c.done <- struct{}{}
+}
+
+// Wait blocks until Finish has been called.
+func (c *Call) Wait() { <-c.done }
+
+// Done returns a channel that receives one value when the call finishes;
+// use it or Wait, not both.
+func (c *Call) Done() <-chan struct{} { return c.done }
+
+// reset prepares c for reuse.
+func (c *Call) reset() {
+	c.Req = nil
+	c.Reply = c.Reply[:0]
+	c.Err = nil
+	c.shard = 0
+	c.req.Reset()
+}

@@ -1,0 +1,457 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"math"
+)
+
+// Parse errors that are not protocol replies.
+var (
+	// ErrIncomplete: buf does not yet hold a whole request; read more.
+	ErrIncomplete = errors.New("proxy: incomplete request")
+	// ErrLineTooLong: no end of line within the line limit; memcached
+	// closes the connection, and so does the proxy.
+	ErrLineTooLong = errors.New("proxy: request line too long")
+	// ErrBinaryProtocol: the request starts with the binary protocol's
+	// magic byte (0x80), which the proxy does not speak; close.
+	ErrBinaryProtocol = errors.New("proxy: binary protocol not supported")
+	// ErrQuit: the client sent quit; close without a reply.
+	ErrQuit = errors.New("proxy: quit")
+)
+
+// ReplyError is a request memcached answers with an error line while the
+// connection stays usable. Reply is the full line without "\r\n", e.g.
+// "ERROR", "CLIENT_ERROR bad data chunk",
+// "SERVER_ERROR object too large for cache".
+type ReplyError struct{ Reply string }
+
+func (e *ReplyError) Error() string { return "proxy: " + e.Reply }
+
+// The ReplyErrors Parse returns; compare with errors.Is or ==.
+var (
+	ErrUnknownCommand = &ReplyError{"ERROR"}
+	ErrBadFormat      = &ReplyError{"CLIENT_ERROR bad command line format"}
+	ErrBadDataChunk   = &ReplyError{"CLIENT_ERROR bad data chunk"}
+	ErrBadDelta       = &ReplyError{"CLIENT_ERROR invalid numeric delta argument"}
+	ErrBadExptime     = &ReplyError{"CLIENT_ERROR invalid exptime argument"}
+	ErrBadDelete      = &ReplyError{"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]"}
+	ErrTooLarge       = &ReplyError{"SERVER_ERROR object too large for cache"}
+)
+
+// Limits bounds what Parse accepts. Zero means default.
+type Limits struct {
+	// MaxLine is the longest command line (without data) for every command
+	// but get and gets; default 2048, memcached's.
+	MaxLine int
+	// MaxGetLine is the longest get/gets/gat/gats line; default 1 MiB
+	// (memcached's is unbounded).
+	MaxGetLine int
+	// MaxItemSize is the largest value accepted; a larger one is answered
+	// "SERVER_ERROR object too large for cache" and its data swallowed.
+	// Default 1 MiB, memcached's -I.
+	MaxItemSize int
+}
+
+func (l Limits) maxLine() int {
+	if l.MaxLine > 0 {
+		return l.MaxLine
+	}
+	return 2048
+}
+
+func (l Limits) maxGetLine() int {
+	if l.MaxGetLine > 0 {
+		return l.MaxGetLine
+	}
+	return 1 << 20
+}
+
+func (l Limits) maxItemSize() int {
+	if l.MaxItemSize > 0 {
+		return l.MaxItemSize
+	}
+	return 1 << 20
+}
+
+// MaxKeyLen is memcached's longest key.
+const MaxKeyLen = 250
+
+const maxTokens = 8 // tokens kept for non-retrieval commands; more is ERROR anyway
+
+// Parse parses the first request in buf into req (reset first; req.Keys'
+// capacity is reused, so a steady state allocates nothing) and returns the
+// number of bytes it spans. It is a pure function of buf and lim.
+//
+// Results:
+//   - err == nil: req is a valid request of n bytes.
+//   - err == ErrIncomplete: buf holds no whole request yet. n is the total
+//     length needed when known (a storage command waiting for its data), else 0.
+//   - err is a *ReplyError: the client gets err.Reply (unless req.Noreply)
+//     and the connection stays open; skip n bytes, which may exceed
+//     len(buf) (a too large value's data block is swallowed unread). For
+//     ErrTooLarge, req.Cmd and req.Keys are set: memcached also deletes the
+//     key of a too large set.
+//   - err is ErrLineTooLong, ErrBinaryProtocol or ErrQuit: close the
+//     connection.
+func Parse(buf []byte, lim Limits, req *Request) (n int, err error) {
+	req.Reset()
+	if len(buf) == 0 {
+		return 0, ErrIncomplete
+	}
+	if buf[0] == 0x80 {
+		return 0, ErrBinaryProtocol
+	}
+	nl := bytes.IndexByte(buf, '\n')
+	if nl < 0 {
+		if len(buf) > lim.maxLine() && (!isGetPrefix(buf) || len(buf) > lim.maxGetLine()) {
+			return 0, ErrLineTooLong
+		}
+		return 0, ErrIncomplete
+	}
+	n = nl + 1
+	line := buf[:nl]
+	if len(line) > 0 && line[len(line)-1] == '\r' {
+		line = line[:len(line)-1]
+	}
+	if len(line) > lim.maxLine() && (!isGetPrefix(line) || len(line) > lim.maxGetLine()) {
+		return 0, ErrLineTooLong
+	}
+
+	// The command token.
+	rest := skipSpaces(line)
+	name, rest := nextToken(rest)
+	if len(name) < 2 {
+		return n, ErrUnknownCommand
+	}
+	switch string(name) {
+	case "get":
+		req.Cmd = CmdGet
+	case "gets":
+		req.Cmd = CmdGets
+	case "gat":
+		req.Cmd = CmdGat
+	case "gats":
+		req.Cmd = CmdGats
+	case "set":
+		req.Cmd = CmdSet
+	case "add":
+		req.Cmd = CmdAdd
+	case "replace":
+		req.Cmd = CmdReplace
+	case "append":
+		req.Cmd = CmdAppend
+	case "prepend":
+		req.Cmd = CmdPrepend
+	case "cas":
+		req.Cmd = CmdCas
+	case "incr":
+		req.Cmd = CmdIncr
+	case "decr":
+		req.Cmd = CmdDecr
+	case "touch":
+		req.Cmd = CmdTouch
+	case "delete":
+		req.Cmd = CmdDelete
+	case "flush_all":
+		req.Cmd = CmdFlushAll
+	case "verbosity":
+		req.Cmd = CmdVerbosity
+	case "version":
+		req.Cmd = CmdVersion
+		return n, nil
+	case "stats":
+		req.Cmd = CmdStats
+	case "quit":
+		req.Cmd = CmdQuit
+		return n, ErrQuit
+	default:
+		return n, ErrUnknownCommand
+	}
+
+	if req.Cmd.IsRetrieval() {
+		return parseRetrieval(rest, req, n)
+	}
+
+	// Every other command has a handful of tokens.
+	var toks [maxTokens][]byte
+	nt := 0
+	for {
+		var t []byte
+		rest = skipSpaces(rest)
+		if len(rest) == 0 {
+			break
+		}
+		t, rest = nextToken(rest)
+		if nt == maxTokens {
+			return n, ErrUnknownCommand
+		}
+		toks[nt] = t
+		nt++
+	}
+	args := toks[:nt]
+	if nt > 0 && string(args[nt-1]) == "noreply" {
+		req.Noreply = true
+	}
+
+	switch req.Cmd {
+	case CmdSet, CmdAdd, CmdReplace, CmdAppend, CmdPrepend, CmdCas:
+		return parseStorage(buf, args, lim, req, n)
+	case CmdIncr, CmdDecr:
+		if nt != 2 && nt != 3 {
+			req.Noreply = false
+			return n, ErrUnknownCommand
+		}
+		if !validKey(args[0]) {
+			return n, ErrBadFormat
+		}
+		d, ok := parseUint(args[1])
+		if !ok {
+			return n, ErrBadDelta
+		}
+		req.Keys = append(req.Keys, args[0])
+		req.Delta = d
+	case CmdTouch:
+		if nt != 2 && nt != 3 {
+			req.Noreply = false
+			return n, ErrUnknownCommand
+		}
+		if !validKey(args[0]) {
+			return n, ErrBadFormat
+		}
+		e, ok := parseInt32(args[1])
+		if !ok {
+			return n, ErrBadExptime
+		}
+		req.Keys = append(req.Keys, args[0])
+		req.Exptime = e
+	case CmdDelete:
+		if nt < 1 || nt > 3 {
+			req.Noreply = false
+			return n, ErrUnknownCommand
+		}
+		if nt > 1 {
+			holdZero := string(args[1]) == "0"
+			valid := (nt == 2 && (holdZero || req.Noreply)) || (nt == 3 && holdZero && req.Noreply)
+			if !valid {
+				return n, ErrBadDelete
+			}
+		}
+		if !validKey(args[0]) {
+			return n, ErrBadFormat
+		}
+		req.Keys = append(req.Keys, args[0])
+	case CmdFlushAll:
+		if nt > 2 {
+			req.Noreply = false
+			return n, ErrUnknownCommand
+		}
+		want := 0
+		if req.Noreply {
+			want = 1
+		}
+		if nt != want {
+			d, ok := parseInt32(args[0])
+			if !ok {
+				return n, ErrBadExptime
+			}
+			req.Delay, req.HasDelay = d, true
+		}
+	case CmdVerbosity:
+		if nt != 1 && nt != 2 {
+			req.Noreply = false
+			return n, ErrUnknownCommand
+		}
+		l, ok := parseUint(args[0])
+		if !ok {
+			return n, ErrBadFormat
+		}
+		req.Level = uint32(l)
+	case CmdStats:
+		// Only the bare "stats": the proxy's own counters. Sub-commands
+		// (items, slabs, ...) describe one memcached and are not proxied.
+		req.Noreply = false
+		if nt != 0 {
+			return n, ErrUnknownCommand
+		}
+	}
+	return n, nil
+}
+
+func parseRetrieval(rest []byte, req *Request, n int) (int, error) {
+	rest = skipSpaces(rest)
+	if len(rest) == 0 {
+		return n, ErrUnknownCommand // "get" alone
+	}
+	if req.Cmd == CmdGat || req.Cmd == CmdGats {
+		var t []byte
+		t, rest = nextToken(rest)
+		e, ok := parseInt32(t)
+		if !ok {
+			return n, ErrBadExptime
+		}
+		req.Exptime = e
+	}
+	for {
+		rest = skipSpaces(rest)
+		if len(rest) == 0 {
+			break
+		}
+		var k []byte
+		k, rest = nextToken(rest)
+		if !validKey(k) {
+			req.Keys = req.Keys[:0]
+			return n, ErrBadFormat
+		}
+		req.Keys = append(req.Keys, k)
+	}
+	return n, nil
+}
+
+func parseStorage(buf []byte, args [][]byte, lim Limits, req *Request, n int) (int, error) {
+	want := 5
+	if req.Cmd == CmdCas {
+		want = 6
+	}
+	if len(args) != want-1 && len(args) != want {
+		req.Noreply = false
+		return n, ErrUnknownCommand
+	}
+	if !validKey(args[0]) {
+		return n, ErrBadFormat
+	}
+	flags, ok1 := parseUint(args[1])
+	exp, ok2 := parseInt32(args[2])
+	vlen, ok3 := parseInt32(args[3])
+	if !ok1 || !ok2 || !ok3 {
+		return n, ErrBadFormat
+	}
+	if req.Cmd == CmdCas {
+		cas, ok := parseUint(args[4])
+		if !ok {
+			return n, ErrBadFormat
+		}
+		req.Cas = cas
+	}
+	if vlen < 0 || vlen > math.MaxInt32-2 {
+		return n, ErrBadFormat
+	}
+	req.Keys = append(req.Keys, args[0])
+	req.Flags = uint32(flags)
+	req.Exptime = exp
+	total := n + int(vlen) + 2
+	if int(vlen) > lim.maxItemSize() {
+		return total, ErrTooLarge
+	}
+	if len(buf) < total {
+		req.Keys = req.Keys[:0]
+		return total, ErrIncomplete
+	}
+	if buf[total-2] != '\r' || buf[total-1] != '\n' {
+		return total, ErrBadDataChunk
+	}
+	req.Data = buf[n : n+int(vlen)]
+	return total, nil
+}
+
+func isGetPrefix(b []byte) bool {
+	b = skipSpaces(b)
+	return bytes.HasPrefix(b, []byte("get ")) || bytes.HasPrefix(b, []byte("gets "))
+}
+
+func skipSpaces(b []byte) []byte {
+	for len(b) > 0 && b[0] == ' ' {
+		b = b[1:]
+	}
+	return b
+}
+
+// nextToken splits b (no leading space) at the first space.
+func nextToken(b []byte) (tok, rest []byte) {
+	i := bytes.IndexByte(b, ' ')
+	if i < 0 {
+		return b, nil
+	}
+	return b[:i], b[i:]
+}
+
+// validKey: 1..250 bytes, no control byte (memcached itself accepts control
+// bytes other than space and newline; the proxy refuses them, as the
+// project's key rules do).
+func validKey(k []byte) bool {
+	if len(k) == 0 || len(k) > MaxKeyLen {
+		return false
+	}
+	for _, c := range k {
+		if c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// parseUint has memcached's safe_strtoull semantics: optional sign, decimal
+// digits, no overflow; a '-' is refused when the result would be negative as
+// a signed number (so "-0" is 0, "-1" is refused).
+func parseUint(t []byte) (uint64, bool) {
+	neg := false
+	if len(t) > 0 && (t[0] == '+' || t[0] == '-') {
+		neg = t[0] == '-'
+		t = t[1:]
+	}
+	if len(t) == 0 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range t {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if v > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+	}
+	if neg {
+		v = -v
+		if int64(v) < 0 {
+			return 0, false
+		}
+	}
+	return v, true
+}
+
+// parseInt32 has memcached's safe_strtol semantics on a 64-bit long:
+// optional sign, decimal digits, no int64 overflow, at most MaxInt32; values
+// under MinInt32 are truncated as memcached's int32 assignment does.
+func parseInt32(t []byte) (int32, bool) {
+	neg := false
+	if len(t) > 0 && (t[0] == '+' || t[0] == '-') {
+		neg = t[0] == '-'
+		t = t[1:]
+	}
+	if len(t) == 0 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range t {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if v > math.MaxUint64/10 {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+		if v > math.MaxInt64+1 {
+			return 0, false
+		}
+	}
+	if neg {
+		return int32(-int64(v)), true
+	}
+	if v > math.MaxInt32 {
+		return 0, false
+	}
+	return int32(v), true
+}
