@@ -12,8 +12,41 @@ package counter
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
 	"time"
 )
+
+// Sentinel errors. Configuration errors are returned by New and NewLocal
+// wrapped with details; test them with errors.Is.
+var (
+	// ErrBadLimit: Quantity or Window is not positive, Burst is negative, or
+	// Algorithm/OnReject is unknown.
+	ErrBadLimit = errors.New("counter: invalid limit")
+	// ErrBadPrecision: Precision is negative, above MaxPrecision, or the
+	// window is not a whole number of milliseconds divisible into Precision
+	// sub-windows of whole milliseconds.
+	ErrBadPrecision = errors.New("counter: invalid precision")
+	// ErrBadCost: AllowN or Undo was called with n < 1.
+	ErrBadCost = errors.New("counter: cost must be at least 1")
+	// ErrContention: the token bucket lost its compare-and-swap race more
+	// times than its retry budget allows. Nothing was admitted or counted;
+	// the caller may retry.
+	ErrContention = errors.New("counter: too much contention on key")
+	// ErrCorrupt: a stored value is not what the algorithm wrote (not a
+	// decimal number).
+	ErrCorrupt = errors.New("counter: corrupt stored value")
+)
+
+// Never is the RetryAfter of a request that can never be admitted because
+// its cost exceeds the limit's allowance (n > Quantity, or n > Burst for a
+// token bucket). Such a request is not counted.
+const Never = time.Duration(math.MaxInt64)
+
+// MaxPrecision is the largest SlidingWindow Precision accepted.
+const MaxPrecision = 1024
 
 // Algorithm names a rate algorithm.
 type Algorithm int
@@ -57,8 +90,103 @@ type Limit struct {
 	// OnReject chooses Count (default) or Refund.
 	OnReject OnReject
 	// Precision is the number of sub-windows of a SlidingWindow; 0 or 1 is
-	// the two-counter form.
+	// the two-counter form. The estimate is the sum of the Precision most
+	// recent sub-windows (the current one included) plus the part of the
+	// oldest one still inside the window, weighted by its overlap. Window
+	// must then be a whole number of milliseconds divisible by Precision.
+	// Ignored by FixedWindow and TokenBucket.
 	Precision int
+}
+
+// precision returns the number of sub-windows (≥ 1).
+func (l Limit) precision() int {
+	if l.Precision <= 1 {
+		return 1
+	}
+	return l.Precision
+}
+
+// burst returns the token bucket capacity.
+func (l Limit) burst() int64 {
+	if l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Quantity
+}
+
+// allowance is the Result.Limit of the limit.
+func (l Limit) allowance() int64 {
+	if l.Algorithm == TokenBucket {
+		return l.burst()
+	}
+	return l.Quantity
+}
+
+// Validate reports whether the limit can be enforced; the error wraps
+// ErrBadLimit or ErrBadPrecision.
+func (l Limit) Validate() error {
+	switch {
+	case l.Quantity <= 0:
+		return fmt.Errorf("%w: quantity %d must be positive", ErrBadLimit, l.Quantity)
+	case l.Window < time.Millisecond:
+		return fmt.Errorf("%w: window %v must be at least 1ms", ErrBadLimit, l.Window)
+	case l.Burst < 0:
+		return fmt.Errorf("%w: burst %d is negative", ErrBadLimit, l.Burst)
+	case l.Algorithm < SlidingWindow || l.Algorithm > TokenBucket:
+		return fmt.Errorf("%w: unknown algorithm %d", ErrBadLimit, l.Algorithm)
+	case l.OnReject < Count || l.OnReject > Refund:
+		return fmt.Errorf("%w: unknown OnReject %d", ErrBadLimit, l.OnReject)
+	case l.Quantity > 1<<40 || l.Burst > 1<<40:
+		return fmt.Errorf("%w: quantity/burst above 2^40", ErrBadLimit)
+	case l.Window > 400*24*time.Hour:
+		return fmt.Errorf("%w: window %v above 400 days", ErrBadLimit, l.Window)
+	}
+	if l.Algorithm == TokenBucket {
+		if tau := emission(l) * l.burst(); tau > maxTau || tau/l.burst() != emission(l) {
+			return fmt.Errorf("%w: burst × window/quantity above %v", ErrBadLimit, time.Duration(maxTau))
+		}
+		return nil
+	}
+	if hi, lo := bits.Mul64(uint64(l.Quantity), uint64(l.Window.Milliseconds())); hi != 0 || lo > 1<<62 {
+		return fmt.Errorf("%w: quantity × window in ms above 2^62", ErrBadLimit)
+	}
+	if l.Algorithm == FixedWindow {
+		if l.Window%time.Millisecond != 0 {
+			return fmt.Errorf("%w: window %v is not a whole number of milliseconds", ErrBadLimit, l.Window)
+		}
+		return nil
+	}
+	if l.Precision < 0 || l.Precision > MaxPrecision {
+		return fmt.Errorf("%w: precision %d not in [0, %d]", ErrBadPrecision, l.Precision, MaxPrecision)
+	}
+	if l.Window%time.Millisecond != 0 {
+		return fmt.Errorf("%w: window %v is not a whole number of milliseconds", ErrBadPrecision, l.Window)
+	}
+	if ms := l.Window.Milliseconds(); ms%int64(l.precision()) != 0 {
+		return fmt.Errorf("%w: window of %dms is not divisible into %d sub-windows of whole milliseconds",
+			ErrBadPrecision, ms, l.precision())
+	}
+	return nil
+}
+
+// String describes the limit, e.g. "100/1m0s sliding(p=4) count".
+func (l Limit) String() string {
+	alg := [...]string{"sliding", "fixed", "bucket"}
+	a := "?"
+	if l.Algorithm >= 0 && int(l.Algorithm) < len(alg) {
+		a = alg[l.Algorithm]
+	}
+	if l.Algorithm == SlidingWindow && l.precision() > 1 {
+		a = fmt.Sprintf("%s(p=%d)", a, l.precision())
+	}
+	if l.Algorithm == TokenBucket {
+		a = fmt.Sprintf("%s(burst=%d)", a, l.burst())
+	}
+	mode := "count"
+	if l.OnReject == Refund {
+		mode = "refund"
+	}
+	return fmt.Sprintf("%d/%v %s %s", l.Quantity, l.Window, a, mode)
 }
 
 // Result is the answer for one limit at one instant. Every duration is

@@ -1,0 +1,202 @@
+package counter
+
+import (
+	"math/bits"
+	"time"
+)
+
+// This file holds the pure arithmetic of the algorithms, shared by the
+// store-backed and in-process limiters so both decide identically. Window
+// algorithms work in whole milliseconds; the token bucket in nanoseconds.
+
+// maxTau bounds a token bucket's tolerance (burst × emission interval) so
+// that theoretical arrival times stay far from int64 overflow.
+const maxTau = int64(1) << 60
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+// unixMs is now in whole milliseconds, rounded down.
+func unixMs(now time.Time) int64 { return floorDiv(now.UnixNano(), 1e6) }
+
+// untilMs is the duration from now to the instant t (unix milliseconds).
+func untilMs(t int64, now time.Time) time.Duration {
+	return time.Duration(t*1e6 - now.UnixNano())
+}
+
+// window is the geometry of a (sub-)windowed limit: counts[0..n] are the
+// sub-windows id−n … id, counts[n] the current one; counts[0] is the oldest,
+// only partly inside the window. A fixed window is n = 0.
+type window struct {
+	sub int64 // sub-window length in ms
+	n   int   // sub-windows per window (0 for a fixed window)
+	q   int64 // Quantity
+}
+
+// satSum returns the sum of c saturated at q+1 (anything above q is over).
+func satSum(c []int64, q int64) int64 {
+	s := int64(0)
+	for _, v := range c {
+		if v > q || s+v > q {
+			return q + 1
+		}
+		s += v
+	}
+	return s
+}
+
+// fits reports whether the estimate over counts at elapsed e in the current
+// sub-window, plus extra, is at most q; and the whole units left under q.
+// The comparison is exact: sub × (full + extra) + counts[0] × (sub − e) ≤
+// q × sub, in 128 bits where needed.
+func (w window) fits(counts []int64, e, extra int64) (bool, int64) {
+	if w.n == 0 {
+		s := satSum(counts, w.q)
+		if s+extra > w.q {
+			return false, 0
+		}
+		return true, w.q - s - extra
+	}
+	full := satSum(counts[1:], w.q)
+	if full+extra > w.q {
+		return false, 0
+	}
+	budget := (w.q - full - extra) * w.sub
+	hi, lo := bits.Mul64(uint64(counts[0]), uint64(w.sub-e))
+	if hi != 0 || lo > uint64(budget) {
+		return false, 0
+	}
+	return true, (budget - int64(lo)) / w.sub
+}
+
+// estimate is the sliding estimate as a float (for accuracy reports).
+func (w window) estimate(counts []int64, e int64) float64 {
+	est := 0.0
+	for _, v := range counts[1:] {
+		est += float64(v)
+	}
+	if w.n == 0 {
+		return est + float64(counts[0])
+	}
+	return est + float64(counts[0])*float64(w.sub-e)/float64(w.sub)
+}
+
+// result builds the answer at now (ms = unixMs(now), in sub-window id at
+// elapsed e) from the counts after the decision.
+func (w window) result(counts []int64, id, e int64, now time.Time, n int64, allowed bool) Result {
+	r := Result{Allowed: allowed, Limit: w.q}
+	_, r.Remaining = w.fits(counts, e, 0)
+	// Reset: the newest non-zero sub-window j has slid out entirely at the
+	// start of sub-window id−n+j+n+1.
+	for j := len(counts) - 1; j >= 0; j-- {
+		if counts[j] > 0 {
+			r.Reset = max(0, untilMs((id+int64(j)+1)*w.sub, now))
+			break
+		}
+	}
+	if !allowed {
+		r.RetryAfter = w.retryAfter(counts, id, e, now, n)
+	}
+	return r
+}
+
+// retryAfter is the time until a lone client's request of n units is
+// admitted, the counts staying as they are: the first instant the
+// estimate plus n falls to q or below.
+func (w window) retryAfter(counts []int64, id, e int64, now time.Time, n int64) time.Duration {
+	if n > w.q {
+		return Never
+	}
+	if w.n == 0 {
+		return untilMs((id+1)*w.sub, now)
+	}
+	var shifted [2]int64
+	for k := 0; k <= w.n+1; k++ {
+		// In sub-window id+k the window holds counts[k..n] then zeros.
+		var c []int64
+		if k <= w.n {
+			c = counts[k:]
+		} else {
+			c = shifted[:1]
+		}
+		old := c[0]
+		full := satSum(c[1:], w.q)
+		e0 := int64(0)
+		if k == 0 {
+			e0 = e
+		}
+		if full+n > w.q {
+			continue
+		}
+		emin := e0
+		if old > 0 {
+			budget := (w.q - n - full) * w.sub
+			emin = max(e0, w.sub-budget/old)
+		}
+		if emin < w.sub {
+			d := untilMs((id+int64(k))*w.sub+emin, now)
+			return max(d, time.Nanosecond)
+		}
+	}
+	// Unreachable: once every count has slid out the estimate is 0.
+	return untilMs((id+int64(w.n)+2)*w.sub, now)
+}
+
+// emission is the token bucket's emission interval: Window / Quantity
+// rounded up, so the bucket never refills faster than configured.
+func emission(l Limit) int64 {
+	w, q := int64(l.Window), l.Quantity
+	return (w + q - 1) / q
+}
+
+// gcra is the token bucket as the generic cell rate algorithm over the
+// theoretical arrival time tat (unix ns): interval t per unit, tolerance
+// tau = burst × t.
+type gcra struct {
+	t, tau, burst int64
+	count         bool // OnReject == Count
+}
+
+// decide returns the new tat and whether n units pass at now (unix ns).
+// Rejected requests leave tat unchanged in Refund mode; in Count mode they
+// consume their units too, the debt bounded to one burst (tat ≤ now + 2τ).
+func (g gcra) decide(tat, now, n int64) (int64, bool) {
+	if n > g.burst {
+		return tat, false
+	}
+	base := max(tat, now)
+	next := base + n*g.t
+	if next-now <= g.tau {
+		return next, true
+	}
+	if g.count {
+		return max(tat, min(next, now+2*g.tau)), false
+	}
+	return tat, false
+}
+
+// result is the answer at now (unix ns) with the new tat.
+func (g gcra) result(tat, now, n int64, allowed bool) Result {
+	r := Result{Allowed: allowed, Limit: g.burst}
+	used := max(tat, now) - now
+	r.Remaining = max(0, (g.tau-used)/g.t)
+	r.Reset = time.Duration(used)
+	if !allowed {
+		if n > g.burst {
+			r.RetryAfter = Never
+		} else {
+			r.RetryAfter = time.Duration(max(tat, now) + n*g.t - g.tau - now)
+		}
+	}
+	return r
+}
+
+func newGCRA(l Limit) gcra {
+	t := emission(l)
+	return gcra{t: t, tau: t * l.burst(), burst: l.burst(), count: l.OnReject == Count}
+}

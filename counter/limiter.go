@@ -1,0 +1,364 @@
+package counter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Config tunes a store-backed Limiter. Zero means default.
+type Config struct {
+	// CASRetries is how many times the token bucket retries a lost
+	// compare-and-swap before giving up with ErrContention; default 32.
+	CASRetries int
+	// MaxCachedKeys bounds the per-key cache of closed sub-window counts;
+	// when a cache shard grows past its share, entries of keys idle for a
+	// whole window are dropped. Default 1<<20. Sweep drops them explicitly.
+	MaxCachedKeys int
+}
+
+func (c Config) casRetries() int {
+	if c.CASRetries > 0 {
+		return c.CASRetries
+	}
+	return 32
+}
+
+func (c Config) maxCachedKeys() int {
+	if c.MaxCachedKeys > 0 {
+		return c.MaxCachedKeys
+	}
+	return 1 << 20
+}
+
+// Limiter enforces one Limit over a Store shared by every worker of a PoP.
+// It is safe for concurrent use. Steady state costs one store round trip
+// per decision (incr of the current window); a window this worker has not
+// seen yet is created with add, and the closed sub-windows a sliding window
+// needs are read once (one multi-get, one shard) after they close and kept
+// in a local cache. A token bucket costs gets + cas (two round trips).
+//
+// Exactness: fixed window and token bucket never admit more than the
+// allowance, whatever the number of workers (incr and cas are atomic). In
+// Refund mode a rejected request is incremented then decremented, so a
+// concurrent request may see the transient count and be rejected: errors
+// are always on the side of rejection.
+type Limiter struct {
+	store  Store
+	l      Limit
+	cfg    Config
+	suffix string
+	win    window
+	g      gcra
+	ttl    time.Duration
+	cache  [cacheShards]cacheShard
+
+	casRetries, casFailures, casOps atomic.Int64
+}
+
+var _ Allower = (*Limiter)(nil)
+
+const cacheShards = 64
+
+type cacheShard struct {
+	mu      sync.Mutex
+	m       map[string]*winEntry
+	sweepAt int
+}
+
+// winEntry is what one worker knows of one identity's windows.
+type winEntry struct {
+	id   int64   // newest sub-window this entry has seen
+	seen bool    // the sub-window id exists in the store (we added/incremented it)
+	ids  []int64 // ring of closed sub-windows, slot = id mod n
+	vals []int64
+}
+
+// New returns a Limiter enforcing l over store with the default Config.
+func New(store Store, l Limit) (*Limiter, error) { return NewWithConfig(store, l, Config{}) }
+
+// NewWithConfig is New with explicit tuning.
+func NewWithConfig(store Store, l Limit, cfg Config) (*Limiter, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrBadLimit)
+	}
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	lim := &Limiter{store: store, l: l, cfg: cfg, suffix: limitSuffix(l)}
+	switch l.Algorithm {
+	case SlidingWindow:
+		n := l.precision()
+		lim.win = window{sub: l.Window.Milliseconds() / int64(n), n: n, q: l.Quantity}
+		// A sub-window is read until it slides out: n+1 sub-windows after
+		// its start, i.e. window + sub ≤ twice the window (+1 s because
+		// memcached's clock ticks in seconds).
+		lim.ttl = l.Window + time.Duration(lim.win.sub)*time.Millisecond + time.Second
+	case FixedWindow:
+		lim.win = window{sub: l.Window.Milliseconds(), q: l.Quantity}
+		lim.ttl = l.Window + time.Second
+	case TokenBucket:
+		lim.g = newGCRA(l)
+		// Each write sets the TTL to tat − now + 1 s: the item is useless
+		// once tat ≤ now.
+	}
+	for i := range lim.cache {
+		lim.cache[i].m = make(map[string]*winEntry)
+	}
+	return lim, nil
+}
+
+// Limit implements Allower.
+func (lim *Limiter) Limit() Limit { return lim.l }
+
+// BucketStats reports the token bucket's compare-and-swap behaviour:
+// decisions that needed a cas, retries after a lost race, and decisions
+// that gave up with ErrContention.
+type BucketStats struct{ Ops, Retries, Failures int64 }
+
+// BucketStats returns the counts so far (zero for window algorithms).
+func (lim *Limiter) BucketStats() BucketStats {
+	return BucketStats{lim.casOps.Load(), lim.casRetries.Load(), lim.casFailures.Load()}
+}
+
+// AllowN implements Allower.
+func (lim *Limiter) AllowN(ctx context.Context, key string, now time.Time, n int64) (Result, error) {
+	if n < 1 {
+		return Result{}, ErrBadCost
+	}
+	if err := checkIdentity(key); err != nil {
+		return Result{}, err
+	}
+	if lim.l.Algorithm == TokenBucket {
+		return lim.allowBucket(ctx, key, now, n, false)
+	}
+	return lim.allowWindow(ctx, key, now, n)
+}
+
+// Undo implements Allower: it returns n units admitted at now.
+func (lim *Limiter) Undo(ctx context.Context, key string, now time.Time, n int64) error {
+	if n < 1 {
+		return ErrBadCost
+	}
+	if err := checkIdentity(key); err != nil {
+		return err
+	}
+	if lim.l.Algorithm == TokenBucket {
+		_, err := lim.allowBucket(ctx, key, now, n, true)
+		return err
+	}
+	id := floorDiv(unixMs(now), lim.win.sub)
+	_, err := lim.store.Decr(ctx, windowKey(key, lim.suffix, id), uint64(n))
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+func (lim *Limiter) shard(key string) *cacheShard {
+	return &lim.cache[xxhash.Sum64String(key)%cacheShards]
+}
+
+// entry returns the cache entry of key, creating it. s.mu held.
+func (lim *Limiter) entry(s *cacheShard, key string, id int64) *winEntry {
+	e := s.m[key]
+	if e != nil {
+		return e
+	}
+	if len(s.m) >= s.sweepAt {
+		lim.sweepShard(s, id)
+		s.sweepAt = max(2*len(s.m), lim.cfg.maxCachedKeys()/cacheShards)
+	}
+	e = &winEntry{id: id}
+	if n := lim.win.n; n > 0 {
+		e.ids = make([]int64, n)
+		e.vals = make([]int64, n)
+		for i := range e.ids {
+			e.ids[i] = math.MinInt64 // no sub-window
+		}
+	}
+	s.m[key] = e
+	return e
+}
+
+// sweepShard drops entries whose newest sub-window ended more than a
+// window before sub-window id. s.mu held.
+func (lim *Limiter) sweepShard(s *cacheShard, id int64) {
+	for k, e := range s.m {
+		if e.id+int64(lim.win.n)+1 < id {
+			delete(s.m, k)
+		}
+	}
+}
+
+// Sweep drops cached state of keys idle for more than a window at now.
+func (lim *Limiter) Sweep(now time.Time) {
+	if lim.l.Algorithm == TokenBucket {
+		return
+	}
+	id := floorDiv(unixMs(now), lim.win.sub)
+	for i := range lim.cache {
+		s := &lim.cache[i]
+		s.mu.Lock()
+		lim.sweepShard(s, id)
+		s.mu.Unlock()
+	}
+}
+
+// CachedKeys returns the number of identities with cached window state.
+func (lim *Limiter) CachedKeys() int {
+	n := 0
+	for i := range lim.cache {
+		s := &lim.cache[i]
+		s.mu.Lock()
+		n += len(s.m)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, n int64) (Result, error) {
+	w := lim.win
+	ms := unixMs(now)
+	id := floorDiv(ms, w.sub)
+	e := ms - id*w.sub
+	var buf [8]int64
+	counts := buf[:0]
+	if w.n+1 <= len(buf) {
+		counts = buf[:w.n+1]
+	} else {
+		counts = make([]int64, w.n+1)
+	}
+	var missing []int64 // sub-window ids to fetch
+
+	s := lim.shard(key)
+	s.mu.Lock()
+	ent := lim.entry(s, key, id)
+	current := id >= ent.id // false for a caller whose clock lags the entry
+	if id > ent.id {
+		ent.id, ent.seen = id, false
+	}
+	seen := current && ent.seen
+	for i := 0; i < w.n; i++ {
+		sid := id - int64(w.n) + int64(i)
+		slot := floorMod(sid, w.n)
+		if current && ent.ids[slot] == sid {
+			counts[i] = ent.vals[slot]
+		} else {
+			missing = append(missing, sid)
+		}
+	}
+	s.mu.Unlock()
+
+	if len(missing) > 0 {
+		if err := lim.fetchClosed(ctx, key, id, missing, counts, current); err != nil {
+			return Result{}, err
+		}
+	}
+
+	curKey := windowKey(key, lim.suffix, id)
+	cur, err := lim.bump(ctx, curKey, n, seen)
+	if err != nil {
+		return Result{}, err
+	}
+	if !seen && current {
+		s.mu.Lock()
+		if ent.id == id {
+			ent.seen = true
+		}
+		s.mu.Unlock()
+	}
+	counts[w.n] = cur
+	// The decision is on the counts including this request.
+	allowed := n <= w.q
+	if allowed {
+		allowed, _ = w.fits(counts, e, 0)
+	}
+	if !allowed && lim.l.OnReject == Refund {
+		if _, err := lim.store.Decr(ctx, curKey, uint64(n)); err != nil && !errors.Is(err, ErrNotFound) {
+			return Result{}, err
+		}
+		counts[w.n] = max(0, cur-n)
+	}
+	return w.result(counts, id, e, now, n, allowed), nil
+}
+
+func floorMod(a int64, n int) int {
+	m := a % int64(n)
+	if m < 0 {
+		m += int64(n)
+	}
+	return int(m)
+}
+
+// fetchClosed reads the closed sub-windows missing from the cache in one
+// multi-get, fills counts and caches them.
+func (lim *Limiter) fetchClosed(ctx context.Context, key string, id int64, missing []int64, counts []int64, cache bool) error {
+	w := lim.win
+	keys := make([]string, len(missing))
+	for i, sid := range missing {
+		keys[i] = windowKey(key, lim.suffix, sid)
+	}
+	vals, err := lim.store.GetMulti(ctx, keys)
+	if err != nil {
+		return err
+	}
+	got := make([]int64, len(missing))
+	for i, k := range keys {
+		if b, ok := vals[k]; ok {
+			if got[i], err = parseCount(b); err != nil {
+				return err
+			}
+		}
+		counts[missing[i]-(id-int64(w.n))] = got[i]
+	}
+	if !cache {
+		return nil
+	}
+	s := lim.shard(key)
+	s.mu.Lock()
+	if ent := s.m[key]; ent != nil && ent.id == id {
+		for i, sid := range missing {
+			slot := floorMod(sid, w.n)
+			ent.ids[slot], ent.vals[slot] = sid, got[i]
+		}
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// bump increments the current window by n, creating it if needed, and
+// returns the new count. A window this worker has not seen is tried with
+// add first (one round trip when nobody else created it).
+func (lim *Limiter) bump(ctx context.Context, key string, n int64, seen bool) (int64, error) {
+	val := strconv.AppendInt(make([]byte, 0, 20), n, 10)
+	for attempt := 0; attempt < 4; attempt++ {
+		if seen || attempt > 0 {
+			v, err := lim.store.Incr(ctx, key, uint64(n))
+			if err == nil {
+				if v > 1<<62 {
+					return 0, fmt.Errorf("%w: counter %d", ErrCorrupt, v)
+				}
+				return int64(v), nil
+			}
+			if !errors.Is(err, ErrNotFound) {
+				return 0, err
+			}
+		}
+		err := lim.store.Add(ctx, key, val, lim.ttl)
+		if err == nil {
+			return n, nil
+		}
+		if !errors.Is(err, ErrNotStored) {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("%w: %s keeps vanishing between add and incr", ErrContention, key)
+}

@@ -1,0 +1,205 @@
+package counter
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Local enforces one Limit in process memory: the same three algorithms
+// and the same arithmetic as Limiter, without a store. It is safe for
+// concurrent use, allocation-free on the hot path once a key has been seen,
+// and keeps one small entry per key until Sweep drops it (call Sweep from
+// time to time: memory is bounded by the keys active within a window).
+type Local struct {
+	l      Limit
+	win    window
+	g      gcra
+	shards [localShards]localShard
+}
+
+const localShards = 64
+
+type localShard struct {
+	mu sync.Mutex
+	m  map[string]*localEntry
+	_  [40]byte // keep shards on separate cache lines
+}
+
+// localEntry is one key's state: a ring of n+1 sub-window counts (slot =
+// sub-window id mod n+1) for the window algorithms, tat for the bucket.
+type localEntry struct {
+	sids, vals, scratch []int64
+	tat                 int64
+}
+
+var _ Allower = (*Local)(nil)
+
+// NewLocal returns an in-process limiter for l.
+func NewLocal(l Limit) (*Local, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	lo := &Local{l: l}
+	switch l.Algorithm {
+	case SlidingWindow:
+		n := l.precision()
+		lo.win = window{sub: l.Window.Milliseconds() / int64(n), n: n, q: l.Quantity}
+	case FixedWindow:
+		lo.win = window{sub: l.Window.Milliseconds(), q: l.Quantity}
+	case TokenBucket:
+		lo.g = newGCRA(l)
+	}
+	for i := range lo.shards {
+		lo.shards[i].m = make(map[string]*localEntry)
+	}
+	return lo, nil
+}
+
+// Limit implements Allower.
+func (lo *Local) Limit() Limit { return lo.l }
+
+func (lo *Local) shard(key string) *localShard {
+	return &lo.shards[xxhash.Sum64String(key)%localShards]
+}
+
+func (lo *Local) newEntry() *localEntry {
+	if lo.l.Algorithm == TokenBucket {
+		return &localEntry{tat: math.MinInt64}
+	}
+	k := lo.win.n + 1
+	all := make([]int64, 3*k)
+	e := &localEntry{sids: all[:k:k], vals: all[k : 2*k : 2*k], scratch: all[2*k:]}
+	for i := range e.sids {
+		e.sids[i] = math.MinInt64
+	}
+	return e
+}
+
+// AllowN implements Allower; it never returns an error except ErrBadCost.
+func (lo *Local) AllowN(_ context.Context, key string, now time.Time, n int64) (Result, error) {
+	if n < 1 {
+		return Result{}, ErrBadCost
+	}
+	s := lo.shard(key)
+	s.mu.Lock()
+	e := s.m[key]
+	if e == nil {
+		e = lo.newEntry()
+		s.m[key] = e
+	}
+	var r Result
+	if lo.l.Algorithm == TokenBucket {
+		t := now.UnixNano()
+		next, ok := lo.g.decide(e.tat, t, n)
+		e.tat = next
+		r = lo.g.result(next, t, n, ok)
+	} else {
+		r = lo.allowWindow(e, now, n)
+	}
+	s.mu.Unlock()
+	return r, nil
+}
+
+// allowWindow decides for a window algorithm. s.mu held.
+func (lo *Local) allowWindow(e *localEntry, now time.Time, n int64) Result {
+	w := lo.win
+	ms := unixMs(now)
+	id := floorDiv(ms, w.sub)
+	el := ms - id*w.sub
+	counts := e.scratch
+	k := w.n + 1
+	for i := range counts {
+		sid := id - int64(w.n) + int64(i)
+		slot := floorMod(sid, k)
+		if e.sids[slot] == sid {
+			counts[i] = e.vals[slot]
+		} else {
+			counts[i] = 0
+		}
+	}
+	counts[w.n] += n
+	allowed := n <= w.q
+	if allowed {
+		allowed, _ = w.fits(counts, el, 0)
+	}
+	if !allowed && lo.l.OnReject == Refund {
+		counts[w.n] -= n
+	}
+	slot := floorMod(id, k)
+	if e.sids[slot] <= id { // a lagging clock must not overwrite a newer slot
+		e.sids[slot], e.vals[slot] = id, counts[w.n]
+	}
+	return w.result(counts, id, el, now, n, allowed)
+}
+
+// Undo implements Allower.
+func (lo *Local) Undo(_ context.Context, key string, now time.Time, n int64) error {
+	if n < 1 {
+		return ErrBadCost
+	}
+	s := lo.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[key]
+	if e == nil {
+		return nil
+	}
+	if lo.l.Algorithm == TokenBucket {
+		t := now.UnixNano()
+		if e.tat > t {
+			e.tat = max(e.tat-n*lo.g.t, t)
+		}
+		return nil
+	}
+	id := floorDiv(unixMs(now), lo.win.sub)
+	slot := floorMod(id, lo.win.n+1)
+	if e.sids[slot] == id {
+		e.vals[slot] = max(0, e.vals[slot]-n)
+	}
+	return nil
+}
+
+// Sweep drops the state of keys that no longer affect any decision at now
+// or later (every counted sub-window slid out, or the bucket full again).
+func (lo *Local) Sweep(now time.Time) {
+	t := now.UnixNano()
+	id := floorDiv(unixMs(now), max(lo.win.sub, 1))
+	for i := range lo.shards {
+		s := &lo.shards[i]
+		s.mu.Lock()
+		for key, e := range s.m {
+			if lo.idle(e, t, id) {
+				delete(s.m, key)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (lo *Local) idle(e *localEntry, t, id int64) bool {
+	if lo.l.Algorithm == TokenBucket {
+		return e.tat <= t
+	}
+	for _, sid := range e.sids {
+		if sid != math.MinInt64 && sid+int64(lo.win.n) >= id {
+			return false
+		}
+	}
+	return true
+}
+
+// Len returns the number of keys with state.
+func (lo *Local) Len() int {
+	n := 0
+	for i := range lo.shards {
+		s := &lo.shards[i]
+		s.mu.Lock()
+		n += len(s.m)
+		s.mu.Unlock()
+	}
+	return n
+}
