@@ -1,0 +1,217 @@
+package shard_test
+
+import (
+	"bufio"
+	"bytes"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/shard"
+)
+
+var updateGolden = flag.Bool("update-golden", false,
+	"rewrite testdata/nutcracker/ketama_golden.txt from real nutcracker")
+
+// nutcrackerCase is one pool layout checked against real nutcracker.
+type nutcrackerCase struct {
+	name    string
+	hash    string
+	hashTag string
+	weights []int    // per shard
+	names   []string // per shard; "" for none
+	keys    int
+}
+
+func nutcrackerCases() []nutcrackerCase {
+	plain := []int{1, 1, 1}
+	weighted := []int{1, 2, 3}
+	named := []string{"alpha", "beta", "gamma"}
+	cases := []nutcrackerCase{
+		{name: "fnv1a_64", hash: "fnv1a_64", weights: plain, keys: 10000},
+		{name: "md5", hash: "md5", weights: plain, keys: 10000},
+		{name: "fnv1a_64-named-weighted-tag", hash: "fnv1a_64", hashTag: "{}", weights: weighted, names: named, keys: 10000},
+		{name: "md5-named-weighted-tag", hash: "md5", hashTag: "{}", weights: weighted, names: named, keys: 10000},
+	}
+	for _, h := range []string{"fnv1_64", "fnv1_32", "fnv1a_32", "one_at_a_time", "crc16", "crc32", "crc32a", "hsieh", "murmur"} {
+		cases = append(cases, nutcrackerCase{name: h, hash: h, hashTag: "{}", weights: []int{2, 1, 1}, names: named, keys: 2000})
+	}
+	return cases
+}
+
+// testKeys are deterministic keys: plain, hash-tagged (including an empty
+// tag and an unclosed one) and with bytes >= 0x80 (sign extension).
+func testKeys(n int) []string {
+	keys := make([]string, 0, n)
+	for i := 0; len(keys) < n; i++ {
+		switch i % 6 {
+		case 0, 1:
+			keys = append(keys, "k:"+strconv.Itoa(i))
+		case 2:
+			keys = append(keys, fmt.Sprintf("rl:{user%d}:w%d", i/6, i%17))
+		case 3:
+			keys = append(keys, fmt.Sprintf("x{}%d", i))
+		case 4:
+			keys = append(keys, fmt.Sprintf("\xc3\xa9t\xe9\xff:%d", i))
+		default:
+			keys = append(keys, fmt.Sprintf("open{%d", i))
+		}
+	}
+	return keys
+}
+
+// TestKetamaMatchesNutcracker writes keys through Debian's nutcracker and
+// checks that each memcached shard holds exactly the keys Ketama assigns it.
+func TestKetamaMatchesNutcracker(t *testing.T) {
+	shards := bench.MemcachedForTest(t, 3)
+	var golden bytes.Buffer
+	for _, tc := range nutcrackerCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			servers := make([]shard.KetamaServer, len(shards))
+			entries := make([]string, len(shards))
+			for i, m := range shards {
+				servers[i] = shard.KetamaServer{Addr: m.Addr, Weight: tc.weights[i]}
+				entries[i] = fmt.Sprintf("%s:%d", m.Addr, tc.weights[i])
+				if tc.names != nil {
+					servers[i].Name = tc.names[i]
+					entries[i] += " " + tc.names[i]
+				}
+				flushAll(t, m.Addr)
+			}
+			k, err := shard.NewKetama(servers, tc.hash)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nc := bench.NutcrackerForTest(t, bench.TwemproxyPool{
+				Hash: tc.hash, HashTag: tc.hashTag, Distribution: "ketama",
+				TimeoutMS: 2000, Servers: entries,
+			})
+			keys := testKeys(tc.keys)
+			setKeys(t, nc.Addr, keys)
+			held := make([]map[string]bool, len(shards))
+			for i, m := range shards {
+				held[i] = presentKeys(t, m.Addr, keys)
+			}
+			agree, wrong := 0, 0
+			for _, key := range keys {
+				want := k.Locate(shard.KetamaHashTag([]byte(key), tc.hashTag))
+				got := -1
+				for i := range shards {
+					if held[i][key] {
+						if got >= 0 {
+							t.Fatalf("key %q on shards %d and %d", key, got, i)
+						}
+						got = i
+					}
+				}
+				if got != want {
+					if wrong++; wrong <= 5 {
+						t.Errorf("key %q: nutcracker put it on shard %d, Ketama says %d", key, got, want)
+					}
+					continue
+				}
+				agree++
+				if tc.names != nil && agree%50 == 1 {
+					fmt.Fprintf(&golden, "%s %q %s %q %d\n", tc.hash, tc.hashTag,
+						strings.Trim(strings.Join(strings.Fields(fmt.Sprint(tc.weights)), ","), "[]"), key, got)
+				}
+			}
+			t.Logf("%s: %d/%d keys agree with nutcracker", tc.name, agree, len(keys))
+			if agree != len(keys) {
+				t.Fatalf("%d/%d keys agree with nutcracker, want all", agree, len(keys))
+			}
+		})
+	}
+	if *updateGolden && !t.Failed() {
+		path := filepath.Join("..", "testdata", "nutcracker", "ketama_golden.txt")
+		hdr := "# Keys as Debian nutcracker 0.5.0 (distribution: ketama) placed them on three servers\n" +
+			"# \"<host:port>:<weight> <name>\" named alpha, beta, gamma (names fix the ring, not addresses).\n" +
+			"# Regenerate: go test ./shard -run TestKetamaMatchesNutcracker -update-golden\n" +
+			"# hash hash_tag weights key server_index\n"
+		if err := os.WriteFile(path, append([]byte(hdr), golden.Bytes()...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func dial(t *testing.T, addr string) (net.Conn, *bufio.ReadWriter) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	return c, bufio.NewReadWriter(bufio.NewReader(c), bufio.NewWriter(c))
+}
+
+func flushAll(t *testing.T, addr string) {
+	t.Helper()
+	_, rw := dial(t, addr)
+	rw.WriteString("flush_all\r\n")
+	rw.Flush()
+	if line, err := rw.ReadString('\n'); err != nil || line != "OK\r\n" {
+		t.Fatalf("flush_all on %s: %q %v", addr, line, err)
+	}
+}
+
+// setKeys sets every key to "1", pipelining 100 sets at a time.
+func setKeys(t *testing.T, addr string, keys []string) {
+	t.Helper()
+	_, rw := dial(t, addr)
+	for lo := 0; lo < len(keys); lo += 100 {
+		hi := min(lo+100, len(keys))
+		for _, k := range keys[lo:hi] {
+			fmt.Fprintf(rw, "set %s 0 0 1\r\n1\r\n", k)
+		}
+		if err := rw.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys[lo:hi] {
+			line, err := rw.ReadString('\n')
+			if err != nil || line != "STORED\r\n" {
+				t.Fatalf("set %q via %s: %q %v", k, addr, line, err)
+			}
+		}
+	}
+}
+
+// presentKeys returns which of keys the memcached at addr holds.
+func presentKeys(t *testing.T, addr string, keys []string) map[string]bool {
+	t.Helper()
+	_, rw := dial(t, addr)
+	held := make(map[string]bool)
+	for lo := 0; lo < len(keys); lo += 100 {
+		hi := min(lo+100, len(keys))
+		rw.WriteString("get " + strings.Join(keys[lo:hi], " ") + "\r\n")
+		if err := rw.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			line, err := rw.ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			if line == "END\r\n" {
+				break
+			}
+			f := strings.Fields(line)
+			if len(f) != 4 || f[0] != "VALUE" {
+				t.Fatalf("get on %s: %q", addr, line)
+			}
+			n, _ := strconv.Atoi(f[3])
+			if _, err := rw.Discard(n + 2); err != nil {
+				t.Fatal(err)
+			}
+			held[f[1]] = true
+		}
+	}
+	return held
+}
