@@ -1,7 +1,6 @@
 package shard
 
 import (
-	"bytes"
 	"crypto/md5"
 	"errors"
 	"fmt"
@@ -210,8 +209,8 @@ func (k *Ketama) Points() int { return len(k.values) }
 
 // Locate returns the index, in config order, of the server that owns key:
 // the first point at or after the key's hash, wrapping to the first point.
-// The key is hashed whole; apply the pool's hash tag first with
-// KetamaHashTag. As in Twemproxy, a one-server pool skips hashing and the
+// The key is hashed whole; apply the pool's hash tag first
+// (HashTag.Extract has Twemproxy's rule). As in Twemproxy, a one-server pool skips hashing and the
 // empty key hashes to 0. It returns -1 when every server is ejected.
 func (k *Ketama) Locate(key []byte) int {
 	if k.n == 1 && len(k.values) > 0 {
@@ -238,25 +237,4 @@ func (k *Ketama) Locate(key []byte) int {
 		lo = 0
 	}
 	return int(k.index[lo])
-}
-
-// KetamaHashTag returns the part of key that Twemproxy hashes for a pool
-// with "hash_tag: tag" (two bytes, such as "{}"): the bytes between the
-// first tag[0] and the next tag[1] after it, when that span is not empty;
-// otherwise the whole key. An empty tag returns key. It returns a subslice
-// of key and does not allocate. A tag that is not two bytes is a config
-// error Twemproxy rejects at load time; here only its first two bytes count.
-func KetamaHashTag(key []byte, tag string) []byte {
-	if len(tag) < 2 {
-		return key
-	}
-	start := bytes.IndexByte(key, tag[0])
-	if start < 0 {
-		return key
-	}
-	end := bytes.IndexByte(key[start+1:], tag[1])
-	if end <= 0 { // absent, or an empty span
-		return key
-	}
-	return key[start+1 : start+1+end]
 }

@@ -89,6 +89,10 @@ func TestKetamaMatchesNutcracker(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			tag, err := shard.ParseHashTag(tc.hashTag)
+			if err != nil {
+				t.Fatal(err)
+			}
 			nc := bench.NutcrackerForTest(t, bench.TwemproxyPool{
 				Hash: tc.hash, HashTag: tc.hashTag, Distribution: "ketama",
 				TimeoutMS: 2000, Servers: entries,
@@ -101,7 +105,7 @@ func TestKetamaMatchesNutcracker(t *testing.T) {
 			}
 			agree, wrong := 0, 0
 			for _, key := range keys {
-				want := k.Locate(shard.KetamaHashTag([]byte(key), tc.hashTag))
+				want := k.Locate(tag.Extract([]byte(key)))
 				got := -1
 				for i := range shards {
 					if held[i][key] {

@@ -53,7 +53,11 @@ func TestKetamaGolden(t *testing.T) {
 			}
 			rings[id] = k
 		}
-		if got := k.Locate(shard.KetamaHashTag([]byte(key), tag)); got != want {
+		ht, err := shard.ParseHashTag(tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := k.Locate(ht.Extract([]byte(key))); got != want {
 			t.Errorf("line %d: %s %q -> %d, nutcracker chose %d", line, hash, key, got, want)
 		}
 		checked[hash]++
@@ -181,25 +185,6 @@ func FuzzParseKetamaServer(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
-}
-
-func TestKetamaHashTag(t *testing.T) {
-	tests := []struct{ name, key, tag, want string }{
-		{"tagged", "rl:{user1}:w9", "{}", "user1"},
-		{"first open, next close", "a{b{c}d}", "{}", "b{c"},
-		{"empty span hashes whole key", "x{}y", "{}", "x{}y"},
-		{"unclosed", "open{abc", "{}", "open{abc"},
-		{"close before open", "a}b{c", "{}", "a}b{c"},
-		{"no tag configured", "rl:{u}:w", "", "rl:{u}:w"},
-		{"other delimiters", "ab:cd:ef", "::", "cd"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := string(shard.KetamaHashTag([]byte(tc.key), tc.tag)); got != tc.want {
-				t.Errorf("KetamaHashTag(%q, %q) = %q, want %q", tc.key, tc.tag, got, tc.want)
-			}
-		})
-	}
 }
 
 func TestKetamaPointsAndShares(t *testing.T) {
@@ -352,7 +337,7 @@ func BenchmarkKetamaLocate(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					_ = k.Locate(shard.KetamaHashTag(key, "{}"))
+					_ = k.Locate(shard.DefaultHashTag.Extract(key))
 				}
 			})
 		})
