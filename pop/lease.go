@@ -1,0 +1,183 @@
+package pop
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/poplimit/poplimit/counter"
+)
+
+const leaseShards = 16
+
+// leaser serves one limit from locally held batches of the shared count.
+// A worker that sees a key arrive at rate r reserves about r×horizon units
+// in one store call and hands them out locally until they run out or the
+// lease expires (after horizon, or at the limit's Reset if sooner, so a
+// fixed window's batch never outlives its window). Leftovers of an expired
+// lease are returned with Undo at the instant they were taken. An idle key's
+// rate decays to zero, so its batch shrinks to the request itself: idle
+// workers strand nothing.
+//
+// Safe for concurrent use. Requests for one key in one worker are
+// serialised while a batch is fetched (one store call for all of them).
+type leaser struct {
+	a        counter.Allower
+	maxBatch int64
+	horizon  time.Duration
+	perShard int
+	shards   [leaseShards]leaseShard
+}
+
+type leaseShard struct {
+	mu sync.Mutex
+	m  map[string]*lease
+}
+
+type lease struct {
+	mu       sync.Mutex
+	tokens   int64     // units held locally
+	takenAt  time.Time // when the batch was reserved
+	expires  time.Time
+	last     counter.Result // the store's answer for the batch
+	bucketAt time.Time      // start of the current rate bucket
+	arrivals int64          // units asked in the current bucket
+	rate     float64        // smoothed units per second
+}
+
+func newLeaser(a counter.Allower, maxBatch int64, horizon time.Duration, maxKeys int) *leaser {
+	per := maxKeys / leaseShards
+	if per < 1 {
+		per = 1
+	}
+	l := &leaser{a: a, maxBatch: maxBatch, horizon: horizon, perShard: per}
+	for i := range l.shards {
+		l.shards[i].m = make(map[string]*lease)
+	}
+	return l
+}
+
+func (l *leaser) get(key string, now time.Time) *lease {
+	s := &l.shards[xxhash.Sum64String(key)%leaseShards]
+	s.mu.Lock()
+	le, ok := s.m[key]
+	if !ok {
+		if len(s.m) >= l.perShard {
+			for k, old := range s.m {
+				// Drop idle leases; their leftovers expire with them.
+				if old.mu.TryLock() {
+					idle := now.After(old.expires)
+					old.mu.Unlock()
+					if idle || len(s.m) >= 2*l.perShard {
+						delete(s.m, k)
+					}
+				}
+				if len(s.m) < l.perShard {
+					break
+				}
+			}
+		}
+		le = &lease{bucketAt: now}
+		s.m[key] = le
+	}
+	s.mu.Unlock()
+	return le
+}
+
+// batch sizes the next reservation for n units.
+func (l *leaser) batch(le *lease, n int64) int64 {
+	want := int64(math.Ceil(le.rate*l.horizon.Seconds())) + n
+	if want > l.maxBatch {
+		want = l.maxBatch
+	}
+	if want < n {
+		want = n
+	}
+	return want
+}
+
+// take asks for n units of key at now. served reports a local answer (no
+// store call). A non-nil error means the store could not be consulted.
+func (l *leaser) take(ctx context.Context, key string, now time.Time, n int64) (res counter.Result, served bool, err error) {
+	le := l.get(key, now)
+	le.mu.Lock()
+	defer le.mu.Unlock()
+
+	// Arrival rate, measured over buckets of one horizon.
+	if el := now.Sub(le.bucketAt); el >= l.horizon {
+		inst := float64(le.arrivals) / el.Seconds()
+		if el >= 4*l.horizon {
+			inst = 0 // idle for a while: forget the old rate
+		}
+		le.rate = 0.5*le.rate + 0.5*inst
+		le.arrivals = 0
+		le.bucketAt = now
+	}
+	le.arrivals += n
+
+	if le.tokens >= n && now.Before(le.expires) {
+		le.tokens -= n
+		return l.localResult(le, now), true, nil
+	}
+	if le.tokens > 0 {
+		// Expired lease: give the leftovers back to the window they came
+		// from, best effort.
+		_ = l.a.Undo(ctx, key, le.takenAt, le.tokens)
+		le.tokens = 0
+	}
+	b := l.batch(le, n)
+	r, err := l.a.AllowN(ctx, key, now, b)
+	if err != nil {
+		return counter.Result{}, false, err
+	}
+	if !r.Allowed && b > n && l.a.Limit().OnReject == counter.Refund {
+		// Not enough for a batch: ask for the request alone.
+		b = n
+		if r, err = l.a.AllowN(ctx, key, now, n); err != nil {
+			return counter.Result{}, false, err
+		}
+	}
+	if !r.Allowed {
+		return r, false, nil
+	}
+	le.last = r
+	le.takenAt = now
+	life := l.horizon
+	if r.Reset > 0 && r.Reset < life {
+		life = r.Reset
+	}
+	le.expires = now.Add(life)
+	le.tokens = b - n
+	return l.localResult(le, now), false, nil
+}
+
+// localResult reports the lease's view: the shared remaining at the batch
+// plus what is still held locally.
+func (l *leaser) localResult(le *lease, now time.Time) counter.Result {
+	r := le.last
+	r.Allowed = true
+	r.Remaining += le.tokens
+	if r.Remaining > r.Limit {
+		r.Remaining = r.Limit
+	}
+	r.Reset -= now.Sub(le.takenAt)
+	if r.Reset < 0 {
+		r.Reset = 0
+	}
+	r.RetryAfter = 0
+	return r
+}
+
+// giveBack returns n units taken at now (another limit of the rule refused
+// the request) to the key's lease, if it is still valid.
+func (l *leaser) giveBack(key string, now time.Time, n int64) {
+	le := l.get(key, now)
+	le.mu.Lock()
+	if now.Before(le.expires) {
+		le.tokens += n
+	}
+	le.mu.Unlock()
+}

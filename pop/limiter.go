@@ -1,0 +1,428 @@
+package pop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/poplimit/poplimit/counter"
+)
+
+// Config configures a Limiter. Zero means default, except NewShared and
+// NewLocal which are required.
+type Config struct {
+	// NewShared builds the PoP-wide limiter of one limit, usually
+	// counter.New over a memcached store reached through mcproxy.
+	NewShared func(counter.Limit) (counter.Allower, error)
+	// NewLocal builds an in-process limiter (pre-filter and the local fail
+	// mode), usually counter.NewLocal.
+	NewLocal func(counter.Limit) (counter.Allower, error)
+	// StoreDeadline bounds the store calls of one decision; default 20ms.
+	StoreDeadline time.Duration
+	// WorkersPerPoP divides each limit for the local fail mode and sizes
+	// default lease batches; default 1.
+	WorkersPerPoP int
+	// Breaker configures the store circuit breaker.
+	Breaker BreakerConfig
+	// MitigationEntries bounds each policy's mitigation cache and lease
+	// table; default 100000.
+	MitigationEntries int
+	// Metrics, if not nil, receives every decision.
+	Metrics *Metrics
+	// Events, if not nil, receives every rejection.
+	Events *Events
+	// Logger logs reloads (never decisions); default slog.Default().
+	Logger *slog.Logger
+	// Clock is read by the middleware for the decision instant and to time
+	// store calls; default time.Now.
+	Clock func() time.Time
+}
+
+func (c Config) storeDeadline() time.Duration {
+	if c.StoreDeadline > 0 {
+		return c.StoreDeadline
+	}
+	return 20 * time.Millisecond
+}
+
+func (c Config) workers() int {
+	if c.WorkersPerPoP > 0 {
+		return c.WorkersPerPoP
+	}
+	return 1
+}
+
+func (c Config) mitigationEntries() int {
+	if c.MitigationEntries > 0 {
+		return c.MitigationEntries
+	}
+	return 100000
+}
+
+func (c Config) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.Default()
+}
+
+func (c Config) clock() func() time.Time {
+	if c.Clock != nil {
+		return c.Clock
+	}
+	return time.Now
+}
+
+// Limiter decides requests against the current policy snapshot. Safe for
+// concurrent use; the snapshot is swapped atomically by Load*.
+type Limiter struct {
+	cfg     Config
+	clock   func() time.Time
+	snap    atomic.Pointer[snapshot]
+	breaker *Breaker
+	loadMu  sync.Mutex // serialises reloads (not decisions)
+	lastErr atomic.Pointer[error]
+}
+
+// New returns a Limiter with no policy: every request passes until a policy
+// is loaded.
+func New(cfg Config) (*Limiter, error) {
+	if cfg.NewShared == nil || cfg.NewLocal == nil {
+		return nil, fmt.Errorf("%w: NewShared and NewLocal are required", ErrConfig)
+	}
+	l := &Limiter{cfg: cfg, clock: cfg.clock()}
+	l.breaker = NewBreaker(cfg.Breaker, cfg.Metrics.breakerState)
+	if cfg.Events != nil {
+		cfg.Events.metrics = cfg.Metrics
+	}
+	return l, nil
+}
+
+// Breaker exposes the store circuit breaker (for health endpoints).
+func (l *Limiter) Breaker() *Breaker { return l.breaker }
+
+// LoadFile parses, validates and installs a policy file. On error the
+// current snapshot stays in place and the error says why.
+func (l *Limiter) LoadFile(path string) error {
+	f, err := ParseFile(path)
+	if err != nil {
+		return l.loaded(path, err)
+	}
+	return l.install(f)
+}
+
+// LoadBytes is LoadFile for an in-memory document labelled name.
+func (l *Limiter) LoadBytes(name string, data []byte) error {
+	f, err := Parse(name, data)
+	if err != nil {
+		return l.loaded(name, err)
+	}
+	return l.install(f)
+}
+
+func (l *Limiter) install(f *File) error {
+	l.loadMu.Lock()
+	defer l.loadMu.Unlock()
+	s, err := l.compile(f, l.snap.Load(), l.clock())
+	if err == nil {
+		l.snap.Store(s)
+	}
+	return l.loaded(f.Name, err)
+}
+
+func (l *Limiter) loaded(name string, err error) error {
+	l.cfg.Metrics.reload(err)
+	if err != nil {
+		l.lastErr.Store(&err)
+		l.cfg.logger().Error("policy rejected, keeping the previous one", "file", name, "err", err)
+		return err
+	}
+	l.lastErr.Store(nil)
+	l.cfg.logger().Info("policy loaded", "file", name)
+	return nil
+}
+
+// LastLoadError is the error of the last load attempt, nil if it succeeded.
+func (l *Limiter) LastLoadError() error {
+	if p := l.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Loaded reports whether a policy snapshot is installed.
+func (l *Limiter) Loaded() bool { return l.snap.Load() != nil }
+
+// Headers is the header mode of the current policy file.
+func (l *Limiter) Headers() HeaderMode {
+	if s := l.snap.Load(); s != nil {
+		return s.file.Headers
+	}
+	return HeadersBoth
+}
+
+// Decide decides r at now. It never returns an error: store trouble is
+// handled by the policy's fail mode and reported in Decision.Reason.
+func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) Decision {
+	s := l.snap.Load()
+	if s == nil {
+		return Decision{Allowed: true, Reason: ReasonNoPolicy}
+	}
+	ip := s.file.TrustedProxies.ClientIP(r)
+	if s.prefilter != nil && ip.IsValid() {
+		res, err := s.prefilter.AllowN(ctx, ip.String(), now, 1)
+		if err == nil && !res.Allowed {
+			d := Decision{Status: http.StatusTooManyRequests, Policy: "prefilter", Reason: ReasonPrefilter, Binding: LimitResult{s.prefilter.Limit(), res}}
+			l.finish(&d, r, ip, Identity{})
+			return d
+		}
+	}
+	_, pattern := s.mux.Handler(r)
+	p := s.routes[pattern]
+	if p == nil {
+		return Decision{Allowed: true, Reason: ReasonNoPolicy}
+	}
+	id := Identity{IP: ip, Route: pattern}
+	tier := p.spec.DefaultTier
+	if p.needKey {
+		id.APIKey = s.file.APIKey.Extract(r)
+		if id.APIKey != "" {
+			id.KeyID = KeyID(id.APIKey)
+			if rec, ok := s.file.Keys[id.APIKey]; ok {
+				id.Tenant = rec.Tenant
+				if p.spec.TierSource == "api_key" && rec.Tier != "" {
+					tier = rec.Tier
+				}
+			}
+		}
+	}
+	if p.spec.TierSource != "api_key" {
+		tier = p.spec.TierSource
+	}
+	if s.file.UserHeader != "" {
+		id.User = r.Header.Get(s.file.UserHeader)
+	}
+	rs := p.tiers[tier]
+	d := l.decide(ctx, p, rs, identityParts(p.spec, id), now)
+	d.Policy, d.Tier = p.spec.Name, tier
+	l.finish(&d, r, ip, id)
+	return d
+}
+
+// identityParts lists the key parts of id for spec. A missing part is
+// replaced by the client IP, so anonymous traffic is still counted per
+// client.
+func identityParts(spec PolicySpec, id Identity) []string {
+	parts := make([]string, 0, 2+len(spec.Identity))
+	parts = append(parts, spec.Name)
+	for _, pt := range spec.Identity {
+		var v string
+		switch pt {
+		case PartIP:
+			v = "ip=" + id.IP.String()
+		case PartAPIKey:
+			if id.KeyID != "" {
+				v = "k=" + id.KeyID
+			}
+		case PartUser:
+			if id.User != "" {
+				v = "u=" + id.User
+			}
+		case PartTenant:
+			if id.Tenant != "" {
+				v = "t=" + id.Tenant
+			}
+		case PartRoute:
+			v = "r=" + id.Route
+		}
+		if v == "" {
+			v = "anon=" + id.IP.String()
+		}
+		parts = append(parts, v)
+	}
+	return parts
+}
+
+func (l *Limiter) finish(d *Decision, r *http.Request, ip interface{ String() string }, id Identity) {
+	if !d.Allowed && d.Status == 0 {
+		d.Status = rejectStatus(d.Reason)
+	}
+	l.cfg.Metrics.decision(d)
+	if !d.Allowed && l.cfg.Events != nil {
+		l.cfg.Events.Emit(Event{
+			Time: l.clock(), Policy: d.Policy, Tier: d.Tier, Reason: d.Reason, Status: d.Status,
+			Limit: d.Binding.Limit.Name, IP: ip.String(), KeyID: id.KeyID, Tenant: id.Tenant, Route: id.Route,
+			RetryAfter: d.RetryAfter().Seconds(),
+		})
+	}
+}
+
+// decide runs mitigation cache → breaker → leases → shared count → fail
+// mode for one identity.
+func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []string, now time.Time) Decision {
+	mitKey := counter.Key(parts...)
+	keys := make([]string, len(rs.limits))
+	for i, r := range rs.limits {
+		if r.distinct {
+			keys[i] = counter.Key(append(parts, "l="+r.spec.Limit.Name)...)
+		} else {
+			keys[i] = mitKey
+		}
+	}
+	if e, ok := p.mit.get(mitKey, now); ok && e.tier == rs.tier {
+		b := e.binding
+		b.Result.Allowed = false
+		b.Result.Remaining = 0
+		b.Result.RetryAfter = time.Duration(e.until - now.UnixNano())
+		if b.Result.Reset < b.Result.RetryAfter {
+			b.Result.Reset = b.Result.RetryAfter
+		}
+		return Decision{Reason: ReasonMitigated, Binding: b}
+	}
+	if !l.breaker.Allow(now) {
+		return l.fallback(ctx, p, rs, keys, now, ErrBreakerOpen)
+	}
+	sctx, cancel := context.WithTimeout(ctx, l.cfg.storeDeadline())
+	start := l.clock()
+	d, err := l.count(sctx, rs, keys, now)
+	cancel()
+	l.cfg.Metrics.store(l.clock().Sub(start), err)
+	if err != nil && ctx.Err() != nil {
+		// The client went away: not the store's fault.
+		l.breaker.Observe(now, nil)
+		return Decision{Reason: ReasonFailOpen, Allowed: true}
+	}
+	l.breaker.Observe(now, err)
+	if err != nil {
+		return l.fallback(ctx, p, rs, keys, now, err)
+	}
+	if !d.Allowed && d.Binding.Result.RetryAfter > 0 {
+		p.mit.put(mitKey, now, now.Add(d.Binding.Result.RetryAfter), mitEntry{binding: d.Binding, tier: rs.tier})
+		l.cfg.Metrics.mitigationInsert(p.spec.Name)
+	}
+	return d
+}
+
+// count asks the shared count (and the leases) about every limit.
+func (l *Limiter) count(ctx context.Context, rs *rules, keys []string, now time.Time) (Decision, error) {
+	all := make([]LimitResult, len(rs.limits))
+	var checks []counter.Check
+	var idx []int
+	leasedAll := true
+	var leased []int
+	for i, r := range rs.limits {
+		all[i].Limit = r.spec.Limit
+		if r.lease == nil {
+			leasedAll = false
+			checks = append(checks, counter.Check{Allower: r.shared, Key: keys[i]})
+			idx = append(idx, i)
+			continue
+		}
+		res, served, err := r.lease.take(ctx, keys[i], now, 1)
+		if err != nil {
+			l.giveBack(rs, keys, leased, now)
+			return Decision{}, err
+		}
+		all[i].Result = res
+		if !served {
+			leasedAll = false
+		}
+		if !res.Allowed {
+			l.giveBack(rs, keys, leased, now)
+			return l.verdict(all, ReasonStore), nil
+		}
+		leased = append(leased, i)
+	}
+	if len(checks) > 0 {
+		_, results, err := counter.AllowAll(ctx, now, 1, checks...)
+		if err != nil {
+			l.giveBack(rs, keys, leased, now)
+			return Decision{}, err
+		}
+		refused := false
+		for j, res := range results {
+			all[idx[j]].Result = res
+			refused = refused || !res.Allowed
+		}
+		if refused {
+			l.giveBack(rs, keys, leased, now)
+		}
+	}
+	reason := ReasonStore
+	if leasedAll {
+		reason = ReasonLease
+	}
+	return l.verdict(all, reason), nil
+}
+
+func (l *Limiter) giveBack(rs *rules, keys []string, leased []int, now time.Time) {
+	for _, i := range leased {
+		rs.limits[i].lease.giveBack(keys[i], now, 1)
+	}
+}
+
+// verdict picks the binding limit: the rejecting one with the longest
+// RetryAfter, else the one with the least remaining share.
+func (l *Limiter) verdict(all []LimitResult, reason Reason) Decision {
+	d := Decision{Allowed: true, Reason: reason, All: all}
+	b := -1
+	for i, lr := range all {
+		if lr.Limit.Quantity == 0 {
+			continue // not consulted (lease refused earlier)
+		}
+		if !lr.Result.Allowed {
+			if d.Allowed || lr.Result.RetryAfter > all[b].Result.RetryAfter {
+				b = i
+			}
+			d.Allowed = false
+			continue
+		}
+		if d.Allowed && (b < 0 || share(lr) < share(all[b])) {
+			b = i
+		}
+	}
+	if b >= 0 {
+		d.Binding = all[b]
+	}
+	return d
+}
+
+// share is the fraction of the limit still available.
+func share(lr LimitResult) float64 {
+	if lr.Result.Limit <= 0 {
+		return 1
+	}
+	return float64(lr.Result.Remaining) / float64(lr.Result.Limit)
+}
+
+// fallback applies the policy's fail mode when the store is unavailable.
+func (l *Limiter) fallback(ctx context.Context, p *policy, rs *rules, keys []string, now time.Time, cause error) Decision {
+	switch p.spec.FailMode {
+	case FailClosed:
+		return Decision{Reason: ReasonFailClosed, Status: http.StatusServiceUnavailable,
+			Binding: LimitResult{Result: counter.Result{RetryAfter: l.cfg.Breaker.openFor()}}}
+	case FailLocal:
+		checks := make([]counter.Check, len(rs.limits))
+		for i, r := range rs.limits {
+			checks[i] = counter.Check{Allower: r.local, Key: keys[i]}
+		}
+		_, results, err := counter.AllowAll(ctx, now, 1, checks...)
+		if err != nil {
+			// A local limiter cannot be unreachable; admit rather than fail.
+			return Decision{Allowed: true, Reason: ReasonFailLocal}
+		}
+		all := make([]LimitResult, len(results))
+		for i, res := range results {
+			all[i] = LimitResult{Limit: rs.limits[i].local.Limit(), Result: res}
+		}
+		d := l.verdict(all, ReasonFailLocal)
+		return d
+	}
+	_ = errors.Is(cause, ErrBreakerOpen)
+	return Decision{Allowed: true, Reason: ReasonFailOpen}
+}

@@ -1,0 +1,125 @@
+package pop
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the Prometheus collectors of a Limiter, registered in an
+// explicit registry. Labels carry policy names, tiers, reasons and states
+// only: never an API key, a user or an IP. A nil *Metrics records nothing.
+type Metrics struct {
+	decisions   *prometheus.CounterVec // policy, tier, result, allowed
+	nearLimit   *prometheus.CounterVec // policy
+	storeLat    prometheus.Histogram   // seconds
+	storeErrors prometheus.Counter     //
+	breaker     prometheus.Gauge       // 0 closed, 1 open, 2 half-open
+	fallback    *prometheus.CounterVec // policy, mode
+	mitigation  *prometheus.CounterVec // policy, event (hit, insert)
+	reloads     *prometheus.CounterVec // result
+	eventsDrop  prometheus.Counter     //
+	eventsOut   prometheus.Counter     //
+	leaseServed *prometheus.CounterVec // policy
+}
+
+// NewMetrics creates the collectors and registers them in reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poplimit_decisions_total", Help: "Rate-limit decisions by policy, tier, deciding stage and outcome.",
+		}, []string{"policy", "tier", "result", "allowed"}),
+		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poplimit_near_limit_total", Help: "Admitted decisions that left less than 20% of the binding limit.",
+		}, []string{"policy"}),
+		storeLat: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "poplimit_store_latency_seconds", Help: "Latency of one decision's store calls.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1},
+		}),
+		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "poplimit_store_errors_total", Help: "Decisions whose store calls failed (deadline, I/O).",
+		}),
+		breaker: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "poplimit_breaker_state", Help: "Store circuit breaker: 0 closed, 1 open, 2 half-open.",
+		}),
+		fallback: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poplimit_fallback_decisions_total", Help: "Decisions taken by a fail mode because the store was unavailable.",
+		}, []string{"policy", "mode"}),
+		mitigation: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poplimit_mitigation_cache_total", Help: "Mitigation cache events: hit (rejected with no store call), insert.",
+		}, []string{"policy", "event"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poplimit_policy_reloads_total", Help: "Policy reloads by result (ok, invalid).",
+		}, []string{"result"}),
+		eventsDrop: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "poplimit_rejection_events_dropped_total", Help: "Rejection events dropped because the queue was full.",
+		}),
+		eventsOut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "poplimit_rejection_events_written_total", Help: "Rejection events written to the sink.",
+		}),
+		leaseServed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poplimit_lease_served_total", Help: "Decisions served from a local token lease (no store call).",
+		}, []string{"policy"}),
+	}
+	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.storeLat, m.storeErrors, m.breaker, m.fallback, m.mitigation, m.reloads, m.eventsDrop, m.eventsOut, m.leaseServed} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) decision(d *Decision) {
+	if m == nil || d.Reason == ReasonNoPolicy {
+		return
+	}
+	allowed := "false"
+	if d.Allowed {
+		allowed = "true"
+	}
+	m.decisions.WithLabelValues(d.Policy, d.Tier, string(d.Reason), allowed).Inc()
+	switch d.Reason {
+	case ReasonFailOpen, ReasonFailClosed, ReasonFailLocal:
+		m.fallback.WithLabelValues(d.Policy, string(d.Reason)).Inc()
+	case ReasonMitigated:
+		m.mitigation.WithLabelValues(d.Policy, "hit").Inc()
+	case ReasonLease:
+		m.leaseServed.WithLabelValues(d.Policy).Inc()
+	}
+	if d.Allowed && d.limited() && d.Binding.Result.Remaining*5 < d.Binding.Result.Limit {
+		m.nearLimit.WithLabelValues(d.Policy).Inc()
+	}
+}
+
+func (m *Metrics) mitigationInsert(policy string) {
+	if m != nil {
+		m.mitigation.WithLabelValues(policy, "insert").Inc()
+	}
+}
+
+func (m *Metrics) store(d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.storeLat.Observe(d.Seconds())
+	if err != nil {
+		m.storeErrors.Inc()
+	}
+}
+
+func (m *Metrics) breakerState(s BreakerState) {
+	if m != nil {
+		m.breaker.Set(float64(s))
+	}
+}
+
+func (m *Metrics) reload(err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		m.reloads.WithLabelValues("invalid").Inc()
+		return
+	}
+	m.reloads.WithLabelValues("ok").Inc()
+}

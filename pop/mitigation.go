@@ -1,0 +1,101 @@
+package pop
+
+import (
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+const mitShards = 32
+
+// mitigationCache remembers identities that are over a limit and until when,
+// so they are rejected without a store call (Cloudflare's key saving). It is
+// bounded: when a shard is full, expired entries are dropped first, then
+// arbitrary ones (a dropped entry only costs a store call). Each policy of a
+// snapshot owns one; a policy whose definition changes gets a new, empty
+// one, so a raised limit is never blocked by a stale entry.
+type mitigationCache struct {
+	perShard int
+	shards   [mitShards]mitShard
+}
+
+type mitShard struct {
+	mu sync.RWMutex
+	m  map[string]mitEntry
+}
+
+type mitEntry struct {
+	until   int64 // unix nanoseconds
+	binding LimitResult
+	tier    string
+}
+
+func newMitigationCache(max int) *mitigationCache {
+	per := max / mitShards
+	if per < 1 {
+		per = 1
+	}
+	c := &mitigationCache{perShard: per}
+	for i := range c.shards {
+		c.shards[i].m = make(map[string]mitEntry)
+	}
+	return c
+}
+
+func (c *mitigationCache) shard(key string) *mitShard {
+	return &c.shards[xxhash.Sum64String(key)%mitShards]
+}
+
+// get returns the entry for key if it still blocks at now.
+func (c *mitigationCache) get(key string, now time.Time) (mitEntry, bool) {
+	s := c.shard(key)
+	s.mu.RLock()
+	e, ok := s.m[key]
+	s.mu.RUnlock()
+	if !ok || now.UnixNano() >= e.until {
+		return mitEntry{}, false
+	}
+	return e, true
+}
+
+// put blocks key until until; now is used to recognise expired entries
+// when the shard is full.
+func (c *mitigationCache) put(key string, now, until time.Time, e mitEntry) {
+	e.until = until.UnixNano()
+	s := c.shard(key)
+	s.mu.Lock()
+	if _, ok := s.m[key]; !ok && len(s.m) >= c.perShard {
+		s.evict(now.UnixNano(), len(s.m)-c.perShard+1)
+	}
+	s.m[key] = e
+	s.mu.Unlock()
+}
+
+// evict drops at least n entries, expired ones first. Caller holds mu.
+func (s *mitShard) evict(now int64, n int) {
+	for k, e := range s.m {
+		if e.until <= now {
+			delete(s.m, k)
+			n--
+		}
+	}
+	for k := range s.m {
+		if n <= 0 {
+			return
+		}
+		delete(s.m, k)
+		n--
+	}
+}
+
+// len is the number of entries (expired included), for tests and metrics.
+func (c *mitigationCache) len() int {
+	n := 0
+	for i := range c.shards {
+		c.shards[i].mu.RLock()
+		n += len(c.shards[i].m)
+		c.shards[i].mu.RUnlock()
+	}
+	return n
+}

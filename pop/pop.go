@@ -1,0 +1,95 @@
+// Package pop is the edge worker library of poplimit: for each HTTP request
+// it decides whether the request goes through and tells the client why not in
+// the standard way.
+//
+// A decision runs: coarse per-IP pre-filter (local only) → identity
+// extraction (client IP honouring trusted proxies, API key, user, tenant,
+// route) → policy lookup in an immutable snapshot → mitigation cache (blocked
+// identities are rejected locally until their estimate falls back) → the
+// shared count in package counter, guarded by a store deadline and a circuit
+// breaker, with a per-policy fail mode (open, closed, local) → optional token
+// leases served locally.
+//
+// Policies and tiers come from a YAML file (see testdata/policies/example.yml)
+// and are swapped atomically on reload (file watch, SIGHUP, admin endpoint);
+// in-flight requests finish under the snapshot they started with.
+//
+// pop never speaks the memcached protocol itself: shared limiters are built
+// by the caller (usually counter.New over a gomemcache store) and handed in
+// through Config.NewShared.
+package pop
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/poplimit/poplimit/counter"
+)
+
+// Sentinel errors, tested with errors.Is.
+var (
+	// ErrInvalidPolicy wraps every policy file validation error.
+	ErrInvalidPolicy = errors.New("pop: invalid policy")
+	// ErrNoPolicy is returned when a Limiter is used before a snapshot was
+	// loaded.
+	ErrNoPolicy = errors.New("pop: no policy loaded")
+	// ErrBreakerOpen is the store error recorded while the breaker is open.
+	ErrBreakerOpen = errors.New("pop: store circuit breaker open")
+	// ErrConfig reports an unusable Config.
+	ErrConfig = errors.New("pop: bad config")
+)
+
+// Reason says which stage of the pipeline produced a Decision.
+type Reason string
+
+// Reasons, also used as the "result" label of metrics.
+const (
+	ReasonNoPolicy   Reason = "no_policy"   // no route matched: not limited
+	ReasonStore      Reason = "store"       // decided by the shared count
+	ReasonLease      Reason = "lease"       // served from a local token lease
+	ReasonMitigated  Reason = "mitigated"   // rejected by the mitigation cache
+	ReasonPrefilter  Reason = "prefilter"   // rejected by the per-IP pre-filter
+	ReasonFailOpen   Reason = "fail_open"   // store unavailable, admitted
+	ReasonFailClosed Reason = "fail_closed" // store unavailable, 503
+	ReasonFailLocal  Reason = "fail_local"  // store unavailable, local budget
+)
+
+// LimitResult is the answer of one limit of a compound rule.
+type LimitResult struct {
+	Limit  counter.Limit
+	Result counter.Result
+}
+
+// Decision is the answer for one request. The zero value admits.
+type Decision struct {
+	// Allowed reports whether the request may go through.
+	Allowed bool
+	// Status is the HTTP status of a rejection: 429 for a quota answer, 503
+	// when the limiter itself is unhealthy (fail mode closed). 0 when Allowed.
+	Status int
+	// Policy and Tier name what was applied ("" with ReasonNoPolicy).
+	Policy, Tier string
+	// Reason says which stage decided.
+	Reason Reason
+	// Binding is the limit closest to exhaustion (the one that rejected, if
+	// any); its Result feeds the RateLimit-* headers. Zero when no limit was
+	// consulted.
+	Binding LimitResult
+	// All holds every limit of the rule in policy order (for the draft-11
+	// RateLimit-Policy field). It may be nil.
+	All []LimitResult
+}
+
+// RetryAfter is the binding limit's RetryAfter (zero when admitted).
+func (d Decision) RetryAfter() time.Duration { return d.Binding.Result.RetryAfter }
+
+// limited reports whether a limit was consulted and headers make sense.
+func (d Decision) limited() bool { return d.Binding.Limit.Quantity > 0 }
+
+func rejectStatus(r Reason) int {
+	if r == ReasonFailClosed {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusTooManyRequests
+}

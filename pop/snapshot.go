@@ -1,0 +1,200 @@
+package pop
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/poplimit/poplimit/counter"
+)
+
+// snapshot is an immutable compiled policy file. Lookups never lock.
+type snapshot struct {
+	file      *File
+	mux       *http.ServeMux
+	routes    map[string]*policy // by ServeMux pattern
+	policies  map[string]*policy // by name
+	prefilter counter.Allower    // nil when the file has none
+	loadedAt  time.Time
+}
+
+// policy is one compiled policy. It is reused as a whole by the next
+// snapshot when its fingerprint (definition and every tier it can pick) is
+// unchanged, keeping its mitigation cache and leases; otherwise it is
+// rebuilt and its cache starts empty.
+type policy struct {
+	spec        PolicySpec
+	fingerprint uint64
+	tiers       map[string]*rules
+	mit         *mitigationCache
+	needKey     bool // the API key must be extracted
+}
+
+// rules is the compound rule of one tier within one policy.
+type rules struct {
+	tier   string
+	limits []*rule
+}
+
+// rule is one limit, with the allowers that enforce it.
+type rule struct {
+	spec LimitSpec
+	// distinct: another limit of the rule has the same algorithm and
+	// window, so this one's key carries its name (counter derives store
+	// keys from identity + algorithm + window).
+	distinct bool
+	shared   counter.Allower // the PoP-wide count (cost applied)
+	local    counter.Allower // FailLocal budget (cost applied), or nil
+	lease    *leaser         // nil unless the policy leases
+}
+
+// costAllower charges cost units per unit asked.
+type costAllower struct {
+	counter.Allower
+	cost int64
+}
+
+func (c costAllower) AllowN(ctx context.Context, key string, now time.Time, n int64) (counter.Result, error) {
+	return c.Allower.AllowN(ctx, key, now, n*c.cost)
+}
+
+func (c costAllower) Undo(ctx context.Context, key string, now time.Time, n int64) error {
+	return c.Allower.Undo(ctx, key, now, n*c.cost)
+}
+
+func withCost(a counter.Allower, cost int64) counter.Allower {
+	if cost <= 1 {
+		return a
+	}
+	return costAllower{a, cost}
+}
+
+func newRouteMux() *http.ServeMux { return http.NewServeMux() }
+
+var nopHandler = func(http.ResponseWriter, *http.Request) {}
+
+// localLimit divides l for one of workers workers, rounding down but never
+// to zero.
+func localLimit(l counter.Limit, workers int) counter.Limit {
+	if workers <= 1 {
+		return l
+	}
+	w := int64(workers)
+	l.Quantity = max(1, l.Quantity/w)
+	if l.Burst > 0 {
+		l.Burst = max(1, l.Burst/w)
+	}
+	return l
+}
+
+// compile builds a snapshot from f, reusing unchanged policies of old.
+func (l *Limiter) compile(f *File, old *snapshot, now time.Time) (s *snapshot, err error) {
+	s = &snapshot{file: f, mux: newRouteMux(), routes: map[string]*policy{}, policies: map[string]*policy{}, loadedAt: now}
+	defer func() {
+		if r := recover(); r != nil { // conflicting ServeMux patterns
+			err = &ValidationError{File: f.Name, Field: "policies.routes", Msg: fmt.Sprint(r)}
+		}
+	}()
+	if f.Prefilter != nil {
+		pl := counter.Limit{Name: "prefilter", Algorithm: counter.TokenBucket, Quantity: f.Prefilter.Quantity, Window: f.Prefilter.Window, Burst: f.Prefilter.Burst, OnReject: counter.Refund}
+		if old != nil && old.prefilter != nil && old.prefilter.Limit() == pl {
+			s.prefilter = old.prefilter
+		} else if s.prefilter, err = l.cfg.NewLocal(pl); err != nil {
+			return nil, fmt.Errorf("pop: prefilter: %w", err)
+		}
+	}
+	for _, ps := range f.Policies {
+		fp := fingerprint(ps, f)
+		var p *policy
+		if old != nil {
+			if op := old.policies[ps.Name]; op != nil && op.fingerprint == fp {
+				p = op
+			}
+		}
+		if p == nil {
+			if p, err = l.compilePolicy(ps, f, fp); err != nil {
+				return nil, err
+			}
+		}
+		s.policies[ps.Name] = p
+		for _, pat := range ps.Routes {
+			s.mux.HandleFunc(pat, nopHandler)
+			s.routes[pat] = p
+		}
+	}
+	return s, nil
+}
+
+func (l *Limiter) compilePolicy(ps PolicySpec, f *File, fp uint64) (*policy, error) {
+	p := &policy{spec: ps, fingerprint: fp, tiers: map[string]*rules{}, mit: newMitigationCache(l.cfg.mitigationEntries())}
+	p.needKey = ps.TierSource == "api_key"
+	for _, part := range ps.Identity {
+		if part == PartAPIKey || part == PartTenant {
+			p.needKey = true
+		}
+	}
+	for name, t := range f.Tiers {
+		specs := t.Limits
+		if o, ok := ps.Overrides[name]; ok {
+			specs = o
+		}
+		rs := &rules{tier: name}
+		for _, ls := range specs {
+			r := &rule{spec: ls}
+			for _, o := range specs {
+				if o.Limit.Name != ls.Limit.Name && o.Limit.Algorithm == ls.Limit.Algorithm && o.Limit.Window == ls.Limit.Window {
+					r.distinct = true
+				}
+			}
+			a, err := l.cfg.NewShared(ls.Limit)
+			if err != nil {
+				return nil, fmt.Errorf("pop: policy %s tier %s limit %s: %w", ps.Name, name, ls.Limit.Name, err)
+			}
+			r.shared = withCost(a, ls.Cost)
+			if ps.FailMode == FailLocal {
+				la, err := l.cfg.NewLocal(localLimit(ls.Limit, l.cfg.workers()))
+				if err != nil {
+					return nil, fmt.Errorf("pop: policy %s tier %s limit %s local: %w", ps.Name, name, ls.Limit.Name, err)
+				}
+				r.local = withCost(la, ls.Cost)
+			}
+			if ps.Lease.Enabled {
+				mb := ps.Lease.MaxBatch
+				if mb <= 0 {
+					allowance := ls.Limit.Quantity
+					if ls.Limit.Burst > allowance {
+						allowance = ls.Limit.Burst
+					}
+					mb = max(1, allowance/(4*int64(l.cfg.workers())))
+				}
+				h := ps.Lease.Horizon
+				if h <= 0 {
+					h = 100 * time.Millisecond
+				}
+				r.lease = newLeaser(r.shared, mb, h, l.cfg.mitigationEntries())
+			}
+			rs.limits = append(rs.limits, r)
+		}
+		p.tiers[name] = rs
+	}
+	return p, nil
+}
+
+// fingerprint hashes a policy's definition and every tier it may use.
+func fingerprint(ps PolicySpec, f *File) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%#v\n", ps)
+	var names []string
+	for n := range f.Tiers {
+		names = append(names, n)
+	}
+	// Map order must not change the fingerprint.
+	slices.Sort(names)
+	for _, n := range names {
+		fmt.Fprintf(h, "%s=%#v\n", n, f.Tiers[n])
+	}
+	return h.Sum64()
+}
