@@ -1,0 +1,224 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+)
+
+func members(names ...string) []Member {
+	ms := make([]Member, len(names))
+	for i, n := range names {
+		ms[i] = Member{Name: n}
+	}
+	return ms
+}
+
+// Two rings built from permuted lists place 100k keys on the same member.
+func TestRingOrderIndependent(t *testing.T) {
+	names := []string{"10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211", "10.0.0.4:11211", "10.0.0.5:11211"}
+	a, err := NewRing(members(names...), RingConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 3; round++ {
+		perm := append([]string(nil), names...)
+		rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+		b, err := NewRing(members(perm...), RingConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts := make([]int, len(names))
+		for k := 0; k < 100000; k++ {
+			key := []byte("key:" + strconv.Itoa(k))
+			ia, ib := a.Locate(key), b.Locate(key)
+			if names[ia] != perm[ib] {
+				t.Fatalf("perm %v: key %s on %s vs %s", perm, key, names[ia], perm[ib])
+			}
+			counts[ia]++
+		}
+		for i, c := range counts {
+			if c < 100000/len(names)/3 {
+				t.Errorf("member %s got only %d keys: %v", names[i], c, counts)
+			}
+		}
+	}
+}
+
+func TestRingEjectMovesOnlyEjectedKeys(t *testing.T) {
+	ms := members("a", "b", "c")
+	full, _ := NewRing(ms, RingConfig{})
+	ms[1].Ejected = true
+	part, _ := NewRing(ms, RingConfig{})
+	moved := 0
+	for k := 0; k < 20000; k++ {
+		key := []byte(strconv.Itoa(k))
+		f, p := full.Locate(key), part.Locate(key)
+		if p == 1 {
+			t.Fatalf("key %s placed on ejected member", key)
+		}
+		if f != 1 && f != p {
+			moved++
+		}
+	}
+	// Bounded loads may move a few partitions of live members; most stay.
+	if moved > 20000/5 {
+		t.Errorf("%d keys of live members moved", moved)
+	}
+	for i := range ms {
+		ms[i].Ejected = true
+	}
+	none, _ := NewRing(ms, RingConfig{})
+	if got := none.Locate([]byte("x")); got != -1 {
+		t.Errorf("all ejected: Locate = %d, want -1", got)
+	}
+}
+
+func TestRingErrors(t *testing.T) {
+	if _, err := NewRing(nil, RingConfig{}); !errors.Is(err, ErrNoMembers) {
+		t.Errorf("empty: %v", err)
+	}
+	if _, err := NewRing(members("a", "a"), RingConfig{}); !errors.Is(err, ErrDuplicateMember) {
+		t.Errorf("dup: %v", err)
+	}
+}
+
+func TestHashTag(t *testing.T) {
+	tests := []struct {
+		name, tag, key, want string
+	}{
+		{"no tag in key", "{}", "user:42", "user:42"},
+		{"tag", "{}", "rl:{42}:w1", "42"},
+		{"first tag wins", "{}", "{a}{b}", "a"},
+		{"empty tag hashes whole", "{}", "x{}y", "x{}y"},
+		{"unclosed", "{}", "x{abc", "x{abc"},
+		{"close before open", "{}", "}a{", "}a{"},
+		{"other tag", "$$", "a$id$b", "id"},
+		{"no tag configured", "", "a{b}c", "a{b}c"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, err := ParseHashTag(tt.tag)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := string(h.Extract([]byte(tt.key))); got != tt.want {
+				t.Errorf("Extract(%q) = %q, want %q", tt.key, got, tt.want)
+			}
+		})
+	}
+	if _, err := ParseHashTag("{"); !errors.Is(err, ErrHashTag) {
+		t.Errorf("one char tag: %v", err)
+	}
+}
+
+func TestHealthSteps(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	fail := errors.New("down")
+	h := NewHealth(HealthConfig{AutoEject: true, FailureLimit: 3, RetryTimeout: 10 * time.Second})
+	steps := []struct {
+		name        string
+		at          time.Duration
+		op          string // "obs" or "probe"
+		err         error
+		wantChanged bool
+		wantHealthy bool
+	}{
+		{"one failure", 0, "obs", fail, false, true},
+		{"success resets", 1 * time.Second, "obs", nil, false, true},
+		{"fail 1", 2 * time.Second, "obs", fail, false, true},
+		{"fail 2", 2 * time.Second, "obs", fail, false, true},
+		{"fail 3 ejects", 3 * time.Second, "obs", fail, true, false},
+		{"in-flight failure ignored", 3 * time.Second, "obs", fail, false, false},
+		{"probe before retry timeout", 5 * time.Second, "probe", nil, false, false},
+		{"failed probe after timeout", 13 * time.Second, "probe", fail, false, false},
+		{"good probe too early again", 20 * time.Second, "probe", nil, false, false},
+		{"good probe readmits", 23 * time.Second, "probe", nil, true, true},
+		{"fail 1 after return", 24 * time.Second, "obs", fail, false, true},
+	}
+	for _, s := range steps {
+		now := t0.Add(s.at)
+		var changed bool
+		if s.op == "obs" {
+			changed = h.Observe(now, s.err)
+		} else {
+			changed = h.ProbeResult(now, s.err)
+		}
+		if changed != s.wantChanged || h.Healthy(now) != s.wantHealthy {
+			t.Fatalf("%s: changed=%v healthy=%v, want %v %v", s.name, changed, h.Healthy(now), s.wantChanged, s.wantHealthy)
+		}
+	}
+	if st := h.Stats(); st.Ejections != 1 || st.Failures != 1 {
+		t.Errorf("stats %+v", st)
+	}
+	noEject := NewHealth(HealthConfig{FailureLimit: 1})
+	for i := 0; i < 5; i++ {
+		noEject.Observe(t0, fail)
+	}
+	if !noEject.Healthy(t0) {
+		t.Error("ejected without AutoEject")
+	}
+}
+
+func TestMembershipEjectAndProbe(t *testing.T) {
+	for _, dist := range []string{DistConsistent, DistKetama} {
+		t.Run(dist, func(t *testing.T) {
+			probeErr := errors.New("still down")
+			var changes []string
+			m, err := NewMembership(MembershipConfig{
+				Servers:      []Server{{Addr: "127.0.0.1:1"}, {Addr: "127.0.0.1:2"}, {Addr: "127.0.0.1:3"}},
+				Distribution: dist,
+				Health:       HealthConfig{AutoEject: true, FailureLimit: 2, RetryTimeout: time.Second},
+				Probe:        func(ctx context.Context, i int) error { return probeErr },
+				OnChange:     func(i int, live bool) { changes = append(changes, strconv.Itoa(i)+strconv.FormatBool(live)) },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := []byte("some-key")
+			owner := m.Locate(key)
+			t0 := time.Unix(0, 0)
+			m.Observe(owner, t0, errors.New("x"))
+			if m.Locate(key) != owner {
+				t.Fatal("moved before the failure limit")
+			}
+			m.Observe(owner, t0, errors.New("x"))
+			if got := m.Locate(key); got == owner || got < 0 || m.Live(owner) {
+				t.Fatalf("after ejection key on %d (owner %d)", got, owner)
+			}
+			m.ProbeOnce(context.Background(), t0.Add(2*time.Second)) // probe fails
+			if m.Live(owner) {
+				t.Fatal("readmitted after a failed probe")
+			}
+			probeErr = nil
+			m.ProbeOnce(context.Background(), t0.Add(2500*time.Millisecond)) // not due yet
+			if m.Live(owner) {
+				t.Fatal("readmitted before the retry timeout")
+			}
+			m.ProbeOnce(context.Background(), t0.Add(3*time.Second))
+			if !m.Live(owner) || m.Locate(key) != owner {
+				t.Fatal("not readmitted after a good probe")
+			}
+			want := []string{strconv.Itoa(owner) + "false", strconv.Itoa(owner) + "true"}
+			if len(changes) != 2 || changes[0] != want[0] || changes[1] != want[1] {
+				t.Errorf("changes %v, want %v", changes, want)
+			}
+		})
+	}
+}
+
+func BenchmarkRingLocate(b *testing.B) {
+	r, _ := NewRing(members("a", "b", "c", "d"), RingConfig{})
+	key := []byte("rl:{user:12345}:1700000000")
+	tag := DefaultHashTag
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_ = r.Locate(tag.Extract(key))
+		}
+	})
+}
