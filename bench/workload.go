@@ -60,6 +60,8 @@ type Route struct {
 	// Quantity and Window are the limit per identity on this route.
 	Quantity int64
 	Window   time.Duration
+	// FailClosed rejects (503) when the store is down; else fail open.
+	FailClosed bool
 }
 
 // Rate returns the limit as requests per second.
@@ -112,7 +114,8 @@ type WorkloadConfig struct {
 	Duration time.Duration
 	// API is the main route; default /api, 20 per 1s.
 	API Route
-	// Login is the fail-closed login route; default /login, 5 per 1s.
+	// Login is the fail-closed login route; default /login, 5 per 1s,
+	// FailClosed.
 	Login Route
 	// Legit is the number of legitimate clients; default 20. Their rates
 	// follow a Zipf law: the i-th busiest offers LegitMax/(i+1)^ZipfS of its
@@ -158,7 +161,7 @@ func (c WorkloadConfig) withDefaults() WorkloadConfig {
 		c.API = Route{Path: "/api", Quantity: 20, Window: time.Second}
 	}
 	if c.Login.Quantity == 0 {
-		c.Login = Route{Path: "/login", Quantity: 5, Window: time.Second}
+		c.Login = Route{Path: "/login", Quantity: 5, Window: time.Second, FailClosed: true}
 	}
 	if c.Legit == 0 {
 		c.Legit = 20

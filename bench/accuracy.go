@@ -1,0 +1,375 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/poplimit/poplimit/counter"
+)
+
+// Accuracy traces (issue 7): one route, every source at its own rate.
+const (
+	// TraceBelow: mostly below the limit, 1% abusive sources at 2–10×.
+	TraceBelow = "below"
+	// TraceNear: every source at 0.5–1.5× its limit.
+	TraceNear = "near"
+	// TraceBursts: sources at 0.5–1.5× that send their traffic in the last
+	// tenth of each window.
+	TraceBursts = "bursts"
+)
+
+// AccuracyTraces lists the accuracy trace names.
+var AccuracyTraces = []string{TraceBelow, TraceNear, TraceBursts}
+
+// AccuracyTraceConfig describes an accuracy trace. Zero means default.
+type AccuracyTraceConfig struct {
+	// Name is TraceBelow, TraceNear or TraceBursts; default TraceNear.
+	Name string
+	// Seed; default 1.
+	Seed uint64
+	// Sources; default 200.
+	Sources int
+	// Duration; default 10 windows.
+	Duration time.Duration
+	// Quantity and Window of the limit; default 100 per 60s.
+	Quantity int64
+	Window   time.Duration
+}
+
+// GenerateAccuracy builds one of the accuracy traces. Offset 0 of the trace
+// is meant to be aligned on a window boundary.
+func GenerateAccuracy(c AccuracyTraceConfig) (*Trace, error) {
+	if c.Name == "" {
+		c.Name = TraceNear
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	if c.Sources <= 0 {
+		c.Sources = 200
+	}
+	if c.Quantity <= 0 {
+		c.Quantity = 100
+	}
+	if c.Window <= 0 {
+		c.Window = time.Minute
+	}
+	if c.Duration <= 0 {
+		c.Duration = 10 * c.Window
+	}
+	route := Route{Path: "/api", Quantity: c.Quantity, Window: c.Window}
+	switch c.Name {
+	case TraceBelow:
+		abusive := max(1, c.Sources/100)
+		return Generate(WorkloadConfig{Seed: c.Seed, Duration: c.Duration, API: route,
+			Legit: c.Sources - abusive, Abusive: abusive, Boundary: -1, Stuffers: -1,
+			LegitMin: 0.05, LegitMax: 0.9, ZipfS: 0.5, MaxRequests: 20_000_000})
+	case TraceNear, TraceBursts:
+	default:
+		return nil, fmt.Errorf("%w: unknown accuracy trace %q", ErrBadWorkload, c.Name)
+	}
+	rng := rand.New(rand.NewPCG(c.Seed, 0x5eed))
+	t := &Trace{Seed: c.Seed, Duration: c.Duration, Routes: []Route{route}}
+	for i := 0; i < c.Sources; i++ {
+		m := 0.5 + rng.Float64()
+		kind := Legit
+		if m > 1 {
+			kind = Abusive
+		}
+		id := int32(len(t.Clients))
+		t.Clients = append(t.Clients, Client{ID: fmt.Sprintf("%s-%04d", c.Name, i), Kind: kind, Multiple: m})
+		rate := m * route.Rate()
+		if c.Name == TraceNear {
+			t.arrive(rng, Poisson, 1, id, rate)
+			continue
+		}
+		// Bursts: the whole window's traffic in its last tenth.
+		burst := rate * 10
+		tail := c.Window / 10
+		for w := time.Duration(0); w < c.Duration; w += c.Window {
+			from := (w + c.Window - tail).Seconds()
+			to := min(w+c.Window, c.Duration).Seconds()
+			for at := from + rng.ExpFloat64()/burst; at < to; at += rng.ExpFloat64() / burst {
+				t.Requests = append(t.Requests, Request{At: seconds(at), Client: id})
+			}
+		}
+	}
+	t.sort()
+	return t, nil
+}
+
+// AccuracyConfig configures MeasureAccuracy. Zero means default.
+type AccuracyConfig struct {
+	// Servers are the PoP's proxies; empty means an in-memory store (no
+	// PoP).
+	Servers []string
+	// Workers is the number of in-process workers; default 4. Requests of
+	// one source go to the workers in turn (each has its own client and
+	// cache), one at a time, so the decisions are reproducible.
+	Workers int
+	// Parallel is the number of sources replayed at once; default 8.
+	Parallel int
+	// Algorithm, Precision, OnReject: the limit run (default sliding window,
+	// precision 1, count).
+	Algorithm counter.Algorithm
+	Precision int
+	OnReject  counter.OnReject
+	// Skew is the clock offset of each worker, in turn.
+	Skew []time.Duration
+	// Progress is called with requests done and the total.
+	Progress func(done, total int)
+}
+
+// AccuracyResult compares one run with the exact sliding log (and, with
+// Compare, with the same algorithm run in-process).
+type AccuracyResult struct {
+	Trace     string  `json:"trace"`
+	Algorithm string  `json:"algorithm"`
+	Precision int     `json:"precision"`
+	SkewMs    float64 `json:"skew_ms"`
+	Sources   int     `json:"sources"`
+	Requests  int     `json:"requests"`
+	// Wrong counts decisions that differ from the exact sliding log.
+	Wrong    int64   `json:"wrong"`
+	WrongPct float64 `json:"wrong_pct"`
+	// FalsePositives: rejected although the exact log admits.
+	FalsePositives int64 `json:"false_positives"`
+	// FalseNegatives: admitted although the exact log rejects.
+	FalseNegatives int64 `json:"false_negatives"`
+	// MeanRateError is the mean over sources of |admitted − exact
+	// admitted| / exact admitted, in percent.
+	MeanRateError float64 `json:"mean_rate_error_pct"`
+	// OverAdmission counts admitted requests beyond the algorithm's own
+	// allowance (fixed window: per window; token bucket: an exact bucket;
+	// sliding: admitted in any sliding window beyond the quantity).
+	OverAdmission int64 `json:"over_admission"`
+	// Errors counts decisions the store could not make.
+	Errors int64 `json:"errors"`
+	// RoundTrips per decision through the store.
+	RoundTrips float64 `json:"roundtrips_per_decision"`
+	// AgreementPct is the share of decisions equal to the same algorithm
+	// run in one process over an in-memory store (−1 when not compared).
+	AgreementPct float64       `json:"agreement_pct"`
+	Elapsed      time.Duration `json:"elapsed_ns"`
+	allowed      []bool
+}
+
+// AlgorithmName returns the short name of an algorithm.
+func AlgorithmName(a counter.Algorithm) string {
+	switch a {
+	case counter.FixedWindow:
+		return "fixed"
+	case counter.TokenBucket:
+		return "token"
+	}
+	return "sliding"
+}
+
+// ParseAlgorithm is the inverse of AlgorithmName.
+func ParseAlgorithm(s string) (counter.Algorithm, error) {
+	switch s {
+	case "sliding", "":
+		return counter.SlidingWindow, nil
+	case "fixed":
+		return counter.FixedWindow, nil
+	case "token":
+		return counter.TokenBucket, nil
+	}
+	return 0, fmt.Errorf("%w: unknown algorithm %q (sliding, fixed, token)", ErrBadWorkload, s)
+}
+
+// MeasureAccuracy replays tr in virtual time (instant base + offset, base
+// aligned on a window boundary) through in-process workers over cfg's store
+// and scores every decision against the exact sliding log. Keys carry a
+// per-run nonce, so runs never share counters.
+func MeasureAccuracy(ctx context.Context, name string, tr *Trace, cfg AccuracyConfig) (*AccuracyResult, error) {
+	workers := cfg.Workers
+	if workers <= 0 {
+		workers = 4
+	}
+	par := cfg.Parallel
+	if par <= 0 {
+		par = 8
+	}
+	route := tr.Routes[0]
+	in, err := NewInproc(tr.Routes, InprocConfig{Servers: cfg.Servers, Workers: workers, Algorithm: cfg.Algorithm,
+		Precision: cfg.Precision, OnReject: cfg.OnReject})
+	if err != nil {
+		return nil, err
+	}
+	winMs := route.Window.Milliseconds()
+	base := time.UnixMilli(time.Now().UnixMilli()/winMs*winMs - 20*winMs) // aligned, in the past
+	nonce := strconv.FormatInt(time.Now().UnixNano()%1e12, 36)
+	// Requests by source, in time order.
+	bySource := make([][]int, len(tr.Clients))
+	for i, r := range tr.Requests {
+		bySource[r.Client] = append(bySource[r.Client], i)
+	}
+	allowed := make([]bool, len(tr.Requests))
+	var errs, done int64
+	var mu sync.Mutex
+	before := in.StoreStats()
+	start := time.Now()
+	sources := make(chan int)
+	var wg sync.WaitGroup
+	var firstErr error
+	for g := 0; g < par; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := range sources {
+				id := nonce + "." + tr.Clients[s].ID
+				var e int64
+				for k, i := range bySource[s] {
+					if ctx.Err() != nil {
+						break
+					}
+					res, err := in.Decide(ctx, k, id, route.Path, base.Add(tr.Requests[i].At))
+					if err != nil {
+						e++
+						mu.Lock()
+						if firstErr == nil {
+							firstErr = err
+						}
+						mu.Unlock()
+						continue
+					}
+					allowed[i] = res.Allowed
+				}
+				mu.Lock()
+				errs += e
+				done += int64(len(bySource[s]))
+				if cfg.Progress != nil {
+					cfg.Progress(int(done), len(tr.Requests))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for s := range bySource {
+		if ctx.Err() != nil {
+			break
+		}
+		sources <- s
+	}
+	close(sources)
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	st := in.StoreStats().Sub(before)
+	res := Score(tr, allowed, cfg.Algorithm, counter.Limit{Quantity: route.Quantity, Window: route.Window}, cfg.OnReject == counter.Count)
+	res.Trace, res.Precision, res.Errors = name, max(1, cfg.Precision), errs
+	if cfg.Algorithm != counter.SlidingWindow {
+		res.Precision = 0
+	}
+	if len(cfg.Skew) > 0 {
+		var maxAbs time.Duration
+		for _, s := range cfg.Skew {
+			maxAbs = max(maxAbs, s, -s)
+		}
+		res.SkewMs = float64(maxAbs) / float64(time.Millisecond)
+	}
+	res.RoundTrips = float64(st.RoundTrips()) / float64(max(1, len(tr.Requests)))
+	res.Elapsed = time.Since(start)
+	res.AgreementPct = -1
+	if errs > 0 && errs == int64(len(tr.Requests)) {
+		return res, fmt.Errorf("bench: every decision failed: %w", firstErr)
+	}
+	return res, nil
+}
+
+// Compare sets r.AgreementPct from the decisions of another run of the same
+// trace.
+func (r *AccuracyResult) Compare(o *AccuracyResult) {
+	if len(r.allowed) != len(o.allowed) || len(r.allowed) == 0 {
+		return
+	}
+	same := 0
+	for i := range r.allowed {
+		if r.allowed[i] == o.allowed[i] {
+			same++
+		}
+	}
+	r.AgreementPct = 100 * float64(same) / float64(len(r.allowed))
+}
+
+// Score compares decisions (allowed[i] for tr.Requests[i]) with the exact
+// sliding log of limit l (count-all when countAll) and checks the
+// algorithm's own allowance.
+func Score(tr *Trace, allowed []bool, alg counter.Algorithm, l counter.Limit, countAll bool) *AccuracyResult {
+	res := &AccuracyResult{Algorithm: AlgorithmName(alg), Sources: len(tr.Clients), Requests: len(tr.Requests), allowed: allowed}
+	exact := NewSlidingLog(l.Quantity, l.Window, countAll)
+	got := make([]int64, len(tr.Clients))
+	want := make([]int64, len(tr.Clients))
+	admitted := make([][]time.Duration, len(tr.Clients))
+	for i, r := range tr.Requests {
+		id := tr.Clients[r.Client].ID
+		ok := exact.Allow(id, r.At, 1)
+		if ok {
+			want[r.Client]++
+		}
+		if allowed[i] {
+			got[r.Client]++
+			admitted[r.Client] = append(admitted[r.Client], r.At)
+		}
+		switch {
+		case ok && !allowed[i]:
+			res.FalsePositives++
+		case !ok && allowed[i]:
+			res.FalseNegatives++
+		}
+	}
+	res.Wrong = res.FalsePositives + res.FalseNegatives
+	res.WrongPct = 100 * float64(res.Wrong) / float64(max(1, len(tr.Requests)))
+	var sum float64
+	var n int
+	for c := range tr.Clients {
+		if want[c] > 0 {
+			sum += math.Abs(float64(got[c]-want[c])) / float64(want[c])
+			n++
+		}
+		switch alg {
+		case counter.FixedWindow:
+			res.OverAdmission += FixedWindowExcess(admitted[c], l.Quantity, l.Window)
+		case counter.TokenBucket:
+			res.OverAdmission += TokenBucketExcess(admitted[c], l.Quantity, l.Burst, l.Window, 0)
+		default:
+			res.OverAdmission += SlidingExcess(admitted[c], l.Quantity, l.Window)
+		}
+	}
+	if n > 0 {
+		res.MeanRateError = 100 * sum / float64(n)
+	}
+	return res
+}
+
+// SlidingExcess counts admitted requests (sorted offsets of one key) that
+// found quantity or more admitted ones in the window (t−window, t] before
+// them.
+func SlidingExcess(admitted []time.Duration, quantity int64, window time.Duration) int64 {
+	if !sort.SliceIsSorted(admitted, func(i, j int) bool { return admitted[i] < admitted[j] }) {
+		admitted = append([]time.Duration(nil), admitted...)
+		sort.Slice(admitted, func(i, j int) bool { return admitted[i] < admitted[j] })
+	}
+	var excess int64
+	counted := make([]time.Duration, 0, len(admitted))
+	lo := 0
+	for _, at := range admitted {
+		for lo < len(counted) && counted[lo] <= at-window {
+			lo++
+		}
+		if int64(len(counted)-lo) >= quantity {
+			excess++ // not counted against later ones
+			continue
+		}
+		counted = append(counted, at)
+	}
+	return excess
+}

@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/poplimit/poplimit/counter"
+)
+
+// InprocConfig configures in-process workers: each is a counter.Limiter per
+// route over its own memcached client, as an edge worker process would
+// have, without HTTP. Zero means default.
+type InprocConfig struct {
+	// Servers are the memcached-protocol addresses (proxies); worker i uses
+	// Servers[i mod len]. Empty means one in-memory store shared by all
+	// workers (no network).
+	Servers []string
+	// Workers is the number of workers; default 4.
+	Workers int
+	// Skew is each worker's clock offset (worker i uses Skew[i mod len]);
+	// default none.
+	Skew []time.Duration
+	// Timeout is the store timeout; default 1s (long enough for a
+	// cross-region store).
+	Timeout time.Duration
+	// Algorithm, Precision and OnReject apply to every route's limit.
+	Algorithm counter.Algorithm
+	Precision int
+	OnReject  counter.OnReject
+	// Burst is the token bucket capacity; 0 means the quantity.
+	Burst int64
+}
+
+// Inproc is a set of in-process workers. It implements Target with
+// time.Now (plus the worker's skew) as the clock, and Decide with any
+// instant, for virtual-time replays.
+type Inproc struct {
+	workers []*inprocWorker
+	routes  []Route
+}
+
+type inprocWorker struct {
+	store    *counter.CountingStore
+	limiters map[string]*counter.Limiter // by route path
+	skew     time.Duration
+}
+
+// NewInproc builds the workers for routes.
+func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
+	n := cfg.Workers
+	if n <= 0 {
+		n = 4
+	}
+	timeout := cfg.Timeout
+	if timeout <= 0 {
+		timeout = time.Second
+	}
+	var shared counter.Store
+	if len(cfg.Servers) == 0 {
+		shared = counter.NewMemoryStore()
+	}
+	in := &Inproc{routes: routes}
+	for i := 0; i < n; i++ {
+		st := shared
+		if st == nil {
+			st = counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
+				Servers: []string{cfg.Servers[i%len(cfg.Servers)]}, Timeout: timeout}))
+		}
+		w := &inprocWorker{store: counter.NewCountingStore(st), limiters: map[string]*counter.Limiter{}}
+		if len(cfg.Skew) > 0 {
+			w.skew = cfg.Skew[i%len(cfg.Skew)]
+		}
+		for _, r := range routes {
+			lim, err := counter.New(w.store, counter.Limit{
+				Name: r.Path, Algorithm: cfg.Algorithm, Quantity: r.Quantity, Window: r.Window,
+				Burst: cfg.Burst, OnReject: cfg.OnReject, Precision: cfg.Precision,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("bench: limiter for %s: %w", r.Path, err)
+			}
+			w.limiters[r.Path] = lim
+		}
+		in.workers = append(in.workers, w)
+	}
+	return in, nil
+}
+
+// Workers implements Target.
+func (in *Inproc) Workers() int { return len(in.workers) }
+
+// IdentityKey is the counter key of a client on a route.
+func IdentityKey(route, client string) string { return counter.Key(route, client) }
+
+// Decide asks worker for a decision at now (before the worker's skew is
+// added).
+func (in *Inproc) Decide(ctx context.Context, worker int, client, route string, now time.Time) (counter.Result, error) {
+	w := in.workers[worker%len(in.workers)]
+	lim := w.limiters[route]
+	if lim == nil {
+		return counter.Result{}, fmt.Errorf("bench: no limiter for route %q", route)
+	}
+	return lim.AllowN(ctx, IdentityKey(route, client), now.Add(w.skew), 1)
+}
+
+// Do implements Target: time.Now is the clock; a store error is
+// Unavailable on a fail-closed route and Failed otherwise.
+func (in *Inproc) Do(ctx context.Context, worker int, c *Client, r *Route) Outcome {
+	res, err := in.Decide(ctx, worker, c.ID, r.Path, time.Now())
+	switch {
+	case err != nil && r.FailClosed:
+		return Unavailable
+	case err != nil:
+		return Failed
+	case res.Allowed:
+		return Admitted
+	}
+	return Rejected
+}
+
+// StoreStats sums the store calls of every worker.
+func (in *Inproc) StoreStats() counter.StoreStats {
+	var s counter.StoreStats
+	for _, w := range in.workers {
+		o := w.store.Stats()
+		s = counter.StoreStats{Add: s.Add + o.Add, Incr: s.Incr + o.Incr, Decr: s.Decr + o.Decr,
+			GetMulti: s.GetMulti + o.GetMulti, Gets: s.Gets + o.Gets, CAS: s.CAS + o.CAS, Errors: s.Errors + o.Errors}
+	}
+	return s
+}
+
+// IsContention reports whether err is the token bucket giving up on a hot
+// key (a decision that could not be made, not a store failure).
+func IsContention(err error) bool { return errors.Is(err, counter.ErrContention) }

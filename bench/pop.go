@@ -1,0 +1,357 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// StoreKind chooses what the shards of a PoP are.
+type StoreKind string
+
+const (
+	// StoreAuto uses memcached when installed, else embedded shards.
+	StoreAuto StoreKind = ""
+	// StoreMemcached runs every shard as a real memcached process.
+	StoreMemcached StoreKind = "memcached"
+	// StoreEmbedded runs every shard as `mcproxy --embedded 1`: mcproxy's
+	// in-process memory shard behind its own port, for machines without
+	// memcached.
+	StoreEmbedded StoreKind = "embedded"
+)
+
+// Binaries are the executables a PoP runs, built from this module.
+type Binaries struct {
+	// MCProxy is the path of cmd/mcproxy; required.
+	MCProxy string
+	// Edge is the path of cmd/edge; required when the PoP has edge workers.
+	Edge string
+}
+
+// PoPConfig describes one PoP. Zero means default for every field.
+type PoPConfig struct {
+	// Name labels the PoP; default "pop".
+	Name string
+	// Shards is the number of store shards; default 3.
+	Shards int
+	// Proxies is the number of mcproxy processes; default 1. Edge worker i
+	// talks to proxy i mod Proxies.
+	Proxies int
+	// Edges is the number of `edge` worker processes; default 0 (the
+	// benchmark then drives the PoP with in-process workers).
+	Edges int
+	// WorkersPerPoP is passed to edges as --workers-per-pop; default Edges
+	// (or 4 when Edges is 0).
+	WorkersPerPoP int
+	// Store picks memcached or embedded shards; default StoreAuto.
+	Store StoreKind
+	// ProxyArgs are extra mcproxy flags (e.g. --auto-eject).
+	ProxyArgs []string
+	// EdgeArgs are extra edge flags.
+	EdgeArgs []string
+	// Policy is the policy file content edges load; required with Edges.
+	Policy []byte
+	// Upstream is the URL edges forward admitted requests to; required
+	// with Edges (see StartUpstream).
+	Upstream string
+	// ShardDelay, when positive, puts a Relay with this one-way delay
+	// between every proxy and its shards: a store in another region.
+	ShardDelay time.Duration
+	// RelayShards puts a Relay with no delay in front of every shard even
+	// without ShardDelay, so a scenario can slow one shard later.
+	RelayShards bool
+	// Dir holds logs and the policy file; required.
+	Dir string
+	// Bins are the executables; required.
+	Bins Binaries
+}
+
+func (c PoPConfig) withDefaults() PoPConfig {
+	if c.Name == "" {
+		c.Name = "pop"
+	}
+	if c.Shards <= 0 {
+		c.Shards = 3
+	}
+	if c.Proxies <= 0 {
+		c.Proxies = 1
+	}
+	if c.WorkersPerPoP <= 0 {
+		c.WorkersPerPoP = c.Edges
+		if c.WorkersPerPoP == 0 {
+			c.WorkersPerPoP = 4
+		}
+	}
+	if c.Store == StoreAuto {
+		c.Store = StoreEmbedded
+		if MemcachedInstalled() {
+			c.Store = StoreMemcached
+		}
+	}
+	return c
+}
+
+// Shard is one store shard of a PoP: a memcached process or an embedded
+// mcproxy shard. Addr is where proxies reach it (a relay when the PoP has
+// ShardDelay or RelayShards).
+type Shard struct {
+	Addr   string
+	Direct string // the process's own address
+	Relay  *Relay // nil without relays
+	mc     *Memcached
+	proc   *Proc
+}
+
+// Kill ends the shard process abruptly.
+func (s *Shard) Kill() {
+	if s.mc != nil {
+		s.mc.Stop()
+		return
+	}
+	s.proc.Kill()
+}
+
+// Pause hangs the shard (SIGSTOP).
+func (s *Shard) Pause() error {
+	if s.mc != nil {
+		return s.mc.Pause()
+	}
+	return s.proc.Pause()
+}
+
+// Resume undoes Pause.
+func (s *Shard) Resume() error {
+	if s.mc != nil {
+		return s.mc.Resume()
+	}
+	return s.proc.Resume()
+}
+
+// Restart starts a killed shard again on the same port (empty).
+func (s *Shard) Restart(ctx context.Context) error {
+	if s.mc != nil {
+		return s.mc.Restart(ctx)
+	}
+	return s.proc.Restart(ctx, func() error { return Ping(s.Direct, 200*time.Millisecond) })
+}
+
+// Pid returns the shard's process id.
+func (s *Shard) Pid() int {
+	if s.mc != nil {
+		return s.mc.Pid()
+	}
+	return s.proc.Pid()
+}
+
+// Edge is one edge worker process.
+type Edge struct {
+	// URL is the worker's base URL, e.g. http://127.0.0.1:41234.
+	URL string
+	// Admin is its admin base URL (/metrics, /healthz, POST /reload).
+	Admin string
+	Proc  *Proc
+}
+
+// PoP is a launched PoP. Close stops everything it started.
+type PoP struct {
+	Name    string
+	Store   StoreKind
+	Shards  []*Shard
+	Proxies []*Proc
+	Edges   []*Edge
+	// PolicyFile is the path edges load (rewrite it and POST /reload).
+	PolicyFile string
+	cfg        PoPConfig
+	closeOnce  sync.Once
+}
+
+// ProxyAddrs returns the memcached-protocol addresses of the proxies.
+func (p *PoP) ProxyAddrs() []string {
+	out := make([]string, len(p.Proxies))
+	for i, pr := range p.Proxies {
+		out[i] = pr.Addr
+	}
+	return out
+}
+
+// EdgeURLs returns the base URLs of the edge workers.
+func (p *PoP) EdgeURLs() []string {
+	out := make([]string, len(p.Edges))
+	for i, e := range p.Edges {
+		out[i] = e.URL
+	}
+	return out
+}
+
+// Describe says what runs, for the screen and the report.
+func (p *PoP) Describe() string {
+	workers := "in-process workers"
+	if len(p.Edges) > 0 {
+		workers = strconv.Itoa(len(p.Edges)) + " edge workers"
+	}
+	return fmt.Sprintf("PoP %q: %d %s shards, %d mcproxy, %s", p.Name, len(p.Shards), p.Store, len(p.Proxies), workers)
+}
+
+// LaunchPoP starts shards, proxies and edge workers on free loopback ports
+// and waits until each answers. On error everything started is stopped.
+func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
+	cfg = cfg.withDefaults()
+	if cfg.Dir == "" || cfg.Bins.MCProxy == "" {
+		return nil, errors.New("bench: PoPConfig needs Dir and Bins.MCProxy")
+	}
+	if cfg.Edges > 0 && (cfg.Bins.Edge == "" || cfg.Upstream == "" || len(cfg.Policy) == 0) {
+		return nil, errors.New("bench: edge workers need Bins.Edge, Upstream and Policy")
+	}
+	if cfg.Store == StoreMemcached && !MemcachedInstalled() {
+		return nil, ErrNoMemcached
+	}
+	p := &PoP{Name: cfg.Name, Store: cfg.Store, cfg: cfg}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	logf := func(name string) string { return filepath.Join(cfg.Dir, cfg.Name+"-"+name+".log") }
+	for i := 0; i < cfg.Shards; i++ {
+		s := &Shard{}
+		if cfg.Store == StoreMemcached {
+			m, err := StartMemcached(ctx, MemcachedConfig{Threads: 1})
+			if err != nil {
+				return nil, err
+			}
+			s.mc, s.Direct = m, m.Addr
+		} else {
+			pr, err := startServing(ctx, fmt.Sprintf("shard-%d", i), cfg.Bins.MCProxy, logf(fmt.Sprintf("shard-%d", i)),
+				func(addr string) []string { return []string{"--listen", addr, "--embedded", "1"} },
+				func(addr string) error { return Ping(addr, 200*time.Millisecond) })
+			if err != nil {
+				return nil, err
+			}
+			s.proc, s.Direct = pr, pr.Addr
+		}
+		s.Addr = s.Direct
+		p.Shards = append(p.Shards, s) // before the relay: Close must stop it
+		if cfg.ShardDelay > 0 || cfg.RelayShards {
+			r, err := StartRelay(s.Direct, cfg.ShardDelay)
+			if err != nil {
+				return nil, err
+			}
+			s.Relay, s.Addr = r, r.Addr
+		}
+	}
+	for i := 0; i < cfg.Proxies; i++ {
+		pr, err := startServing(ctx, fmt.Sprintf("mcproxy-%d", i), cfg.Bins.MCProxy, logf(fmt.Sprintf("mcproxy-%d", i)),
+			func(addr string) []string {
+				args := []string{"--listen", addr}
+				for _, s := range p.Shards {
+					args = append(args, "--shard", s.Addr)
+				}
+				return append(args, cfg.ProxyArgs...)
+			},
+			func(addr string) error { return Ping(addr, 200*time.Millisecond) })
+		if err != nil {
+			return nil, err
+		}
+		p.Proxies = append(p.Proxies, pr)
+	}
+	if cfg.Edges > 0 {
+		p.PolicyFile = filepath.Join(cfg.Dir, cfg.Name+"-policy.yml")
+		if err := os.WriteFile(p.PolicyFile, cfg.Policy, 0o644); err != nil {
+			return nil, fmt.Errorf("bench: write policy: %w", err)
+		}
+	}
+	for i := 0; i < cfg.Edges; i++ {
+		adminPort, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		admin := "127.0.0.1:" + strconv.Itoa(adminPort)
+		proxy := p.Proxies[i%len(p.Proxies)].Addr
+		name := fmt.Sprintf("edge-%d", i)
+		pr, err := startServing(ctx, name, cfg.Bins.Edge, logf(name),
+			func(addr string) []string {
+				return append([]string{"--listen", addr, "--upstream", cfg.Upstream, "--memcached", proxy,
+					"--policy", p.PolicyFile, "--admin", admin, "--workers-per-pop", strconv.Itoa(cfg.WorkersPerPoP)},
+					cfg.EdgeArgs...)
+			},
+			func(addr string) error { return httpUp("http://" + admin + "/healthz") })
+		if err != nil {
+			return nil, err
+		}
+		p.Edges = append(p.Edges, &Edge{URL: "http://" + pr.Addr, Admin: "http://" + admin, Proc: pr})
+	}
+	return p, nil
+}
+
+// startServing starts a process that listens on a free port given by args,
+// retrying on a lost port, and waits for ready(addr).
+func startServing(ctx context.Context, name, bin, log string, args func(addr string) []string, ready func(addr string) error) (*Proc, error) {
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		pr, err := StartProc(name, bin, args(addr), log)
+		if err != nil {
+			return nil, err
+		}
+		pr.Addr = addr
+		if lastErr = pr.WaitReady(ctx, 10*time.Second, func() error { return ready(addr) }); lastErr == nil {
+			return pr, nil
+		}
+		pr.Kill()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+	return nil, lastErr
+}
+
+// httpUp succeeds when url answers any HTTP status.
+func httpUp(url string) error {
+	c := http.Client{Timeout: 500 * time.Millisecond}
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// RestartProxy kills proxy i and starts it again with the same arguments.
+func (p *PoP) RestartProxy(ctx context.Context, i int) error {
+	pr := p.Proxies[i]
+	return pr.Restart(ctx, func() error { return Ping(pr.Addr, 200*time.Millisecond) })
+}
+
+// Close stops edges, proxies, relays and shards. Safe to call twice.
+func (p *PoP) Close() {
+	p.closeOnce.Do(func() {
+		var wg sync.WaitGroup
+		for _, e := range p.Edges {
+			wg.Add(1)
+			go func() { defer wg.Done(); e.Proc.Stop(3 * time.Second) }()
+		}
+		wg.Wait()
+		for _, pr := range p.Proxies {
+			wg.Add(1)
+			go func() { defer wg.Done(); pr.Stop(3 * time.Second) }()
+		}
+		wg.Wait()
+		for _, s := range p.Shards {
+			if s.Relay != nil {
+				_ = s.Relay.Close()
+			}
+			s.Kill()
+		}
+	})
+}
