@@ -264,7 +264,18 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 	}
 
 	curKey := windowKey(key, lim.suffix, id)
-	cur, err := lim.bump(ctx, curKey, n, seen)
+	var cur int64
+	var err error
+	if n > w.q {
+		// Can never pass: not counted; incr by 0 reads the count.
+		cur, err = lim.peek(ctx, curKey)
+		if err != nil {
+			return Result{}, err
+		}
+		counts[w.n] = cur
+		return w.result(counts, id, e, now, n, false), nil
+	}
+	cur, err = lim.bump(ctx, curKey, n, seen)
 	if err != nil {
 		return Result{}, err
 	}
@@ -277,10 +288,7 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 	}
 	counts[w.n] = cur
 	// The decision is on the counts including this request.
-	allowed := n <= w.q
-	if allowed {
-		allowed, _ = w.fits(counts, e, 0)
-	}
+	allowed, _ := w.fits(counts, e, 0)
 	if !allowed && lim.l.OnReject == Refund {
 		if _, err := lim.store.Decr(ctx, curKey, uint64(n)); err != nil && !errors.Is(err, ErrNotFound) {
 			return Result{}, err
@@ -361,4 +369,13 @@ func (lim *Limiter) bump(ctx context.Context, key string, n int64, seen bool) (i
 		}
 	}
 	return 0, fmt.Errorf("%w: %s keeps vanishing between add and incr", ErrContention, key)
+}
+
+// peek returns the count of a window without changing it.
+func (lim *Limiter) peek(ctx context.Context, key string) (int64, error) {
+	v, err := lim.store.Incr(ctx, key, 0)
+	if errors.Is(err, ErrNotFound) {
+		return 0, nil
+	}
+	return int64(v), err
 }

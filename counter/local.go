@@ -121,11 +121,11 @@ func (lo *Local) allowWindow(e *localEntry, now time.Time, n int64) Result {
 			counts[i] = 0
 		}
 	}
-	counts[w.n] += n
-	allowed := n <= w.q
-	if allowed {
-		allowed, _ = w.fits(counts, el, 0)
+	if n > w.q { // can never pass: not counted
+		return w.result(counts, id, el, now, n, false)
 	}
+	counts[w.n] += n
+	allowed, _ := w.fits(counts, el, 0)
 	if !allowed && lo.l.OnReject == Refund {
 		counts[w.n] -= n
 	}

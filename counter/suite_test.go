@@ -1,0 +1,62 @@
+package counter_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/counter"
+)
+
+// t0 is aligned on a day, so on every window length used by the tests.
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// backend builds the Allower under test: in-process, or the store-backed
+// Limiter over the in-process store or over real memcached (STYLE rule 12:
+// one suite, every backend).
+type backend struct {
+	name  string
+	store func() counter.Store // nil: NewLocal
+}
+
+func (b backend) allower(t testing.TB, l counter.Limit) counter.Allower {
+	t.Helper()
+	if b.store == nil {
+		lo, err := counter.NewLocal(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lo
+	}
+	lim, err := counter.New(b.store(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim
+}
+
+// backends returns local, memory and, when memcached is installed (or
+// required by POPLIMIT_REQUIRE_MEMCACHED), memcached.
+func backends(t *testing.T) []backend {
+	t.Helper()
+	bs := []backend{
+		{name: "local"},
+		{name: "memory", store: func() counter.Store { return counter.NewMemoryStore() }},
+	}
+	if bench.MemcachedInstalled() || os.Getenv(bench.RequireMemcachedEnv) != "" {
+		mc := bench.MemcachedForTest(t, 1)
+		st := counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
+			Servers: []string{mc[0].Addr}, Timeout: time.Second}))
+		bs = append(bs, backend{name: "memcached", store: func() counter.Store { return st }})
+	}
+	return bs
+}
+
+// uniqueKey returns an identity key no other test uses on a shared store.
+func uniqueKey(t testing.TB, parts ...string) string {
+	return counter.Key(append([]string{"test", t.Name(), time.Now().Format(time.RFC3339Nano)}, parts...)...)
+}
+
+var ctx = context.Background()
