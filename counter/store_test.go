@@ -1,0 +1,201 @@
+package counter_test
+
+import (
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/poplimit/poplimit/counter"
+)
+
+// TestStoreSemantics runs one suite against every Store: the memory store
+// must behave like memcached.
+func TestStoreSemantics(t *testing.T) {
+	for _, b := range backends(t) {
+		if b.store == nil {
+			continue
+		}
+		t.Run(b.name, func(t *testing.T) {
+			st := b.store()
+			k := uniqueKey(t)
+			if _, err := st.Incr(ctx, k, 1); !errors.Is(err, counter.ErrNotFound) {
+				t.Fatalf("incr missing: %v", err)
+			}
+			if err := st.Add(ctx, k, []byte("5"), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Add(ctx, k, []byte("7"), time.Minute); !errors.Is(err, counter.ErrNotStored) {
+				t.Fatalf("second add: %v", err)
+			}
+			if v, err := st.Incr(ctx, k, 10); err != nil || v != 15 {
+				t.Fatalf("incr = %d, %v", v, err)
+			}
+			if v, err := st.Decr(ctx, k, 6); err != nil || v != 9 {
+				t.Fatalf("decr = %d, %v", v, err)
+			}
+			if v, err := st.Decr(ctx, k, 100); err != nil || v != 0 {
+				t.Fatalf("decr below 0 = %d, %v", v, err)
+			}
+			if v, err := st.Incr(ctx, k, 0); err != nil || v != 0 {
+				t.Fatalf("incr 0 = %d, %v", v, err)
+			}
+			other := uniqueKey(t, "other")
+			got, err := st.GetMulti(ctx, []string{k, other})
+			if err != nil || len(got) != 1 {
+				t.Fatalf("getmulti = %q, %v", got, err)
+			}
+			if v, _ := strconv.Atoi(string(trim(got[k]))); v != 0 {
+				t.Fatalf("getmulti value %q", got[k])
+			}
+			if _, _, err := st.Gets(ctx, other); !errors.Is(err, counter.ErrNotFound) {
+				t.Fatalf("gets missing: %v", err)
+			}
+			v, tok, err := st.Gets(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, tok2, _ := st.Gets(ctx, k)
+			if err := st.CompareAndSwap(ctx, k, []byte("42"), tok, time.Minute); err != nil {
+				t.Fatalf("cas: %v (value %q)", err, v)
+			}
+			if err := st.CompareAndSwap(ctx, k, []byte("43"), tok2, time.Minute); !errors.Is(err, counter.ErrCASConflict) {
+				t.Fatalf("stale cas: %v", err)
+			}
+			if v, err := st.Incr(ctx, k, 1); err != nil || v != 43 {
+				t.Fatalf("after cas incr = %d, %v", v, err)
+			}
+		})
+	}
+}
+
+func trim(b []byte) []byte {
+	for len(b) > 0 && b[len(b)-1] == ' ' {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func TestMemoryStoreTTL(t *testing.T) {
+	var mu sync.Mutex
+	now := t0
+	st := counter.NewMemoryStoreClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	if err := st.Add(ctx, "k", []byte("1"), 1500*ms); err != nil {
+		t.Fatal(err)
+	}
+	advance(1999 * ms) // TTL rounds up to 2 s like memcached
+	if _, err := st.Incr(ctx, "k", 1); err != nil {
+		t.Fatalf("alive at 1.999s: %v", err)
+	}
+	advance(ms)
+	if _, err := st.Incr(ctx, "k", 1); !errors.Is(err, counter.ErrNotFound) {
+		t.Fatalf("expired at 2s: %v", err)
+	}
+	if err := st.Add(ctx, "k", []byte("1"), time.Second); err != nil {
+		t.Fatalf("add after expiry: %v", err)
+	}
+	if st.Len() != 1 {
+		t.Fatalf("Len = %d", st.Len())
+	}
+	advance(time.Hour)
+	if st.Len() != 0 {
+		t.Fatalf("Len after expiry = %d", st.Len())
+	}
+}
+
+// TestMemcachedTTL checks a window key really expires in memcached (TTL
+// whole seconds): polls for at most 4 s.
+func TestMemcachedTTL(t *testing.T) {
+	var st counter.Store
+	for _, b := range backends(t) {
+		if b.name == "memcached" {
+			st = b.store()
+		}
+	}
+	if st == nil {
+		t.Skip("memcached not installed")
+	}
+	k := uniqueKey(t)
+	if err := st.Add(ctx, k, []byte("1"), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(4 * time.Second)
+	for {
+		if _, err := st.Incr(ctx, k, 0); errors.Is(err, counter.ErrNotFound) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("key with 1s TTL still present after 4s")
+		}
+		time.Sleep(100 * ms)
+	}
+}
+
+func TestCountingStore(t *testing.T) {
+	cs := counter.NewCountingStore(counter.NewMemoryStore())
+	lim, err := counter.New(cs, counter.Limit{Quantity: 100, Window: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := counter.Key("ip", "198.51.100.1")
+	// First decision: one multi-get of the previous window, one add.
+	// Then one incr each.
+	for i := 0; i < 10; i++ {
+		if _, err := lim.AllowN(ctx, key, t0.Add(time.Duration(i)*time.Second), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := cs.Stats()
+	want := counter.StoreStats{GetMulti: 1, Add: 1, Incr: 9}
+	if s != want || s.RoundTrips() != 11 {
+		t.Fatalf("stats %+v, want %+v", s, want)
+	}
+	// Next window: the closed one is fetched once, the new one added.
+	if _, err := lim.AllowN(ctx, key, t0.Add(time.Minute), 1); err != nil {
+		t.Fatal(err)
+	}
+	if d := cs.Stats().Sub(s); d != (counter.StoreStats{GetMulti: 1, Add: 1}) {
+		t.Fatalf("new window stats %+v", d)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		l    counter.Limit
+		want error
+	}{
+		{"zero", counter.Limit{}, counter.ErrBadLimit},
+		{"no window", counter.Limit{Quantity: 1}, counter.ErrBadLimit},
+		{"sub-ms window", counter.Limit{Quantity: 1, Window: 1500 * time.Microsecond}, counter.ErrBadPrecision},
+		{"negative burst", counter.Limit{Quantity: 1, Window: time.Second, Burst: -1}, counter.ErrBadLimit},
+		{"bad algorithm", counter.Limit{Quantity: 1, Window: time.Second, Algorithm: 9}, counter.ErrBadLimit},
+		{"precision indivisible", counter.Limit{Quantity: 1, Window: time.Second, Precision: 7}, counter.ErrBadPrecision},
+		{"precision too high", counter.Limit{Quantity: 1, Window: time.Hour, Precision: 5000}, counter.ErrBadPrecision},
+		{"huge", counter.Limit{Quantity: 1 << 40, Window: 300 * 24 * time.Hour}, counter.ErrBadLimit},
+		{"ok precision 60", counter.Limit{Quantity: 1, Window: time.Minute, Precision: 60}, nil},
+		{"ok bucket ns", counter.Limit{Algorithm: counter.TokenBucket, Quantity: 3, Window: time.Second}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := counter.New(counter.NewMemoryStore(), tc.l)
+			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+				t.Fatalf("New(%v) = %v, want %v", tc.l, err, tc.want)
+			}
+			_, err = counter.NewLocal(tc.l)
+			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+				t.Fatalf("NewLocal(%v) = %v, want %v", tc.l, err, tc.want)
+			}
+		})
+	}
+	lo, _ := counter.NewLocal(counter.Limit{Quantity: 1, Window: time.Second})
+	if _, err := lo.AllowN(ctx, "k", t0, 0); !errors.Is(err, counter.ErrBadCost) {
+		t.Fatalf("n=0: %v", err)
+	}
+	lim, _ := counter.New(counter.NewMemoryStore(), counter.Limit{Quantity: 1, Window: time.Second})
+	if _, err := lim.AllowN(ctx, "bad key", t0, 1); !errors.Is(err, counter.ErrBadKey) {
+		t.Fatalf("bad key: %v", err)
+	}
+}
