@@ -448,8 +448,10 @@ func (p *parser) limits(n *yaml.Node, path string) []LimitSpec {
 		lp := fmt.Sprintf("%s[%d]", path, i)
 		ls := LimitSpec{Cost: 1}
 		l := &ls.Limit
+		seen := map[string]bool{}
 		p.fields(e, lp, []string{"name", "algorithm", "quantity", "window", "burst", "cost", "on_reject", "precision"}, func(k string, v *yaml.Node) {
 			fp := join(lp, k)
+			seen[k] = true
 			switch k {
 			case "name":
 				l.Name = p.str(v, fp)
@@ -495,10 +497,10 @@ func (p *parser) limits(n *yaml.Node, path string) []LimitSpec {
 			p.errf(e, join(lp, "name"), "duplicate limit name %q", l.Name)
 		}
 		names[l.Name] = true
-		if l.Quantity == 0 {
+		if !seen["quantity"] {
 			p.errf(e, join(lp, "quantity"), "required")
 		}
-		if l.Window == 0 {
+		if !seen["window"] {
 			p.errf(e, join(lp, "window"), "required")
 		}
 		if l.Quantity > 0 && l.Window > 0 {

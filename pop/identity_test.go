@@ -1,0 +1,86 @@
+package pop
+
+import (
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestClientIP(t *testing.T) {
+	trusted := TrustedProxies{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.1/32")}
+	tests := []struct {
+		name    string
+		trusted TrustedProxies
+		remote  string
+		xff     []string
+		fwd     []string
+		want    string
+	}{
+		{"no proxy", trusted, "203.0.113.9:4000", nil, nil, "203.0.113.9"},
+		{"untrusted peer ignores xff", trusted, "203.0.113.9:4000", []string{"1.1.1.1"}, nil, "203.0.113.9"},
+		{"trusted peer uses xff", trusted, "10.1.2.3:80", []string{"198.51.100.7"}, nil, "198.51.100.7"},
+		{"spoofed left entries ignored", trusted, "10.1.2.3:80", []string{"6.6.6.6, 198.51.100.7, 10.9.9.9"}, nil, "198.51.100.7"},
+		{"multiple xff lines", trusted, "127.0.0.1:80", []string{"6.6.6.6", "198.51.100.7"}, nil, "198.51.100.7"},
+		{"all trusted gives leftmost", trusted, "10.1.2.3:80", []string{"10.0.0.5, 10.0.0.6"}, nil, "10.0.0.5"},
+		{"garbage hop stops chain", trusted, "10.1.2.3:80", []string{"6.6.6.6, garbage"}, nil, "10.1.2.3"},
+		{"forwarded wins", trusted, "10.1.2.3:80", []string{"6.6.6.6"}, []string{`for=192.0.2.60;proto=http, for="[2001:db8::1]:4711"`}, "2001:db8::1"},
+		{"forwarded v4 with port", trusted, "10.1.2.3:80", nil, []string{`for="198.51.100.17:1234"`}, "198.51.100.17"},
+		{"no trust configured", nil, "10.1.2.3:80", []string{"198.51.100.7"}, nil, "10.1.2.3"},
+		{"ipv6 peer", trusted, "[2001:db8::2]:443", nil, nil, "2001:db8::2"},
+		{"v4-mapped peer trusted", trusted, "[::ffff:10.0.0.1]:80", []string{"198.51.100.7"}, nil, "198.51.100.7"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = tc.remote
+			for _, v := range tc.xff {
+				r.Header.Add("X-Forwarded-For", v)
+			}
+			for _, v := range tc.fwd {
+				r.Header.Add("Forwarded", v)
+			}
+			if got := tc.trusted.ClientIP(r); got.String() != tc.want {
+				t.Errorf("ClientIP = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAPIKeyExtract(t *testing.T) {
+	src := APIKeySource{Header: "X-API-Key", Bearer: true, Query: "api_key"}
+	tests := []struct {
+		name   string
+		target string
+		hdr    []string
+		want   string
+	}{
+		{"header", "/", []string{"X-API-Key", "k1"}, "k1"},
+		{"bearer", "/", []string{"Authorization", "Bearer k2"}, "k2"},
+		{"bearer lower case", "/", []string{"Authorization", "bearer k2"}, "k2"},
+		{"basic is not a key", "/", []string{"Authorization", "Basic Zm9vOmJhcg=="}, ""},
+		{"query", "/?api_key=k3", nil, "k3"},
+		{"header wins", "/?api_key=k3", []string{"X-API-Key", "k1", "Authorization", "Bearer k2"}, "k1"},
+		{"none", "/", nil, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := src.Extract(req("GET", tc.target, tc.hdr...)); got != tc.want {
+				t.Errorf("Extract = %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if got := (APIKeySource{}).Extract(req("GET", "/?api_key=x", "X-API-Key", "y")); got != "" {
+		t.Errorf("empty source extracted %q", got)
+	}
+}
+
+func TestKeyIDHidesKey(t *testing.T) {
+	id := KeyID("demo-pro-key")
+	if len(id) != 24 || strings.Contains(id, "demo") || id != KeyID("demo-pro-key") || id == KeyID("demo-pro-kez") {
+		t.Errorf("KeyID = %q", id)
+	}
+	if KeyID("") != "" {
+		t.Error("KeyID of empty key is not empty")
+	}
+}

@@ -1,0 +1,160 @@
+package pop
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/poplimit/poplimit/counter"
+)
+
+func TestParseExample(t *testing.T) {
+	f, err := ParseFile("../testdata/policies/example.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Headers != HeadersBoth || len(f.TrustedProxies) != 3 || !f.APIKey.Bearer || f.APIKey.Header != "X-API-Key" || f.APIKey.Query != "api_key" {
+		t.Errorf("top level: %+v", f)
+	}
+	if f.Prefilter == nil || f.Prefilter.Quantity != 2000 || f.Prefilter.Burst != 4000 {
+		t.Errorf("prefilter: %+v", f.Prefilter)
+	}
+	if rec := f.Keys["demo-pro-key"]; rec.Tenant != "globex" || rec.Tier != "pro" {
+		t.Errorf("key record: %+v", rec)
+	}
+	ent := f.Tiers["enterprise"].Limits
+	if len(ent) != 2 || ent[1].Limit.Window != 24*time.Hour || ent[1].Limit.OnReject != counter.Refund || ent[0].Limit.Burst != 2000 {
+		t.Errorf("enterprise: %+v", ent)
+	}
+	modes := map[string]FailMode{}
+	for _, p := range f.Policies {
+		modes[p.Name] = p.FailMode
+	}
+	want := map[string]FailMode{"api": FailLocal, "search": FailClosed, "login": FailOpen, "ingest": FailOpen}
+	for n, m := range want {
+		if modes[n] != m {
+			t.Errorf("policy %s fail mode %v, want %v", n, modes[n], m)
+		}
+	}
+	var ingest, search PolicySpec
+	for _, p := range f.Policies {
+		switch p.Name {
+		case "ingest":
+			ingest = p
+		case "search":
+			search = p
+		}
+	}
+	if !ingest.Lease.Enabled || ingest.Lease.MaxBatch != 25 || ingest.Lease.Horizon != 100*time.Millisecond {
+		t.Errorf("lease: %+v", ingest.Lease)
+	}
+	if o := search.Overrides["pro"]; len(o) != 1 || o[0].Cost != 2 || search.TierSource != "pro" || search.DefaultTier != "pro" {
+		t.Errorf("search: %+v", search)
+	}
+	// The example must also compile into a snapshot.
+	l, err := New(storeConfig(counter.NewMemoryStore()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.LoadFile("../testdata/policies/example.yml"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const minimalPolicy = `version: 1
+tiers:
+  free:
+    limits:
+      - {name: s, algorithm: fixed_window, quantity: 10, window: 1s}
+policies:
+  - name: p
+    routes: ["GET /x"]
+    tier: free
+`
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name      string
+		doc       string
+		wantLine  int
+		wantField string
+		wantMsg   string
+	}{
+		{"bad yaml", "version: 1\ntiers: [\n", 2, "(document)", "yaml"},
+		{"unknown top field", minimalPolicy + "bogus: 1\n", 10, "bogus", "unknown field"},
+		{"bad window", strings.Replace(minimalPolicy, "window: 1s", "window: 1 sec", 1), 5, "tiers.free.limits[0].window", "duration"},
+		{"zero quantity", strings.Replace(minimalPolicy, "quantity: 10", "quantity: 0", 1), 5, "tiers.free.limits[0].quantity", "≥ 1"},
+		{"bad algorithm", strings.Replace(minimalPolicy, "fixed_window", "leaky", 1), 5, "tiers.free.limits[0].algorithm", "leaky"},
+		{"unknown tier", strings.Replace(minimalPolicy, "tier: free", "tier: gold", 1), 9, "policies[0].tier", "gold"},
+		{"bad route", strings.Replace(minimalPolicy, `"GET /x"`, `"GET x"`, 1), 8, "policies[0].routes[0]", "pattern"},
+		{"bad fail mode", minimalPolicy + "    fail_mode: maybe\n", 10, "policies[0].fail_mode", "maybe"},
+		{"bad identity", minimalPolicy + "    identity: [ip, cookie]\n", 10, "policies[0].identity[1]", "cookie"},
+		{"bad cidr", minimalPolicy + "trusted_proxies: [10.0.0.0/33]\n", 10, "trusted_proxies[0]", "CIDR"},
+		{"bad version", strings.Replace(minimalPolicy, "version: 1", "version: 2", 1), 1, "version", "unsupported"},
+		{"cost too high", strings.Replace(minimalPolicy, "window: 1s}", "window: 1s, cost: 11}", 1), 5, "tiers.free.limits[0].cost", "exceeds"},
+		{"bad precision", strings.Replace(minimalPolicy, "fixed_window, quantity: 10, window: 1s", "sliding_window, quantity: 10, window: 1s, precision: 7", 1), 5, "tiers.free.limits[0]", "precision"},
+		{"no policies", "version: 1\ntiers:\n  free:\n    limits: [{quantity: 1, window: 1s}]\n", 1, "policies", "required"},
+		{"default tier required", strings.Replace(minimalPolicy, "tier: free", "tier: api_key", 1), 7, "policies[0].default_tier", "required"},
+		{"unknown key tier", minimalPolicy + "keys:\n  - {key: k1, tier: gold}\n", 11, "keys[0].tier", "gold"},
+		{"duplicate policy", minimalPolicy + "  - name: p\n    routes: [\"GET /y\"]\n    tier: free\n", 10, "policies[1].name", "duplicate"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("f.yml", []byte(tc.doc))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !errors.Is(err, ErrInvalidPolicy) {
+				t.Errorf("error %v does not wrap ErrInvalidPolicy", err)
+			}
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("no ValidationError in %v", err)
+			}
+			if ve.File != "f.yml" || ve.Line != tc.wantLine || ve.Field != tc.wantField || !strings.Contains(ve.Msg, tc.wantMsg) {
+				t.Errorf("got %q (line %d field %q), want line %d field %q msg ~%q", err, ve.Line, ve.Field, tc.wantLine, tc.wantField, tc.wantMsg)
+			}
+			if !strings.HasPrefix(err.Error(), "f.yml:") {
+				t.Errorf("error does not start with the file name: %q", err)
+			}
+		})
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{"250ms": 250 * time.Millisecond, "7m": 7 * time.Minute, "1d": 24 * time.Hour, "1h30m": 90 * time.Minute} {
+		got, err := ParseDuration(in)
+		if err != nil || got != want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "d", "-1d", "1x", "99999d"} {
+		if _, err := ParseDuration(in); err == nil {
+			t.Errorf("ParseDuration(%q): no error", in)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(minimalPolicy))
+	f.Add([]byte("version: 1\n"))
+	f.Add([]byte("tiers: {a: {limits: [{quantity: 1, window: 1d}]}}\npolicies: [{name: x, routes: ['/'], tier: a}]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := Parse("fuzz.yml", data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidPolicy) {
+				t.Fatalf("error does not wrap ErrInvalidPolicy: %v", err)
+			}
+			return
+		}
+		// A valid file must compile.
+		l, err := New(storeConfig(counter.NewMemoryStore()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.install(file); err != nil && !errors.Is(err, ErrInvalidPolicy) {
+			t.Fatalf("valid file failed to compile: %v", err)
+		}
+	})
+}
