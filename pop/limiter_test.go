@@ -39,7 +39,9 @@ policies:
     fail_mode: FAILMODE
 `
 
-func policyDoc(failMode string) string { return strings.Replace(compoundPolicy, "FAILMODE", failMode, 1) }
+func policyDoc(failMode string) string {
+	return strings.Replace(compoundPolicy, "FAILMODE", failMode, 1)
+}
 
 func TestCompoundRuleSteps(t *testing.T) {
 	clk := newTestClock(t0)
