@@ -1,0 +1,236 @@
+package counter_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/counter"
+)
+
+// exactLimits are the limits the zero-over-admission tests burst at. The
+// sliding window is included: with a fresh key and one instant its
+// estimate is the exact count too.
+var exactLimits = []struct {
+	name  string
+	limit counter.Limit
+}{
+	{"fixed-count", counter.Limit{Algorithm: counter.FixedWindow, Quantity: 200, Window: time.Minute}},
+	{"fixed-refund", counter.Limit{Algorithm: counter.FixedWindow, Quantity: 200, Window: time.Minute, OnReject: counter.Refund}},
+	{"bucket-count", counter.Limit{Algorithm: counter.TokenBucket, Quantity: 200, Window: time.Hour}},
+	{"bucket-refund", counter.Limit{Algorithm: counter.TokenBucket, Quantity: 200, Window: time.Hour, OnReject: counter.Refund}},
+	{"sliding-count", counter.Limit{Quantity: 200, Window: time.Minute}},
+}
+
+// burst sends total requests of 1 unit for key at now from g goroutines
+// and returns how many were admitted. ErrContention is retried (the
+// request was neither admitted nor counted); any other error fails.
+func burst(a counter.Allower, key string, now time.Time, g, total int) (admitted, contention int64, err error) {
+	var next atomic.Int64
+	var adm, cont atomic.Int64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i := 0; i < g; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(total) {
+				for {
+					r, e := a.AllowN(ctx, key, now, 1)
+					if errors.Is(e, counter.ErrContention) {
+						cont.Add(1)
+						continue
+					}
+					if e != nil {
+						mu.Lock()
+						err = e
+						mu.Unlock()
+						return
+					}
+					if r.Allowed {
+						adm.Add(1)
+					}
+					break
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return adm.Load(), cont.Load(), err
+}
+
+// TestZeroOverAdmissionGoroutines: 64 goroutines of one process burst 10×
+// the allowance at one key; every exact algorithm admits exactly the
+// allowance, on every store.
+func TestZeroOverAdmissionGoroutines(t *testing.T) {
+	for _, b := range backends(t) {
+		if b.store == nil {
+			continue
+		}
+		for _, el := range exactLimits {
+			t.Run(b.name+"/"+el.name, func(t *testing.T) {
+				lim, err := counter.New(b.store(), el.limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := el.limit.Quantity
+				got, cont, err := burst(lim, uniqueKey(t), t0, 64, int(10*want))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != want {
+					t.Fatalf("admitted %d, want exactly %d", got, want)
+				}
+				t.Logf("admitted %d; bucket stats %+v, contention errors retried %d", got, lim.BucketStats(), cont)
+			})
+		}
+	}
+}
+
+const workerEnv = "COUNTER_TEST_WORKER"
+
+// TestZeroOverAdmissionProcesses is the integration test: 8 worker
+// processes × 32 goroutines burst 10× the allowance at one key through
+// mcproxy in front of 3 memcached shards (or straight at one memcached
+// when cmd/mcproxy does not build yet). Each worker is this test binary
+// re-executed; they share the instant now, so no refill or window change
+// blurs the count.
+func TestZeroOverAdmissionProcesses(t *testing.T) {
+	if os.Getenv(workerEnv) != "" {
+		t.Skip("inside a worker")
+	}
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	shards := bench.MemcachedForTest(t, 3)
+	addr, via := proxyOrDirect(t, shards)
+	t.Logf("target %s (%s)", addr, via)
+	const procs, goroutines = 8, 32
+	for _, el := range exactLimits {
+		t.Run(el.name, func(t *testing.T) {
+			key := uniqueKey(t)
+			total := 10 * el.limit.Quantity
+			var cmds []*exec.Cmd
+			var outs []*strings.Builder
+			for p := 0; p < procs; p++ {
+				cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerProcess$", "-test.v")
+				var out strings.Builder
+				cmd.Stdout, cmd.Stderr = &out, &out
+				cmd.Env = append(os.Environ(), workerEnv+"=1",
+					"COUNTER_ADDR="+addr, "COUNTER_KEY="+key,
+					"COUNTER_LIMIT="+el.name,
+					"COUNTER_NOW="+strconv.FormatInt(t0.UnixNano(), 10),
+					"COUNTER_G="+strconv.Itoa(goroutines),
+					"COUNTER_N="+strconv.FormatInt(total/procs, 10))
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				cmds, outs = append(cmds, cmd), append(outs, &out)
+			}
+			var admitted, contention int64
+			for i, cmd := range cmds {
+				if err := cmd.Wait(); err != nil {
+					t.Fatalf("worker %d: %v\n%s", i, err, outs[i])
+				}
+				a, c, err := parseWorker(outs[i].String())
+				if err != nil {
+					t.Fatalf("worker %d: %v\n%s", i, err, outs[i])
+				}
+				admitted += a
+				contention += c
+			}
+			if admitted != el.limit.Quantity {
+				t.Fatalf("%d processes × %d goroutines, %d requests: admitted %d, want exactly %d",
+					procs, goroutines, total, admitted, el.limit.Quantity)
+			}
+			t.Logf("admitted exactly %d of %d; contention retries %d", admitted, total, contention)
+		})
+	}
+}
+
+func parseWorker(out string) (admitted, contention int64, err error) {
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if _, e := fmt.Sscanf(strings.TrimSpace(sc.Text()), "RESULT admitted=%d contention=%d", &admitted, &contention); e == nil {
+			return admitted, contention, nil
+		}
+	}
+	return 0, 0, errors.New("no RESULT line")
+}
+
+// TestWorkerProcess is the body of one worker process (skipped unless
+// re-executed by TestZeroOverAdmissionProcesses).
+func TestWorkerProcess(t *testing.T) {
+	if os.Getenv(workerEnv) == "" {
+		t.Skip("only run as a worker process")
+	}
+	var l counter.Limit
+	for _, el := range exactLimits {
+		if el.name == os.Getenv("COUNTER_LIMIT") {
+			l = el.limit
+		}
+	}
+	nowNs, _ := strconv.ParseInt(os.Getenv("COUNTER_NOW"), 10, 64)
+	g, _ := strconv.Atoi(os.Getenv("COUNTER_G"))
+	n, _ := strconv.Atoi(os.Getenv("COUNTER_N"))
+	st := counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
+		Servers: []string{os.Getenv("COUNTER_ADDR")}, Timeout: 5 * time.Second}))
+	lim, err := counter.New(st, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted, cont, err := burst(lim, os.Getenv("COUNTER_KEY"), time.Unix(0, nowNs), g, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("RESULT admitted=%d contention=%d\n", admitted, cont)
+}
+
+// proxyOrDirect builds and starts cmd/mcproxy in front of the shards when
+// it builds, else returns the first shard.
+func proxyOrDirect(t *testing.T, shards []*bench.Memcached) (addr, via string) {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		return shards[0].Addr, "direct: no go tool to build cmd/mcproxy"
+	}
+	bin := filepath.Join(t.TempDir(), "mcproxy")
+	build := exec.Command(goBin, "build", "-o", bin, "github.com/poplimit/poplimit/cmd/mcproxy")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Logf("cmd/mcproxy does not build, going direct: %v\n%s", err, out)
+		return shards[0].Addr, "direct to memcached: cmd/mcproxy does not build"
+	}
+	port, err := bench.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := fmt.Sprintf("127.0.0.1:%d", port)
+	args := []string{"--listen", listen}
+	for _, s := range shards {
+		args = append(args, "--shard", s.Addr)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(5 * time.Second)
+	for bench.Ping(listen, 200*ms) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("mcproxy on %s does not answer", listen)
+		}
+		time.Sleep(50 * ms)
+	}
+	return listen, "through mcproxy, 3 memcached shards"
+}
