@@ -1,0 +1,306 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultVersion is what "version" answers by default.
+const DefaultVersion = "1.6.18-mcproxy"
+
+// ServerConfig configures NewServer. Zero means default.
+type ServerConfig struct {
+	// Router routes keys to shards (required). The Server does not close it.
+	Router *Router
+	// Limits bounds lines and values (memcached's defaults).
+	Limits Limits
+	// Version is the "VERSION <Version>" reply; default DefaultVersion.
+	Version string
+	// MaxPipeline is the number of requests of one client in flight at
+	// once; reading pauses beyond it. Default 1024.
+	MaxPipeline int
+	// Logger receives connection-level events; default slog.Default().
+	// Nothing is logged per request.
+	Logger *slog.Logger
+	// Now is the clock for request start times; default time.Now.
+	Now func() time.Time
+}
+
+func (c ServerConfig) maxPipeline() int {
+	if c.MaxPipeline > 0 {
+		return c.MaxPipeline
+	}
+	return 1024
+}
+
+// Server serves the memcached text protocol to clients, forwarding through
+// a Router. Each client connection has two goroutines: a reader that parses
+// pipelined requests and dispatches them to backends without waiting, and
+// a writer that answers them in order. Server is safe for concurrent use.
+type Server struct {
+	cfg     ServerConfig
+	r       *Router
+	log     *slog.Logger
+	now     func() time.Time
+	version []byte
+	started time.Time
+
+	mu     sync.Mutex
+	lns    map[net.Listener]struct{}
+	conns  map[*clientConn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+	nextID atomic.Uint64
+
+	st serverStats
+}
+
+// ErrServerClosed is returned by Serve after Shutdown.
+var ErrServerClosed = errors.New("proxy: server closed")
+
+// NewServer returns a Server; call Serve with a listener.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if cfg.Router == nil {
+		return nil, errors.New("proxy: server needs a router")
+	}
+	s := &Server{
+		cfg:   cfg,
+		r:     cfg.Router,
+		log:   cfg.Logger,
+		now:   cfg.Now,
+		lns:   make(map[net.Listener]struct{}),
+		conns: make(map[*clientConn]struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	v := cfg.Version
+	if v == "" {
+		v = DefaultVersion
+	}
+	s.version = []byte("VERSION " + v + "\r\n")
+	s.started = s.now()
+	return s, nil
+}
+
+// Serve accepts clients on ln until ln fails or Shutdown is called; it
+// returns ErrServerClosed after Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	s.lns[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.lns, ln)
+		s.mu.Unlock()
+	}()
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		if tc, ok := nc.(*net.TCPConn); ok {
+			_ = tc.SetNoDelay(true)
+		}
+		cc := &clientConn{
+			s:       s,
+			nc:      nc,
+			id:      s.nextID.Add(1),
+			entries: make(chan *entry, s.cfg.maxPipeline()),
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			_ = nc.Close()
+			return ErrServerClosed
+		}
+		s.conns[cc] = struct{}{}
+		s.wg.Add(2)
+		s.mu.Unlock()
+		s.st.currConns.Add(1)
+		s.st.totalConns.Add(1)
+		go cc.readLoop()
+		go cc.writeLoop()
+	}
+}
+
+// Shutdown stops accepting, stops reading from clients, lets the requests
+// already read finish and be answered, then closes the connections. When
+// ctx ends first, remaining connections are closed at once. It does not
+// close the Router.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	for ln := range s.lns {
+		_ = ln.Close()
+	}
+	for cc := range s.conns {
+		cc.stopReading()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		for cc := range s.conns {
+			_ = cc.nc.Close()
+		}
+		s.mu.Unlock()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// clientConn is one client: readLoop parses and dispatches, writeLoop
+// answers in order.
+type clientConn struct {
+	s       *Server
+	nc      net.Conn
+	id      uint64
+	entries chan *entry
+	stopped atomic.Bool
+}
+
+func (cc *clientConn) stopReading() {
+	cc.stopped.Store(true)
+	if tc, ok := cc.nc.(*net.TCPConn); ok {
+		_ = tc.CloseRead()
+	} else {
+		_ = cc.nc.SetReadDeadline(time.Now())
+	}
+}
+
+const (
+	clientBufSize = 16 << 10
+	writeBufSize  = 32 << 10
+)
+
+func (cc *clientConn) readLoop() {
+	s := cc.s
+	defer s.wg.Done()
+	defer close(cc.entries)
+	lim := s.cfg.Limits
+	buf := make([]byte, clientBufSize)
+	r, w := 0, 0
+	var req Request
+	for {
+		if r == w {
+			r, w = 0, 0
+			if len(buf) > 4*clientBufSize {
+				buf = make([]byte, clientBufSize)
+			}
+		}
+		n, err := Parse(buf[r:w], lim, &req)
+		switch {
+		case err == nil:
+			cc.dispatch(&req, buf[r:w], n)
+			r += n
+			continue
+		case err == ErrIncomplete:
+			if r > 0 {
+				copy(buf, buf[r:w])
+				w -= r
+				r = 0
+			}
+			if n > len(buf) {
+				nb := make([]byte, n)
+				copy(nb, buf[:w])
+				buf = nb
+			} else if w == len(buf) {
+				nb := make([]byte, 2*len(buf))
+				copy(nb, buf[:w])
+				buf = nb
+			}
+			m, rerr := cc.nc.Read(buf[w:])
+			w += m
+			if rerr != nil && m == 0 {
+				return
+			}
+			continue
+		}
+		var re *ReplyError
+		if errors.As(err, &re) {
+			s.st.protocolErrors.Add(1)
+			cc.replyError(&req, re)
+			if n <= w-r {
+				r += n
+				continue
+			}
+			// Swallow the rest of a too large value without buffering it.
+			rest := int64(n - (w - r))
+			r, w = 0, 0
+			if _, err := io.CopyN(io.Discard, cc.nc, rest); err != nil {
+				return
+			}
+			continue
+		}
+		// quit, line too long, binary protocol: close after the replies
+		// already queued.
+		if err != ErrQuit {
+			s.st.protocolErrors.Add(1)
+		}
+		return
+	}
+}
+
+func (cc *clientConn) writeLoop() {
+	s := cc.s
+	defer s.wg.Done()
+	defer func() {
+		s.st.currConns.Add(-1)
+		s.mu.Lock()
+		delete(s.conns, cc)
+		s.mu.Unlock()
+	}()
+	bw := bufio.NewWriterSize(cc.nc, writeBufSize)
+	broken := false
+	for e := range cc.entries {
+		s.respond(bw, e)
+		releaseEntry(e)
+		if broken {
+			bw.Reset(io.Discard)
+			continue
+		}
+		if len(cc.entries) == 0 || bw.Buffered() >= writeBufSize {
+			if err := bw.Flush(); err != nil {
+				broken = true
+				_ = cc.nc.Close() // unblocks the reader
+			}
+		}
+	}
+	if !broken {
+		_ = bw.Flush()
+	}
+	_ = cc.nc.Close()
+}
