@@ -1,0 +1,377 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"text/tabwriter"
+	"time"
+)
+
+// Systems compared by RunProxyCompare, in the order they run each round.
+const (
+	SystemMemcached  = "memcached"  // one shard, driven directly
+	SystemNutcracker = "nutcracker" // Debian's Twemproxy 0.5.0 over 3 shards
+	SystemMcproxy    = "mcproxy"    // ./cmd/mcproxy over the same 3 shards
+)
+
+// ProxyCompareConfig configures RunProxyCompare. Zero means default.
+type ProxyCompareConfig struct {
+	// Mixes to measure, in order; default incr, getset, mget.
+	Mixes []string
+	// Conns per run; default 64.
+	Conns int
+	// Duration of each run; default 5s.
+	Duration time.Duration
+	// Rounds of the interleaved sequence memcached, nutcracker, mcproxy
+	// per mix; default 2.
+	Rounds int
+	// Keys is the key space per mix; default 10000.
+	Keys int
+	// Hash is the pool's "hash:"; default fnv1a_64 (distribution ketama).
+	Hash string
+	// McproxyBin is the mcproxy binary; default: built from ./cmd/mcproxy
+	// of the current module into Dir.
+	McproxyBin string
+	// McproxyConfig gives mcproxy the same nutcracker YAML (--config)
+	// instead of --listen/--shard flags.
+	McproxyConfig bool
+	// McproxyArgs are extra mcproxy arguments.
+	McproxyArgs []string
+	// SkipMcproxy leaves mcproxy out. Without it, an mcproxy that cannot
+	// be built or started is left out with a note, unless RequireMcproxy.
+	SkipMcproxy    bool
+	RequireMcproxy bool
+	// Dir holds configs, logs and binaries; default a temporary directory
+	// removed at the end.
+	Dir string
+	// Progress receives one line per run; nil is silent.
+	Progress io.Writer
+}
+
+func (c ProxyCompareConfig) mixes() []string {
+	if len(c.Mixes) > 0 {
+		return c.Mixes
+	}
+	return []string{MixIncr, MixGetSet, MixMGet}
+}
+
+func (c ProxyCompareConfig) duration() time.Duration {
+	if c.Duration > 0 {
+		return c.Duration
+	}
+	return 5 * time.Second
+}
+
+// ProxySystem describes one system under test.
+type ProxySystem struct {
+	Name   string `json:"name"`
+	Addr   string `json:"addr"`
+	Pid    int    `json:"pid"`
+	Detail string `json:"detail"`
+}
+
+// ProxySystemSummary aggregates every run of one system on one mix.
+type ProxySystemSummary struct {
+	System  string  `json:"system"`
+	Runs    int     `json:"runs"`
+	Ops     int64   `json:"ops"`
+	Errors  int64   `json:"errors"`
+	Seconds float64 `json:"seconds"`
+	// OpsPerSec is the sum of ops over the sum of seconds.
+	OpsPerSec float64 `json:"ops_per_sec"`
+	// Latency merges the histograms of every run.
+	Latency Summary `json:"latency"`
+	// CPUPerMillion is the system process's CPU seconds per million ops
+	// (for memcached: the one shard); ClientCPUPerMillion the driver's.
+	CPUPerMillion       float64 `json:"cpu_s_per_mop"`
+	ClientCPUPerMillion float64 `json:"client_cpu_s_per_mop"`
+}
+
+// ProxyMixSummary compares the systems on one mix. Ratios are of sums over
+// rounds (0 when a side is missing).
+type ProxyMixSummary struct {
+	Mix     string               `json:"mix"`
+	Systems []ProxySystemSummary `json:"systems"`
+	// McproxyOverNutcracker is mcproxy's ops over nutcracker's.
+	McproxyOverNutcracker float64 `json:"mcproxy_over_nutcracker,omitempty"`
+	// McproxyP99OverNutcracker is mcproxy's p99 over nutcracker's (< 1 is
+	// better).
+	McproxyP99OverNutcracker float64 `json:"mcproxy_p99_over_nutcracker,omitempty"`
+	// NutcrackerOverMemcached is nutcracker's ops over direct memcached's.
+	NutcrackerOverMemcached float64 `json:"nutcracker_over_memcached,omitempty"`
+	// McproxyOverMemcached is mcproxy's ops over direct memcached's.
+	McproxyOverMemcached float64 `json:"mcproxy_over_memcached,omitempty"`
+}
+
+// ProxyCompareReport is the outcome of RunProxyCompare.
+type ProxyCompareReport struct {
+	Date    string             `json:"date"`
+	NumCPU  int                `json:"num_cpu"`
+	Conns   int                `json:"conns"`
+	Seconds float64            `json:"seconds_per_run"`
+	Rounds  int                `json:"rounds"`
+	Keys    int                `json:"keys"`
+	Systems []ProxySystem      `json:"systems"`
+	Runs    []*ProxyLoadResult `json:"runs"`
+	Summary []ProxyMixSummary  `json:"summary"`
+	Notes   []string           `json:"notes,omitempty"`
+}
+
+// RunProxyCompare starts three memcached shards, Debian's nutcracker with a
+// ketama pool over them and mcproxy over the same shards, then for each mix
+// runs memcached (one shard, direct), nutcracker, mcproxy, memcached, ...
+// for cfg.Rounds rounds with the same duration, connections and key space,
+// and summarises. Everything it starts is stopped before it returns.
+func RunProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*ProxyCompareReport, error) {
+	for _, m := range cfg.mixes() {
+		if m != MixIncr && m != MixGetSet && m != MixMGet {
+			return nil, fmt.Errorf("%w: unknown mix %q", ErrProxyLoad, m)
+		}
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "popbench-proxy-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	rep := &ProxyCompareReport{
+		Date: time.Now().UTC().Format(time.RFC3339), NumCPU: runtime.NumCPU(),
+		Conns: positiveOr(cfg.Conns, 64), Seconds: cfg.duration().Seconds(),
+		Rounds: positiveOr(cfg.Rounds, 2), Keys: positiveOr(cfg.Keys, 10000),
+	}
+
+	shards := make([]*Memcached, 0, 3)
+	defer func() {
+		for _, m := range shards {
+			m.Stop()
+		}
+	}()
+	for i := 0; i < 3; i++ {
+		m, err := StartMemcached(ctx, MemcachedConfig{})
+		if err != nil {
+			return nil, err
+		}
+		shards = append(shards, m)
+	}
+	rep.Systems = append(rep.Systems, ProxySystem{Name: SystemMemcached, Addr: shards[0].Addr,
+		Pid: shards[0].Pid(), Detail: "memcached -t 2 -m 64, shard 1 of 3, no proxy"})
+
+	pool := TwemproxyPool{
+		Hash: orDefault(cfg.Hash, "fnv1a_64"), Distribution: "ketama", HashTag: "{}",
+		TimeoutMS: 2000, ServerConnections: 1,
+	}
+	for _, m := range shards {
+		pool.Servers = append(pool.Servers, m.Addr+":1")
+	}
+	nc, err := StartNutcracker(ctx, dir, pool)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Stop()
+	rep.Systems = append(rep.Systems, ProxySystem{Name: SystemNutcracker, Addr: nc.Addr, Pid: nc.Pid(),
+		Detail: fmt.Sprintf("nutcracker 0.5.0, ketama %s, hash_tag {}, server_connections 1, timeout 2000", pool.Hash)})
+
+	if !cfg.SkipMcproxy {
+		mc, detail, err := startMcproxyForCompare(ctx, cfg, dir, pool)
+		if err != nil {
+			if cfg.RequireMcproxy {
+				return nil, err
+			}
+			rep.Notes = append(rep.Notes, "mcproxy left out: "+err.Error())
+		} else {
+			defer mc.Stop(2 * time.Second)
+			rep.Systems = append(rep.Systems, ProxySystem{Name: SystemMcproxy, Addr: mc.Addr, Pid: mc.Pid(), Detail: detail})
+		}
+	}
+
+	for _, mix := range cfg.mixes() {
+		base := ProxyLoadConfig{
+			Mix: mix, Conns: rep.Conns, Duration: cfg.duration(), Keys: rep.Keys,
+			KeyPrefix: "pb:" + mix + ":", NoPreload: true,
+		}
+		if mix == MixMGet {
+			base.KeyPrefix = "pb:" + MixGetSet + ":" // reads what getset wrote
+		}
+		if mix != MixIncr {
+			for _, s := range rep.Systems {
+				pc := base
+				pc.Addr = s.Addr
+				if err := preloadKeys(ctx, pc); err != nil {
+					return nil, fmt.Errorf("%s: %w", s.Name, err)
+				}
+			}
+		}
+		for round := 1; round <= rep.Rounds; round++ {
+			for _, s := range rep.Systems {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				lc := base
+				lc.Addr, lc.CPUPids, lc.Seed = s.Addr, []int{s.Pid}, uint64(round)
+				res, err := RunProxyLoad(ctx, lc)
+				if err != nil {
+					return nil, fmt.Errorf("%s %s round %d: %w", s.Name, mix, round, err)
+				}
+				res.System, res.Round = s.Name, round
+				rep.Runs = append(rep.Runs, res)
+				if cfg.Progress != nil {
+					fmt.Fprintf(cfg.Progress, "%-7s %-10s round %d: %8.0f ops/s  p50 %.3f ms  p99 %.3f ms  p999 %.3f ms  errors %d  cpu %.1f s/Mop\n",
+						mix, s.Name, round, res.OpsPerSec, res.Latency.P50, res.Latency.P99, res.Latency.P999, res.Errors, res.CPUPerMillion(0))
+				}
+			}
+		}
+		rep.Summary = append(rep.Summary, summariseMix(mix, rep.Systems, rep.Runs))
+	}
+	return rep, nil
+}
+
+// startMcproxyForCompare builds (unless given) and starts mcproxy over the
+// pool's servers, on a free loopback port, and waits until it answers.
+func startMcproxyForCompare(ctx context.Context, cfg ProxyCompareConfig, dir string, pool TwemproxyPool) (*Proc, string, error) {
+	bin := cfg.McproxyBin
+	if bin == "" {
+		bins, err := Build(ctx, dir, "mcproxy")
+		if err != nil {
+			return nil, "", err
+		}
+		bin = bins["mcproxy"]
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, "", err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	var args []string
+	detail := "mcproxy "
+	if cfg.McproxyConfig {
+		pool.Listen = addr
+		path := filepath.Join(dir, "mcproxy.yml")
+		if err := os.WriteFile(path, []byte(pool.YAML()), 0o644); err != nil {
+			return nil, "", err
+		}
+		args = []string{"--config", path}
+		detail += "--config (same YAML as nutcracker, listen changed)"
+	} else {
+		args = []string{"--listen", addr}
+		for _, s := range pool.Servers {
+			args = append(args, "--shard", s[:len(s)-len(":1")])
+		}
+		detail += "--listen --shard x3 (its default ring and pool settings)"
+	}
+	args = append(args, cfg.McproxyArgs...)
+	p, err := StartProc(SystemMcproxy, bin, args, filepath.Join(dir, "mcproxy.log"))
+	if err != nil {
+		return nil, "", err
+	}
+	p.Addr = addr
+	if err := p.WaitReady(ctx, 5*time.Second, func() error { return Ping(addr, 200*time.Millisecond) }); err != nil {
+		p.Kill()
+		log, _ := os.ReadFile(filepath.Join(dir, "mcproxy.log"))
+		return nil, "", fmt.Errorf("%w; log: %s", err, lastLines(string(log), 5))
+	}
+	return p, detail, nil
+}
+
+func summariseMix(mix string, systems []ProxySystem, runs []*ProxyLoadResult) ProxyMixSummary {
+	ms := ProxyMixSummary{Mix: mix}
+	byName := map[string]*ProxySystemSummary{}
+	for _, s := range systems {
+		sum := ProxySystemSummary{System: s.Name}
+		hist := NewLatency()
+		var cpu, client float64
+		for _, r := range runs {
+			if r.Mix != mix || r.System != s.Name {
+				continue
+			}
+			sum.Runs++
+			sum.Ops += r.Ops
+			sum.Errors += r.Errors
+			sum.Seconds += r.Seconds
+			hist.Merge(r.hist)
+			if len(r.CPUSeconds) > 0 {
+				cpu += r.CPUSeconds[0]
+			}
+			client += r.ClientCPUSeconds
+		}
+		if sum.Runs == 0 {
+			continue
+		}
+		sum.OpsPerSec = float64(sum.Ops) / sum.Seconds
+		sum.Latency = hist.Summary()
+		if sum.Ops > 0 {
+			sum.CPUPerMillion = cpu / float64(sum.Ops) * 1e6
+			sum.ClientCPUPerMillion = client / float64(sum.Ops) * 1e6
+		}
+		ms.Systems = append(ms.Systems, sum)
+		byName[s.Name] = &ms.Systems[len(ms.Systems)-1]
+	}
+	ratio := func(a, b string) float64 {
+		x, y := byName[a], byName[b]
+		if x == nil || y == nil || y.Ops == 0 {
+			return 0
+		}
+		return float64(x.Ops) / float64(y.Ops)
+	}
+	ms.McproxyOverNutcracker = ratio(SystemMcproxy, SystemNutcracker)
+	ms.NutcrackerOverMemcached = ratio(SystemNutcracker, SystemMemcached)
+	ms.McproxyOverMemcached = ratio(SystemMcproxy, SystemMemcached)
+	if m, n := byName[SystemMcproxy], byName[SystemNutcracker]; m != nil && n != nil && n.Latency.P99 > 0 {
+		ms.McproxyP99OverNutcracker = m.Latency.P99 / n.Latency.P99
+	}
+	return ms
+}
+
+// WriteTable prints every run, then the per-mix sums and ratios.
+func (r *ProxyCompareReport) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "popbench proxy --compare  %s  %d CPUs  %d conns  %.1fs x %d rounds  %d keys\n",
+		r.Date, r.NumCPU, r.Conns, r.Seconds, r.Rounds, r.Keys)
+	for _, s := range r.Systems {
+		fmt.Fprintf(w, "  %-10s %s (pid %d): %s\n", s.Name, s.Addr, s.Pid, s.Detail)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "  note: %s\n", n)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\nmix\tsystem\tround\tops/s\tp50 ms\tp99 ms\tp999 ms\terrors\tcpu s/Mop\tclient cpu s/Mop\t")
+	for _, run := range r.Runs {
+		client := 0.0
+		if run.Ops > 0 {
+			client = run.ClientCPUSeconds / float64(run.Ops) * 1e6
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.3f\t%.3f\t%.3f\t%d\t%.2f\t%.2f\t\n", run.Mix, run.System, run.Round,
+			run.OpsPerSec, run.Latency.P50, run.Latency.P99, run.Latency.P999, run.Errors, run.CPUPerMillion(0), client)
+	}
+	fmt.Fprintln(tw, "\nmix\tsystem (all rounds)\truns\tops/s\tp50 ms\tp99 ms\tp999 ms\terrors\tcpu s/Mop\tclient cpu s/Mop\t")
+	for _, ms := range r.Summary {
+		for _, s := range ms.Systems {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.3f\t%.3f\t%.3f\t%d\t%.2f\t%.2f\t\n", ms.Mix, s.System, s.Runs,
+				s.OpsPerSec, s.Latency.P50, s.Latency.P99, s.Latency.P999, s.Errors, s.CPUPerMillion, s.ClientCPUPerMillion)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nratios of sums over rounds:")
+	for _, ms := range r.Summary {
+		fmt.Fprintf(w, "  %-7s nutcracker/memcached %s", ms.Mix, fmtRatio(ms.NutcrackerOverMemcached))
+		fmt.Fprintf(w, "  mcproxy/memcached %s", fmtRatio(ms.McproxyOverMemcached))
+		fmt.Fprintf(w, "  mcproxy/nutcracker %s (p99 %s)\n", fmtRatio(ms.McproxyOverNutcracker), fmtRatio(ms.McproxyP99OverNutcracker))
+	}
+	return nil
+}
+
+func fmtRatio(x float64) string {
+	if x == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2fx", x)
+}
