@@ -13,43 +13,52 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// Watch reloads path whenever it changes on disk until ctx ends. It
-// watches the file's directory, so editors that replace the file (rename
-// over it) and symlink swaps are seen too. Bursts of events within 50ms
-// cause one reload. An invalid file keeps the current snapshot (the error
-// is logged and kept in LastLoadError).
-func (l *Limiter) Watch(ctx context.Context, path string) error {
+// WatchFile reloads path whenever it changes on disk, until ctx ends. It
+// returns once the watch is in place (so no change after it returns is
+// missed) and reloads in a goroutine; the returned channel is closed when
+// that goroutine ends. It watches the file's directory, so editors and
+// deploy tools that replace the file (rename over it) are seen too. Bursts
+// of events within 50ms cause one reload. An invalid file keeps the current
+// snapshot (the error is logged and kept in LastLoadError).
+func (l *Limiter) WatchFile(ctx context.Context, path string) (<-chan struct{}, error) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer w.Close()
 	abs, err := filepath.Abs(path)
+	if err == nil {
+		err = w.Add(filepath.Dir(abs))
+	}
 	if err != nil {
-		return err
+		w.Close()
+		return nil, err
 	}
-	if err := w.Add(filepath.Dir(abs)); err != nil {
-		return err
-	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer w.Close()
+		l.watchLoop(ctx, w, abs)
+	}()
+	return done, nil
+}
+
+func (l *Limiter) watchLoop(ctx context.Context, w *fsnotify.Watcher, abs string) {
 	base := filepath.Base(abs)
 	var debounce <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case ev, ok := <-w.Events:
 			if !ok {
-				return nil
+				return
 			}
-			if filepath.Base(ev.Name) != base && !ev.Has(fsnotify.Create) {
-				continue
-			}
-			if ev.Has(fsnotify.Write) || ev.Has(fsnotify.Create) || ev.Has(fsnotify.Rename) || ev.Has(fsnotify.Chmod) {
+			if filepath.Base(ev.Name) == base {
 				debounce = time.After(50 * time.Millisecond)
 			}
 		case err, ok := <-w.Errors:
 			if !ok {
-				return nil
+				return
 			}
 			l.cfg.logger().Warn("policy watch error", "err", err)
 		case <-debounce:
@@ -57,7 +66,7 @@ func (l *Limiter) Watch(ctx context.Context, path string) error {
 			if _, err := os.Stat(abs); err != nil {
 				continue // mid-replace; the Create will follow
 			}
-			_ = l.LoadFile(path)
+			_ = l.LoadFile(abs)
 		}
 	}
 }

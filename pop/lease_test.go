@@ -1,0 +1,134 @@
+package pop
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/poplimit/poplimit/counter"
+)
+
+// leasePolicy: one fixed-window limit per API key, leased or not.
+func leasePolicy(lease bool, q int) string {
+	return fmt.Sprintf(`version: 1
+api_key: {header: X-API-Key}
+tiers:
+  t:
+    limits:
+      - {name: w, algorithm: fixed_window, quantity: %d, window: 1s, on_reject: refund}
+policies:
+  - name: p
+    routes: ["/"]
+    identity: [api_key]
+    tier: t
+    lease: {enabled: %v, horizon: 50ms}
+`, q, lease)
+}
+
+// admitRun drives `workers` limiters sharing one store with a client
+// sending rate req/s (spread at random over the workers) for secs seconds
+// of simulated time, plus `idle` clients sending one request per second.
+// It returns the admitted count per window of the busy client and the
+// number of store calls.
+func admitRun(t *testing.T, lease bool, q, workers int, rate float64, secs int) (perWindow, sent []int, storeCalls int64) {
+	t.Helper()
+	clk := newTestClock(t0)
+	store := newFlakyStore(clk.Now)
+	ls := make([]*Limiter, workers)
+	for i := range ls {
+		cfg := storeConfig(store)
+		cfg.WorkersPerPoP = workers
+		ls[i] = newTestLimiter(t, cfg, leasePolicy(lease, q))
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	perWindow = make([]int, secs)
+	sent = make([]int, secs)
+	step := time.Duration(float64(time.Second) / rate)
+	for at := time.Duration(0); at < time.Duration(secs)*time.Second; at += step {
+		now := t0.Add(at)
+		clk.Set(now)
+		w := ls[rng.IntN(workers)]
+		sent[int(at/time.Second)]++
+		if d := w.Decide(context.Background(), req("GET", "/", "X-API-Key", "busy"), now); d.Allowed {
+			perWindow[int(at/time.Second)]++
+		}
+	}
+	return perWindow, sent, store.calls.Load()
+}
+
+// TestLeasingAdmission measures over- and under-admission of leased vs
+// non-leased decisions: 4 workers sharing one count, one client at 2×, 1×
+// and 0.5× its 200/s fixed-window limit. Over-admission is admitted above
+// the limit in a window; under-admission is what an exact counter would
+// have admitted (min(sent, limit)) minus what was admitted.
+func TestLeasingAdmission(t *testing.T) {
+	const q, workers, secs = 200, 4, 5
+	for _, load := range []float64{2, 1, 0.5} {
+		for _, lease := range []bool{false, true} {
+			per, sent, calls := admitRun(t, lease, q, workers, load*q, secs)
+			over, under, total := 0, 0, 0
+			for i, n := range per {
+				total += sent[i]
+				over += max(0, n-q)
+				under += max(0, min(sent[i], q)-n)
+			}
+			t.Logf("load %.1f× lease=%-5v: admitted per window %v (limit %d); over %d, under %d; %d store calls for %d requests",
+				load, lease, per, q, over, under, calls, total)
+			if over != 0 {
+				t.Errorf("load %.1f× lease=%v over-admitted %d (fixed window must never exceed)", load, lease, over)
+			}
+			if !lease && under != 0 {
+				t.Errorf("load %.1f× non-leased under-admitted %d", load, under)
+			}
+			// Leases may strand at most one max batch per worker per window.
+			if lease && under > secs*workers*(q/(4*workers)) {
+				t.Errorf("load %.1f× leased under-admitted %d, more than one max batch per worker per window", load, under)
+			}
+		}
+	}
+}
+
+// TestLeasingIdleKeysStrandNothing: a key seen once a second never leases
+// more than the request itself.
+func TestLeasingIdleKeysStrandNothing(t *testing.T) {
+	clk := newTestClock(t0)
+	store := newFlakyStore(clk.Now)
+	l := newTestLimiter(t, storeConfig(store), leasePolicy(true, 100))
+	for i := 0; i < 5; i++ {
+		now := t0.Add(time.Duration(i) * time.Second)
+		clk.Set(now)
+		if d := l.Decide(context.Background(), req("GET", "/", "X-API-Key", "idle"), now); !d.Allowed || d.Binding.Result.Remaining != 99 {
+			t.Fatalf("idle request %d: %+v", i, d)
+		}
+	}
+}
+
+func TestLeaseServesLocally(t *testing.T) {
+	clk := newTestClock(t0)
+	store := newFlakyStore(clk.Now)
+	l := newTestLimiter(t, storeConfig(store), leasePolicy(true, 1000))
+	local := 0
+	for i := 0; i < 400; i++ {
+		now := t0.Add(time.Duration(i) * time.Millisecond)
+		clk.Set(now)
+		d := l.Decide(context.Background(), req("GET", "/", "X-API-Key", "hot"), now)
+		if !d.Allowed {
+			t.Fatalf("request %d rejected: %+v", i, d)
+		}
+		if d.Reason == ReasonLease {
+			local++
+		}
+	}
+	if local < 200 {
+		t.Fatalf("only %d of 400 requests at 1000/s served from leases", local)
+	}
+	for k := range store.keys {
+		if strings.Contains(k, "hot") {
+			t.Fatalf("clear key in store key %q", k)
+		}
+	}
+	_ = counter.Refund
+}

@@ -1,0 +1,101 @@
+package pop
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestWatchReloadsFileAndKeepsOldOnError(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yml")
+	if err := os.WriteFile(path, []byte(policyDoc("open")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	clk := newTestClock(t0)
+	l, err := New(storeConfig(newFlakyStore(clk.Now)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.LoadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done, err := l.WatchFile(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); <-done }()
+
+	tierOf := func() string {
+		return l.Decide(context.Background(), req("GET", "/api/a", "X-API-Key", "secret-free-key"), t0).Tier
+	}
+	// waitFor polls the snapshot (bounded): file events are asynchronous.
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// Replace the file atomically (rename over it), as deploy tools do.
+	tmp := filepath.Join(dir, "policy.yml.tmp")
+	os.WriteFile(tmp, []byte(strings.Replace(policyDoc("open"), "tier: free}", "tier: pro}", 1)), 0o644)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the pro tier", func() bool { return tierOf() == "pro" })
+
+	// An invalid file keeps the old snapshot and says why.
+	os.WriteFile(path, []byte("version: 1\ntiers: {}\n"), 0o644)
+	waitFor("the load error", func() bool { return l.LastLoadError() != nil })
+	if tierOf() != "pro" {
+		t.Fatal("invalid file replaced the snapshot")
+	}
+	if !strings.Contains(l.LastLoadError().Error(), "policy.yml:") {
+		t.Fatalf("error does not name the file: %v", l.LastLoadError())
+	}
+}
+
+func TestAdminReloadAndHealth(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yml")
+	os.WriteFile(path, []byte(policyDoc("open")), 0o644)
+	clk := newTestClock(t0)
+	l, _ := New(storeConfig(newFlakyStore(clk.Now)))
+
+	rec := httptest.NewRecorder()
+	l.HealthHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("health before load: %d", rec.Code)
+	}
+	rec = httptest.NewRecorder()
+	l.ReloadHandler(path).ServeHTTP(rec, httptest.NewRequest("GET", "/reload", nil))
+	if rec.Code != http.StatusMethodNotAllowed {
+		t.Fatalf("GET /reload: %d", rec.Code)
+	}
+	rec = httptest.NewRecorder()
+	l.ReloadHandler(path).ServeHTTP(rec, httptest.NewRequest("POST", "/reload", nil))
+	if rec.Code != 200 || !l.Loaded() {
+		t.Fatalf("POST /reload: %d %s", rec.Code, rec.Body)
+	}
+	os.WriteFile(path, []byte("nope: ["), 0o644)
+	rec = httptest.NewRecorder()
+	l.ReloadHandler(path).ServeHTTP(rec, httptest.NewRequest("POST", "/reload", nil))
+	if rec.Code != http.StatusUnprocessableEntity || !strings.Contains(rec.Body.String(), "policy.yml:") {
+		t.Fatalf("bad reload: %d %s", rec.Code, rec.Body)
+	}
+	rec = httptest.NewRecorder()
+	l.HealthHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if rec.Code != 200 {
+		t.Fatalf("health after load: %d", rec.Code)
+	}
+}
