@@ -1,0 +1,124 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/poplimit/poplimit/bench"
+)
+
+// proxyCommand is "popbench proxy": load on one memcached-protocol address,
+// or --compare: memcached direct vs nutcracker vs mcproxy, interleaved.
+func proxyCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "proxy",
+		Usage: "drive a memcached-protocol address, or compare memcached, nutcracker and mcproxy",
+		Description: `Closed-loop load (one request in flight per connection) for a set duration;
+reports ops/s, p50/p99/p999 latency (HDR histogram) and errors.
+Mixes: incr (incr, add on NOT_FOUND), getset (90% get / 10% set, 16-byte values),
+mget (4-key gets).
+
+  popbench proxy --addr 127.0.0.1:22121 --mix incr --conns 64 --duration 10s
+  popbench proxy --compare --mix incr,getset,mget --conns 64 --duration 5s --rounds 2
+
+--compare starts 3 memcached shards, Debian's nutcracker (ketama, the --hash)
+and mcproxy (built from ./cmd/mcproxy unless --mcproxy), and runs memcached
+(one shard, direct), nutcracker, mcproxy, ... for --rounds rounds per mix.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "addr", Usage: "memcached-protocol `HOST:PORT` to drive (without --compare)"},
+			&cli.StringFlag{Name: "mix", Value: "incr", Usage: "comma-separated mixes: incr, getset, mget"},
+			&cli.IntFlag{Name: "conns", Value: 64, Usage: "closed-loop connections"},
+			&cli.DurationFlag{Name: "duration", Usage: "timed phase per run", DefaultText: "10s, 5s with --compare"},
+			&cli.IntFlag{Name: "keys", Value: 10000, Usage: "key space size"},
+			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of key and operation choices"},
+			&cli.BoolFlag{Name: "no-preload", Usage: "do not set every key before getset/mget runs"},
+			&cli.BoolFlag{Name: "compare", Usage: "compare memcached direct, nutcracker and mcproxy"},
+			&cli.IntFlag{Name: "rounds", Value: 2, Usage: "interleaved rounds per mix (--compare)"},
+			&cli.StringFlag{Name: "hash", Value: "fnv1a_64", Usage: "ketama hash of the pool (--compare)"},
+			&cli.StringFlag{Name: "mcproxy", Usage: "mcproxy binary (--compare; default: go build ./cmd/mcproxy)"},
+			&cli.BoolFlag{Name: "mcproxy-config", Usage: "give mcproxy the nutcracker YAML (--config) instead of --listen/--shard"},
+			&cli.StringSliceFlag{Name: "mcproxy-arg", Usage: "extra mcproxy argument (repeatable)"},
+			&cli.BoolFlag{Name: "skip-mcproxy", Usage: "compare memcached and nutcracker only"},
+			&cli.BoolFlag{Name: "require-mcproxy", Usage: "fail when mcproxy cannot be built or started"},
+			&cli.StringFlag{Name: "dir", Usage: "keep configs and logs in `DIR` (default: a removed temp dir)"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
+		},
+		Action: runProxyCommand,
+	}
+}
+
+func runProxyCommand(c *cli.Context) error {
+	mixes := strings.Split(c.String("mix"), ",")
+	out := c.App.Writer
+	if out == nil {
+		out = os.Stdout
+	}
+	if c.Bool("compare") {
+		if c.IsSet("addr") {
+			return errors.New("popbench proxy: --addr and --compare are exclusive")
+		}
+		var progress io.Writer = c.App.ErrWriter
+		if progress == nil {
+			progress = os.Stderr
+		}
+		rep, err := bench.RunProxyCompare(c.Context, bench.ProxyCompareConfig{
+			Mixes: mixes, Conns: c.Int("conns"), Duration: c.Duration("duration"),
+			Rounds: c.Int("rounds"), Keys: c.Int("keys"), Hash: c.String("hash"),
+			McproxyBin: c.String("mcproxy"), McproxyConfig: c.Bool("mcproxy-config"),
+			McproxyArgs: c.StringSlice("mcproxy-arg"), SkipMcproxy: c.Bool("skip-mcproxy"),
+			RequireMcproxy: c.Bool("require-mcproxy"), Dir: c.String("dir"), Progress: progress,
+		})
+		if err != nil {
+			return err
+		}
+		if c.Bool("json") {
+			return proxyWriteJSON(out, rep)
+		}
+		return rep.WriteTable(out)
+	}
+	if c.String("addr") == "" {
+		return errors.New("popbench proxy: --addr HOST:PORT or --compare is required")
+	}
+	var results []*bench.ProxyLoadResult
+	for _, mix := range mixes {
+		res, err := bench.RunProxyLoad(c.Context, bench.ProxyLoadConfig{
+			Addr: c.String("addr"), Mix: mix, Conns: c.Int("conns"), Duration: c.Duration("duration"),
+			Keys: c.Int("keys"), Seed: c.Uint64("seed"), NoPreload: c.Bool("no-preload"),
+		})
+		if err != nil {
+			return err
+		}
+		results = append(results, res)
+	}
+	if c.Bool("json") {
+		return proxyWriteJSON(out, results)
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "addr\tmix\tconns\tseconds\tops/s\tp50 ms\tp99 ms\tp999 ms\terrors\thits\tmisses\t")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.0f\t%.3f\t%.3f\t%.3f\t%d\t%d\t%d\t\n", r.Addr, r.Mix, r.Conns, r.Seconds,
+			r.OpsPerSec, r.Latency.P50, r.Latency.P99, r.Latency.P999, r.Errors, r.Hits, r.Misses)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range results {
+		if r.FirstError != "" {
+			fmt.Fprintf(out, "%s: first error: %s\n", r.Mix, r.FirstError)
+		}
+	}
+	return nil
+}
+
+func proxyWriteJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
