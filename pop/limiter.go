@@ -103,6 +103,54 @@ func New(cfg Config) (*Limiter, error) {
 	return l, nil
 }
 
+// sweeper is implemented by counter's limiters: drop state idle for a
+// whole window.
+type sweeper interface{ Sweep(now time.Time) }
+
+// Sweep drops idle per-key state of every limiter of the current snapshot
+// (local pre-filter and fail-mode budgets, shared limiters' window caches).
+// Run calls it periodically.
+func (l *Limiter) Sweep(now time.Time) {
+	s := l.snap.Load()
+	if s == nil {
+		return
+	}
+	if sw, ok := s.prefilter.(sweeper); ok {
+		sw.Sweep(now)
+	}
+	for _, p := range s.policies {
+		for _, rs := range p.tiers {
+			for _, r := range rs.limits {
+				for _, a := range []counter.Allower{r.shared, r.local} {
+					if c, ok := a.(costAllower); ok {
+						a = c.Allower
+					}
+					if sw, ok := a.(sweeper); ok {
+						sw.Sweep(now)
+					}
+				}
+			}
+		}
+	}
+}
+
+// Run sweeps idle state every interval (default 10s) until ctx ends.
+func (l *Limiter) Run(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			l.Sweep(l.clock())
+		}
+	}
+}
+
 // Breaker exposes the store circuit breaker (for health endpoints).
 func (l *Limiter) Breaker() *Breaker { return l.breaker }
 
