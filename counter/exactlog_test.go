@@ -1,8 +1,13 @@
-package counter
+package counter_test
 
-import "time"
+import (
+	"time"
 
-// ExactLog is the exact sliding log: the reference the sliding window
+	"github.com/poplimit/poplimit/counter"
+)
+
+// ExactLog is the exact sliding log (test support; bench has its own
+// SlidingLog): the reference the sliding window
 // counter is measured against (tests, `popbench accuracy`). For each key it
 // keeps every counted request of the last window, so a request of n units
 // at now passes iff the units counted in (now − Window, now] plus n are at
@@ -12,7 +17,7 @@ import "time"
 // Not safe for concurrent use; memory grows with the requests in a window.
 // Calls for one key must come in non-decreasing order of now.
 type ExactLog struct {
-	l    Limit
+	l    counter.Limit
 	logs map[string]*exactLog
 }
 
@@ -24,7 +29,7 @@ type exactLog struct {
 
 // NewExactLog returns an empty log for l (Quantity, Window, OnReject are
 // used; the algorithm is ignored).
-func NewExactLog(l Limit) *ExactLog {
+func NewExactLog(l counter.Limit) *ExactLog {
 	return &ExactLog{l: l, logs: make(map[string]*exactLog)}
 }
 
@@ -34,7 +39,7 @@ func (x *ExactLog) Count(key string, now time.Time) int64 {
 	if lg == nil {
 		return 0
 	}
-	x.expire(lg, unixMs(now))
+	x.expire(lg, now.UnixMilli())
 	return lg.sum
 }
 
@@ -58,10 +63,10 @@ func (x *ExactLog) AllowN(key string, now time.Time, n int64) bool {
 		lg = &exactLog{}
 		x.logs[key] = lg
 	}
-	ms := unixMs(now)
+	ms := now.UnixMilli()
 	x.expire(lg, ms)
 	ok := lg.sum+n <= x.l.Quantity
-	if ok || x.l.OnReject == Count {
+	if ok || x.l.OnReject == counter.Count {
 		lg.at = append(lg.at, ms)
 		lg.n = append(lg.n, n)
 		lg.sum += n

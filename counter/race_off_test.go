@@ -1,0 +1,5 @@
+//go:build !race
+
+package counter_test
+
+const raceEnabled = false
