@@ -107,8 +107,9 @@ func GenerateAccuracy(c AccuracyTraceConfig) (*Trace, error) {
 // AccuracyConfig configures MeasureAccuracy. Zero means default.
 type AccuracyConfig struct {
 	// Servers are the PoP's proxies; empty means an in-memory store (no
-	// PoP).
+	// PoP). Direct: they are shards, each worker uses all of them.
 	Servers []string
+	Direct  bool
 	// Workers is the number of in-process workers; default 4. Requests of
 	// one source go to the workers in turn (each has its own client and
 	// cache), one at a time, so the decisions are reproducible.
@@ -198,7 +199,7 @@ func MeasureAccuracy(ctx context.Context, name string, tr *Trace, cfg AccuracyCo
 		par = 8
 	}
 	route := tr.Routes[0]
-	in, err := NewInproc(tr.Routes, InprocConfig{Servers: cfg.Servers, Workers: workers, Algorithm: cfg.Algorithm,
+	in, err := NewInproc(tr.Routes, InprocConfig{Servers: cfg.Servers, Direct: cfg.Direct, Workers: workers, Algorithm: cfg.Algorithm,
 		Precision: cfg.Precision, OnReject: cfg.OnReject})
 	if err != nil {
 		return nil, err

@@ -43,6 +43,8 @@ type Record struct {
 	Sent    time.Duration
 	Latency time.Duration
 	Client  int32
+	// Worker is the index passed to Target.Do.
+	Worker  int32
 	Outcome Outcome
 }
 
@@ -98,10 +100,11 @@ func ReplayTrace(ctx context.Context, tr *Trace, target Target, cfg ReplayConfig
 				req := tr.Requests[j.i]
 				c := &tr.Clients[req.Client]
 				t0 := time.Now()
-				o := target.Do(ctx, j.i%target.Workers(), c, &tr.Routes[c.Route])
+				w := j.i % target.Workers()
+				o := target.Do(ctx, w, c, &tr.Routes[c.Route])
 				lat := time.Since(t0)
 				h.Record(lat)
-				recs[j.i] = Record{Sent: j.sent, Latency: lat, Client: req.Client, Outcome: o}
+				recs[j.i] = Record{Sent: j.sent, Latency: lat, Client: req.Client, Worker: int32(w), Outcome: o}
 				sent[j.i] = true
 				finished.Add(1)
 			}
@@ -227,10 +230,7 @@ func (r *Replay) Totals() [numOutcomes]int64 {
 // requests sent in [b·bucket, (b+1)·bucket). Only requests of clients for
 // which keep returns true count (nil keeps all).
 func (r *Replay) Series(bucket time.Duration, keep func(client int32) bool) [][numOutcomes]int64 {
-	n := int(r.Trace.Duration/bucket) + 1
-	if end := r.Elapsed; int(end/bucket)+1 > n {
-		n = int(end/bucket) + 1
-	}
+	n := max(1, int((r.Trace.Duration+bucket-1)/bucket))
 	out := make([][numOutcomes]int64, n)
 	for _, rec := range r.Records {
 		if keep != nil && !keep(rec.Client) {

@@ -14,9 +14,11 @@ import (
 // have, without HTTP. Zero means default.
 type InprocConfig struct {
 	// Servers are the memcached-protocol addresses (proxies); worker i uses
-	// Servers[i mod len]. Empty means one in-memory store shared by all
-	// workers (no network).
+	// Servers[i mod len], or all of them when Direct. Empty means one
+	// in-memory store shared by all workers (no network).
 	Servers []string
+	// Direct: the servers are shards, every worker uses all of them.
+	Direct bool
 	// Workers is the number of workers; default 4.
 	Workers int
 	// Skew is each worker's clock offset (worker i uses Skew[i mod len]);
@@ -25,7 +27,8 @@ type InprocConfig struct {
 	// Timeout is the store timeout; default 1s (long enough for a
 	// cross-region store).
 	Timeout time.Duration
-	// Algorithm, Precision and OnReject apply to every route's limit.
+	// Algorithm, Precision and OnReject apply to every route's limit (a
+	// Refund route refunds whatever OnReject says).
 	Algorithm counter.Algorithm
 	Precision int
 	OnReject  counter.OnReject
@@ -65,17 +68,25 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 	for i := 0; i < n; i++ {
 		st := shared
 		if st == nil {
+			servers := []string{cfg.Servers[i%len(cfg.Servers)]}
+			if cfg.Direct {
+				servers = cfg.Servers
+			}
 			st = counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
-				Servers: []string{cfg.Servers[i%len(cfg.Servers)]}, Timeout: timeout}))
+				Servers: servers, Timeout: timeout}))
 		}
 		w := &inprocWorker{store: counter.NewCountingStore(st), limiters: map[string]*counter.Limiter{}}
 		if len(cfg.Skew) > 0 {
 			w.skew = cfg.Skew[i%len(cfg.Skew)]
 		}
 		for _, r := range routes {
+			onReject := cfg.OnReject
+			if r.Refund {
+				onReject = counter.Refund
+			}
 			lim, err := counter.New(w.store, counter.Limit{
 				Name: r.Path, Algorithm: cfg.Algorithm, Quantity: r.Quantity, Window: r.Window,
-				Burst: cfg.Burst, OnReject: cfg.OnReject, Precision: cfg.Precision,
+				Burst: cfg.Burst, OnReject: onReject, Precision: cfg.Precision,
 			})
 			if err != nil {
 				return nil, fmt.Errorf("bench: limiter for %s: %w", r.Path, err)

@@ -42,7 +42,9 @@ type PoPConfig struct {
 	// Shards is the number of store shards; default 3.
 	Shards int
 	// Proxies is the number of mcproxy processes; default 1. Edge worker i
-	// talks to proxy i mod Proxies.
+	// talks to proxy i mod Proxies. Negative means none: workers talk to
+	// the shards directly (gomemcache's own key hashing; real memcached
+	// only).
 	Proxies int
 	// Edges is the number of `edge` worker processes; default 0 (the
 	// benchmark then drives the PoP with in-process workers).
@@ -80,7 +82,7 @@ func (c PoPConfig) withDefaults() PoPConfig {
 	if c.Shards <= 0 {
 		c.Shards = 3
 	}
-	if c.Proxies <= 0 {
+	if c.Proxies == 0 {
 		c.Proxies = 1
 	}
 	if c.WorkersPerPoP <= 0 {
@@ -181,6 +183,18 @@ func (p *PoP) ProxyAddrs() []string {
 	return out
 }
 
+// StoreServers returns the memcached-protocol servers worker i talks to:
+// its proxy, or every shard when the PoP has no proxy (direct = true).
+func (p *PoP) StoreServers(i int) (servers []string, direct bool) {
+	if len(p.Proxies) == 0 {
+		for _, s := range p.Shards {
+			servers = append(servers, s.Addr)
+		}
+		return servers, true
+	}
+	return []string{p.Proxies[i%len(p.Proxies)].Addr}, false
+}
+
 // EdgeURLs returns the base URLs of the edge workers.
 func (p *PoP) EdgeURLs() []string {
 	out := make([]string, len(p.Edges))
@@ -203,8 +217,11 @@ func (p *PoP) Describe() string {
 // and waits until each answers. On error everything started is stopped.
 func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 	cfg = cfg.withDefaults()
-	if cfg.Dir == "" || cfg.Bins.MCProxy == "" {
-		return nil, errors.New("bench: PoPConfig needs Dir and Bins.MCProxy")
+	if cfg.Dir == "" {
+		return nil, errors.New("bench: PoPConfig needs Dir")
+	}
+	if cfg.Bins.MCProxy == "" && (cfg.Proxies > 0 || cfg.Store == StoreEmbedded) {
+		return nil, fmt.Errorf("%w: mcproxy is needed for proxies and embedded shards", ErrNotBuilt)
 	}
 	if cfg.Edges > 0 && (cfg.Bins.Edge == "" || cfg.Upstream == "" || len(cfg.Policy) == 0) {
 		return nil, errors.New("bench: edge workers need Bins.Edge, Upstream and Policy")
@@ -273,13 +290,16 @@ func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 			return nil, err
 		}
 		admin := "127.0.0.1:" + strconv.Itoa(adminPort)
-		proxy := p.Proxies[i%len(p.Proxies)].Addr
+		servers, _ := p.StoreServers(i)
 		name := fmt.Sprintf("edge-%d", i)
 		pr, err := startServing(ctx, name, cfg.Bins.Edge, logf(name),
 			func(addr string) []string {
-				return append([]string{"--listen", addr, "--upstream", cfg.Upstream, "--memcached", proxy,
-					"--policy", p.PolicyFile, "--admin", admin, "--workers-per-pop", strconv.Itoa(cfg.WorkersPerPoP)},
-					cfg.EdgeArgs...)
+				args := []string{"--listen", addr, "--upstream", cfg.Upstream}
+				for _, s := range servers {
+					args = append(args, "--memcached", s)
+				}
+				return append(append(args, "--policy", p.PolicyFile, "--admin", admin,
+					"--workers-per-pop", strconv.Itoa(cfg.WorkersPerPoP)), cfg.EdgeArgs...)
 			},
 			func(addr string) error { return httpUp("http://" + admin + "/healthz") })
 		if err != nil {

@@ -62,6 +62,10 @@ type Route struct {
 	Window   time.Duration
 	// FailClosed rejects (503) when the store is down; else fail open.
 	FailClosed bool
+	// Refund: rejected requests consume nothing (counter.Refund); else they
+	// count (counter.Count, Cloudflare's behaviour: an abuser stays
+	// blocked while it keeps sending).
+	Refund bool
 }
 
 // Rate returns the limit as requests per second.

@@ -1,0 +1,155 @@
+package bench
+
+import (
+	"fmt"
+	"image/color"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// Charts are written as PNG or SVG, chosen by the file extension.
+
+const chartW, chartH = 8 * vg.Inch, 4 * vg.Inch
+
+// ClientSeries is one client's admitted rate over time, for
+// ChartAdmitted.
+type ClientSeries struct {
+	Label string
+	Limit float64   // per second
+	Rate  []float64 // admitted per second, one value per bucket
+}
+
+// AdmittedSeries returns the admitted rate per bucket of each chosen client.
+func AdmittedSeries(r *Replay, clients []int, bucket time.Duration) []ClientSeries {
+	out := make([]ClientSeries, 0, len(clients))
+	for _, ci := range clients {
+		c := r.Trace.Clients[ci]
+		rt := r.Trace.Routes[c.Route]
+		s := r.Series(bucket, func(id int32) bool { return int(id) == ci })
+		cs := ClientSeries{Label: fmt.Sprintf("%s (%.1f× offered)", c.ID, c.Multiple), Limit: rt.Rate()}
+		for _, b := range s {
+			cs.Rate = append(cs.Rate, float64(b[Admitted])/bucket.Seconds())
+		}
+		out = append(out, cs)
+	}
+	return out
+}
+
+// ChartAdmitted draws admitted rate vs limit over time per client.
+func ChartAdmitted(path string, series []ClientSeries, bucket time.Duration) error {
+	p := plot.New()
+	p.Title.Text = "Admitted rate vs limit, per client"
+	p.X.Label.Text = "time (s)"
+	p.Y.Label.Text = "admitted requests/s"
+	p.Legend.Top = true
+	limits := map[float64]bool{}
+	for i, s := range series {
+		pts := make(plotter.XYs, len(s.Rate))
+		for j, v := range s.Rate {
+			pts[j] = plotter.XY{X: float64(j) * bucket.Seconds(), Y: v}
+		}
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return err
+		}
+		l.Color = plotutil.Color(i)
+		l.Width = vg.Points(1.5)
+		p.Add(l)
+		p.Legend.Add(s.Label, l)
+		if !limits[s.Limit] && len(s.Rate) > 0 {
+			limits[s.Limit] = true
+			ll, _ := plotter.NewLine(plotter.XYs{{X: 0, Y: s.Limit}, {X: float64(len(s.Rate)) * bucket.Seconds(), Y: s.Limit}})
+			ll.Color = color.Gray{Y: 80}
+			ll.Dashes = []vg.Length{vg.Points(6), vg.Points(4)}
+			p.Add(ll)
+			p.Legend.Add(fmt.Sprintf("limit %.0f/s", s.Limit), ll)
+		}
+	}
+	return p.Save(chartW, chartH, path)
+}
+
+// ChartCDF draws latency CDFs (log-scale milliseconds), one line per name.
+func ChartCDF(path, title string, names []string, lats []*Latency) error {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "latency (ms, log scale)"
+	p.Y.Label.Text = "fraction of requests ≤ x"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Legend.Left, p.Legend.Top = true, true
+	for i, lat := range lats {
+		cdf := lat.CDF()
+		if len(cdf) == 0 {
+			continue
+		}
+		pts := make(plotter.XYs, len(cdf))
+		for j, c := range cdf {
+			pts[j] = plotter.XY{X: max(0.001, float64(c.Value)/float64(time.Millisecond)), Y: c.Fraction}
+		}
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return err
+		}
+		l.Color = plotutil.Color(i)
+		l.Width = vg.Points(1.5)
+		p.Add(l)
+		p.Legend.Add(names[i], l)
+	}
+	return p.Save(chartW, chartH, path)
+}
+
+// Span is a labelled interval of a timeline (a fault being active).
+type Span struct {
+	Label    string        `json:"label"`
+	From, To time.Duration `json:"-"`
+	// FromS, ToS mirror From and To in seconds for JSON.
+	FromS float64 `json:"from_s"`
+	ToS   float64 `json:"to_s"`
+}
+
+// ChartTimeline draws requests per second by outcome over time, with the
+// spans marked as vertical lines.
+func ChartTimeline(path, title string, series [][numOutcomes]int64, bucket time.Duration, spans []Span) error {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "time (s)"
+	p.Y.Label.Text = "requests/s"
+	p.Legend.Top = true
+	top := 1.0
+	for o := Outcome(0); o < numOutcomes; o++ {
+		pts := make(plotter.XYs, len(series))
+		for i, b := range series {
+			v := float64(b[o]) / bucket.Seconds()
+			top = max(top, v)
+			pts[i] = plotter.XY{X: float64(i) * bucket.Seconds(), Y: v}
+		}
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return err
+		}
+		l.Color = plotutil.Color(int(o))
+		l.Width = vg.Points(1.2)
+		p.Add(l)
+		p.Legend.Add(o.String(), l)
+	}
+	for i, s := range spans {
+		for j, at := range []time.Duration{s.From, s.To} {
+			l, _ := plotter.NewLine(plotter.XYs{{X: at.Seconds(), Y: 0}, {X: at.Seconds(), Y: top}})
+			l.Color = color.RGBA{R: 200, A: 255}
+			l.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
+			p.Add(l)
+			if j == 0 {
+				lbl, err := plotter.NewLabels(plotter.XYLabels{
+					XYs: []plotter.XY{{X: at.Seconds(), Y: top * (0.95 - 0.07*float64(i%4))}}, Labels: []string{s.Label}})
+				if err == nil {
+					p.Add(lbl)
+				}
+			}
+		}
+	}
+	return p.Save(chartW, chartH, path)
+}

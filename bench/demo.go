@@ -1,0 +1,229 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/poplimit/poplimit/counter"
+)
+
+// DemoConfig configures RunDemo. Zero means default.
+type DemoConfig struct {
+	// Duration of the traffic; default 20s.
+	Duration time.Duration
+	// Seed of the workload; default 1.
+	Seed uint64
+	// Shards, Proxies, Workers of the PoP; default 3, 1, 4.
+	Shards, Proxies, Workers int
+	// OutDir receives the report and charts; default "out".
+	OutDir string
+	// Algorithm of the limits; default sliding window.
+	Algorithm counter.Algorithm
+	// Progress is called with requests done and the total.
+	Progress func(done, total int)
+	// Concurrency of the load generator; default 64.
+	Concurrency int
+}
+
+func (c DemoConfig) withDefaults() DemoConfig {
+	if c.Duration <= 0 {
+		c.Duration = 20 * time.Second
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	if c.Shards <= 0 {
+		c.Shards = 3
+	}
+	if c.Proxies == 0 {
+		c.Proxies = 1
+	}
+	if c.Workers <= 0 {
+		c.Workers = 4
+	}
+	if c.OutDir == "" {
+		c.OutDir = "out"
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 64
+	}
+	return c
+}
+
+// DemoResult is what the demo shows and writes.
+type DemoResult struct {
+	PoP           string           `json:"pop"`
+	Store         StoreKind        `json:"store"`
+	WorkerKind    string           `json:"workers"`
+	Algorithm     string           `json:"algorithm"`
+	Seconds       float64          `json:"seconds"`
+	Requests      int              `json:"requests"`
+	Throughput    float64          `json:"throughput_per_s"`
+	Latency       Summary          `json:"latency"`
+	Outcomes      map[string]int64 `json:"outcomes"`
+	RoundTrips    float64          `json:"store_roundtrips_per_decision"`
+	RoundTripsHow string           `json:"roundtrips_source"`
+	LagMs         float64          `json:"generator_lag_ms"`
+	Clients       []ClientStats    `json:"clients"`
+	Report        string           `json:"report"`
+	Charts        []string         `json:"charts"`
+	UpstreamHits  int64            `json:"upstream_hits"`
+}
+
+// RunDemo launches a PoP (3 shards, 1 proxy, 4 workers, an upstream), runs
+// the mixed workload (legitimate users, abusive users, a window-boundary
+// attacker, a credential-stuffing botnet on the fail-closed login route)
+// through it, and writes a report with charts to OutDir.
+func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error) {
+	cfg = cfg.withDefaults()
+	tr, err := Generate(WorkloadConfig{
+		Seed: cfg.Seed, Duration: cfg.Duration, Legit: 8, Abusive: 2, Stuffers: 4, LegitMax: 0.5,
+		API:   Route{Path: "/api", Quantity: 50, Window: time.Second, Refund: true},
+		Login: Route{Path: "/login", Quantity: 5, Window: time.Second, FailClosed: true},
+	})
+	if err != nil {
+		return nil, err
+	}
+	p, err := env.Launch(ctx, PoPConfig{Name: "demo", Shards: cfg.Shards, Proxies: cfg.Proxies,
+		Edges: cfg.Workers, WorkersPerPoP: cfg.Workers, Policy: PolicyYAML(tr.Routes, cfg.Algorithm, 1),
+		// A shared 2-core machine misses the 20ms default now and then.
+		EdgeArgs: []string{"--store-deadline", "100ms"}})
+	if err != nil {
+		return nil, err
+	}
+	target, in, err := env.Workers(p, tr.Routes, cfg.Workers, cfg.Concurrency, InprocConfig{Algorithm: cfg.Algorithm})
+	if err != nil {
+		return nil, err
+	}
+	before, how := storeCommands(p, in)
+	hits0 := env.Upstream.Hits()
+	env.Logf("replaying %d requests from %d clients over %v", len(tr.Requests), len(tr.Clients), cfg.Duration)
+	rep := ReplayTrace(ctx, tr, target, ReplayConfig{Concurrency: cfg.Concurrency, Progress: cfg.Progress})
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	after, _ := storeCommands(p, in)
+	res := &DemoResult{
+		PoP: p.Describe(), Store: p.Store, WorkerKind: workerKind(p), Algorithm: AlgorithmName(cfg.Algorithm),
+		Seconds: rep.Elapsed.Seconds(), Requests: len(rep.Records),
+		Throughput: float64(len(rep.Records)) / rep.Elapsed.Seconds(),
+		Latency:    rep.Latency.Summary(), Outcomes: map[string]int64{},
+		LagMs:   float64(rep.Lag) / float64(time.Millisecond),
+		Clients: rep.PerClient(), RoundTripsHow: how,
+		UpstreamHits: env.Upstream.Hits() - hits0,
+	}
+	for o, n := range rep.Totals() {
+		res.Outcomes[Outcome(o).String()] = n
+	}
+	if len(rep.Records) > 0 && after >= before {
+		res.RoundTrips = float64(after-before) / float64(len(rep.Records))
+	}
+	if err := res.writeReport(cfg.OutDir, rep); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+func workerKind(p *PoP) string {
+	if len(p.Edges) > 0 {
+		return "edge processes (HTTP)"
+	}
+	return "in-process workers"
+}
+
+// storeCommands counts store commands so far: the in-process workers' own
+// count, else the shards' stats (memcached counts a multi-get once per
+// key).
+func storeCommands(p *PoP, in *Inproc) (int64, string) {
+	if in != nil {
+		return in.StoreStats().RoundTrips(), "workers' store calls"
+	}
+	var n int64
+	for _, s := range p.Shards {
+		st, err := ServerStats(s.Direct, time.Second)
+		if err != nil {
+			return -1, "unavailable"
+		}
+		n += StoreCommands(st)
+	}
+	return n, "shard stats (commands; a multi-get counts per key)"
+}
+
+// Tables returns the human view of the result.
+func (r *DemoResult) Tables() []*Table {
+	clients := &Table{Title: "Per client: offered vs admitted vs limit",
+		Header: []string{"client", "kind", "route", "limit/s", "offered/s", "admitted/s", "rejected", "503", "failed"}}
+	for _, c := range r.Clients {
+		clients.Add(c.ID, c.Kind, c.Route, c.Limit, c.OfferedRate, c.AdmittedRate, c.Rejected, c.Unavailable, c.Failed)
+	}
+	sum := &Table{Title: "Whole run", Header: []string{"requests", "throughput/s", "p50 ms", "p99 ms", "p999 ms",
+		"admitted", "rejected", "503", "failed", "store ops/decision"}}
+	sum.Add(r.Requests, r.Throughput, r.Latency.P50, r.Latency.P99, r.Latency.P999,
+		r.Outcomes["admitted"], r.Outcomes["rejected"], r.Outcomes["unavailable"], r.Outcomes["failed"], r.RoundTrips)
+	return []*Table{clients, sum}
+}
+
+// chartClients picks the clients worth a line: the busiest legitimate one,
+// every abusive one, the boundary attacker and one stuffer.
+func chartClients(tr *Trace) []int {
+	var out []int
+	stuffer := false
+	busiest := -1
+	for i, c := range tr.Clients {
+		switch c.Kind {
+		case Legit:
+			if busiest < 0 || c.Multiple > tr.Clients[busiest].Multiple {
+				busiest = i
+			}
+		case Abusive, BoundaryAttacker:
+			out = append(out, i)
+		case Stuffer:
+			if !stuffer {
+				out = append(out, i)
+				stuffer = true
+			}
+		}
+	}
+	if busiest >= 0 {
+		out = append([]int{busiest}, out...)
+	}
+	return out
+}
+
+func (r *DemoResult) writeReport(dir string, rep *Replay) error {
+	bucket := time.Second
+	admitted := filepath.Join(dir, "demo-admitted.png")
+	cdf := filepath.Join(dir, "demo-latency-cdf.png")
+	timeline := filepath.Join(dir, "demo-timeline.png")
+	if err := mkdir(dir); err != nil {
+		return err
+	}
+	if err := ChartAdmitted(admitted, AdmittedSeries(rep, chartClients(rep.Trace), bucket), bucket); err != nil {
+		return fmt.Errorf("bench: chart: %w", err)
+	}
+	if err := ChartCDF(cdf, "Decision latency through the PoP (client side)", []string{"all requests"}, []*Latency{rep.Latency}); err != nil {
+		return fmt.Errorf("bench: chart: %w", err)
+	}
+	if err := ChartTimeline(timeline, "Requests by outcome", rep.Series(500*time.Millisecond, nil), 500*time.Millisecond, nil); err != nil {
+		return fmt.Errorf("bench: chart: %w", err)
+	}
+	r.Charts = []string{admitted, cdf, timeline}
+	rp := &Report{Title: "popbench demo"}
+	rp.Para("%s; %s; %s algorithm. %d requests in %.1fs (%.0f/s), p50 %.2f ms, p99 %.2f ms; %.2f store operations per decision (%s). Generated %s.",
+		r.PoP, r.WorkerKind, r.Algorithm, r.Requests, r.Seconds, r.Throughput, r.Latency.P50, r.Latency.P99, r.RoundTrips, r.RoundTripsHow,
+		time.Now().UTC().Format(time.RFC3339))
+	rp.Para("What to look for: legitimate users stay under their limit and are not rejected; abusive users on /api (refund mode) are held at their limit; the boundary attacker's double bursts around window edges are cut to one allowance; the credential-stuffing sources on /login (count mode: rejected attempts count too) are locked out after their first allowance for as long as they keep trying, and /login fails closed (503) when the store is unreachable.")
+	tabs := r.Tables()
+	sort.SliceStable(tabs[0].Rows, func(i, j int) bool { return tabs[0].Rows[i][1] < tabs[0].Rows[j][1] })
+	for _, t := range tabs {
+		rp.Table(t)
+	}
+	rp.Image("admitted rate vs limit per client", filepath.Base(admitted))
+	rp.Image("latency CDF", filepath.Base(cdf))
+	rp.Image("requests by outcome over time", filepath.Base(timeline))
+	r.Report = filepath.Join(dir, "demo.md")
+	return rp.Write(r.Report)
+}

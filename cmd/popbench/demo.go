@@ -1,0 +1,54 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/poplimit/poplimit/bench"
+)
+
+func demoCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "demo",
+		Usage: "launch a PoP (3 shards, 1 mcproxy, 4 edge workers, an upstream), run a mixed workload, report",
+		Flags: commonFlags(
+			&cli.DurationFlag{Name: "duration", Usage: "traffic duration", Value: 20 * time.Second},
+			&cli.Uint64Flag{Name: "seed", Usage: "workload seed", Value: 1},
+			&cli.IntFlag{Name: "shards", Value: 3},
+			&cli.IntFlag{Name: "proxies", Value: 1},
+			&cli.IntFlag{Name: "workers", Value: 4},
+			&cli.StringFlag{Name: "algorithm", Usage: "sliding, fixed or token", Value: "sliding"},
+		),
+		Action: func(c *cli.Context) error {
+			alg, err := bench.ParseAlgorithm(c.String("algorithm"))
+			if err != nil {
+				return err
+			}
+			env, err := newEnv(c, true)
+			if err != nil {
+				return err
+			}
+			defer env.Close()
+			prog, done := progress(c, "traffic")
+			res, err := bench.RunDemo(c.Context, env, bench.DemoConfig{
+				Duration: c.Duration("duration"), Seed: c.Uint64("seed"), Shards: c.Int("shards"),
+				Proxies: c.Int("proxies"), Workers: c.Int("workers"), OutDir: c.String("out"),
+				Algorithm: alg, Progress: prog,
+			})
+			done()
+			if err != nil {
+				return err
+			}
+			if err := output(c, res, res.Tables()); err != nil {
+				return err
+			}
+			if !c.Bool("json") {
+				fmt.Fprintf(os.Stdout, "\n%s\nreport: %s\n", res.PoP, res.Report)
+			}
+			return nil
+		},
+	}
+}

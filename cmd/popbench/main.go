@@ -1,0 +1,116 @@
+// Command popbench launches PoPs (memcached shards, mcproxy, edge workers)
+// on loopback, drives seeded workloads through them and reports what
+// happened: `popbench demo` (what `make demo` runs), load, accuracy,
+// faults, pops, central. Every subcommand prints a table, or JSON with
+// --json. Wiring only: the engine is package bench.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/urfave/cli/v2"
+
+	"github.com/poplimit/poplimit/bench"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	app := &cli.App{
+		Name:     "popbench",
+		Usage:    "run a whole PoP on loopback, show it working, measure it",
+		Commands: commands(),
+	}
+	if err := app.RunContext(ctx, os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "popbench:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+// commands lists the subcommands (proxy is in proxy.go).
+func commands() []*cli.Command {
+	return []*cli.Command{demoCommand(), loadCommand(), accuracyCommand(), faultsCommand(),
+		popsCommand(), centralCommand(), proxyCommand()}
+}
+
+// commonFlags are accepted by every subcommand.
+func commonFlags(extra ...cli.Flag) []cli.Flag {
+	return append([]cli.Flag{
+		&cli.BoolFlag{Name: "json", Usage: "print JSON instead of tables"},
+		&cli.StringFlag{Name: "store", Usage: "shards: memcached, embedded (mcproxy's in-process shards) or auto", Value: "auto"},
+		&cli.StringFlag{Name: "out", Usage: "directory for reports and charts", Value: "out"},
+		&cli.BoolFlag{Name: "quiet", Usage: "no status lines or progress bar"},
+	}, extra...)
+}
+
+func storeKind(c *cli.Context) (bench.StoreKind, error) {
+	switch s := c.String("store"); s {
+	case "auto", "":
+		return bench.StoreAuto, nil
+	case "memcached":
+		return bench.StoreMemcached, nil
+	case "embedded":
+		return bench.StoreEmbedded, nil
+	default:
+		return "", fmt.Errorf("--store %q: want memcached, embedded or auto", s)
+	}
+}
+
+// logOut is where status lines and progress go: stderr, or nowhere with
+// --quiet.
+func logOut(c *cli.Context) io.Writer {
+	if c.Bool("quiet") {
+		return io.Discard
+	}
+	return os.Stderr
+}
+
+func newEnv(c *cli.Context, edge bool) (*bench.Env, error) {
+	kind, err := storeKind(c)
+	if err != nil {
+		return nil, err
+	}
+	return bench.NewEnv(c.Context, bench.EnvConfig{Edge: edge, Log: logOut(c), Store: kind})
+}
+
+// progress returns a progress callback drawing a bar on stderr, and a
+// function to finish it.
+func progress(c *cli.Context, what string) (func(done, total int), func()) {
+	if c.Bool("quiet") {
+		return nil, func() {}
+	}
+	var bar *progressbar.ProgressBar
+	return func(done, total int) {
+			if bar == nil {
+				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr),
+					progressbar.OptionSetDescription(what), progressbar.OptionShowCount(),
+					progressbar.OptionShowIts(), progressbar.OptionSetItsString("req"),
+					progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionSetWidth(30))
+			}
+			_ = bar.Set(done)
+		}, func() {
+			if bar != nil {
+				_ = bar.Finish()
+				fmt.Fprintln(os.Stderr)
+			}
+		}
+}
+
+// output prints v as JSON with --json, else its tables.
+func output(c *cli.Context, v any, tables []*bench.Table) error {
+	if c.Bool("json") {
+		return bench.WriteJSON(os.Stdout, v)
+	}
+	for _, t := range tables {
+		t.Text(os.Stdout)
+	}
+	return nil
+}
