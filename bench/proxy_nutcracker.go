@@ -40,6 +40,10 @@ type TwemproxyPool struct {
 	// AutoEjectHosts is written as "auto_eject_hosts:" (always, so false
 	// is explicit).
 	AutoEjectHosts bool
+	// ServerRetryTimeoutMS is "server_retry_timeout:" in milliseconds.
+	ServerRetryTimeoutMS int
+	// ServerFailureLimit is "server_failure_limit:".
+	ServerFailureLimit int
 	// Servers are "host:port:weight [name]" entries, in order.
 	Servers []string
 }
@@ -71,6 +75,12 @@ func (p TwemproxyPool) YAML() string {
 		fmt.Fprintf(&b, "  server_connections: %d\n", p.ServerConnections)
 	}
 	fmt.Fprintf(&b, "  auto_eject_hosts: %t\n", p.AutoEjectHosts)
+	if p.ServerRetryTimeoutMS > 0 {
+		fmt.Fprintf(&b, "  server_retry_timeout: %d\n", p.ServerRetryTimeoutMS)
+	}
+	if p.ServerFailureLimit > 0 {
+		fmt.Fprintf(&b, "  server_failure_limit: %d\n", p.ServerFailureLimit)
+	}
 	b.WriteString("  servers:\n")
 	for _, s := range p.Servers {
 		fmt.Fprintf(&b, "   - %s\n", s)

@@ -145,6 +145,60 @@ func TestKetamaMatchesNutcracker(t *testing.T) {
 	}
 }
 
+// TestKetamaEjectedMatchesNutcracker: with auto_eject_hosts, nutcracker
+// rebuilds its continuum without a failed server (and rescales the others'
+// points); Ketama with that server Ejected must place keys the same way.
+func TestKetamaEjectedMatchesNutcracker(t *testing.T) {
+	shards := bench.MemcachedForTest(t, 3)
+	weights, names := []int{1, 2, 3}, []string{"alpha", "beta", "gamma"}
+	servers := make([]shard.KetamaServer, len(shards))
+	var entries []string
+	for i, m := range shards {
+		servers[i] = shard.KetamaServer{Addr: m.Addr, Weight: weights[i], Name: names[i]}
+		entries = append(entries, fmt.Sprintf("%s:%d %s", m.Addr, weights[i], names[i]))
+	}
+	nc := bench.NutcrackerForTest(t, bench.TwemproxyPool{
+		Hash: "fnv1a_64", Distribution: "ketama", TimeoutMS: 1000, AutoEjectHosts: true,
+		ServerFailureLimit: 1, ServerRetryTimeoutMS: 60000, Servers: entries,
+	})
+	shards[0].Stop()
+	// Write until a request fails on the dead server: that ejects it.
+	failed := false
+	for i := 0; i < 500 && !failed; i++ {
+		_, rw := dial(t, nc.Addr)
+		fmt.Fprintf(rw, "set trigger:%d 0 0 1\r\n1\r\n", i)
+		rw.Flush()
+		line, err := rw.ReadString('\n')
+		failed = err != nil || line != "STORED\r\n"
+	}
+	if !failed {
+		t.Fatal("no request failed on the stopped server")
+	}
+	for _, m := range shards[1:] {
+		flushAll(t, m.Addr)
+	}
+	servers[0].Ejected = true
+	k, err := shard.NewKetama(servers, "fnv1a_64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := testKeys(3000)
+	setKeys(t, nc.Addr, keys)
+	held := []map[string]bool{nil, presentKeys(t, shards[1].Addr, keys), presentKeys(t, shards[2].Addr, keys)}
+	wrong := 0
+	for _, key := range keys {
+		want := k.Locate([]byte(key))
+		if want < 1 || !held[want][key] {
+			if wrong++; wrong <= 5 {
+				t.Errorf("key %q: Ketama says shard %d, not found there", key, want)
+			}
+		}
+	}
+	if wrong > 0 {
+		t.Fatalf("%d/%d keys misplaced after ejection", wrong, len(keys))
+	}
+}
+
 func dial(t *testing.T, addr string) (net.Conn, *bufio.ReadWriter) {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
