@@ -323,14 +323,14 @@ func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []stri
 		}
 	}
 	if e, ok := p.mit.get(mitKey, now); ok && e.tier == rs.tier {
+		// Replay the rejection, aged by the time since it was made.
+		age := time.Duration(now.UnixNano() - e.at)
 		b := e.binding
 		b.Result.Allowed = false
 		b.Result.Remaining = 0
 		b.Result.RetryAfter = time.Duration(e.until - now.UnixNano())
-		if b.Result.Reset < b.Result.RetryAfter {
-			b.Result.Reset = b.Result.RetryAfter
-		}
-		return Decision{Reason: ReasonMitigated, Binding: b}
+		b.Result.Reset = max(b.Result.Reset-age, b.Result.RetryAfter)
+		return Decision{Reason: ReasonMitigated, Binding: b, All: e.all}
 	}
 	if !l.breaker.Allow(now) {
 		return l.fallback(ctx, p, rs, keys, now, ErrBreakerOpen)
@@ -350,7 +350,7 @@ func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []stri
 		return l.fallback(ctx, p, rs, keys, now, err)
 	}
 	if !d.Allowed && d.Binding.Result.RetryAfter > 0 {
-		p.mit.put(mitKey, now, now.Add(d.Binding.Result.RetryAfter), mitEntry{binding: d.Binding, tier: rs.tier})
+		p.mit.put(mitKey, now, now.Add(d.Binding.Result.RetryAfter), mitEntry{at: now.UnixNano(), binding: d.Binding, all: d.All, tier: rs.tier})
 		l.cfg.Metrics.mitigationInsert(p.spec.Name)
 	}
 	return d

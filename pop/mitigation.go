@@ -27,7 +27,9 @@ type mitShard struct {
 
 type mitEntry struct {
 	until   int64 // unix nanoseconds
+	at      int64 // unix nanoseconds of the rejection that made the entry
 	binding LimitResult
+	all     []LimitResult // read-only once stored
 	tier    string
 }
 

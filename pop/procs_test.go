@@ -1,0 +1,231 @@
+package pop_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/poplimit/poplimit/bench"
+)
+
+// Binaries of cmd/edge and cmd/mcproxy, built once per test run.
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+func binaries(t *testing.T) (edge, mcproxy string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("process integration test skipped in -short mode")
+	}
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "poplimit-pop-bin")
+		if buildErr != nil {
+			return
+		}
+		for _, pkg := range []string{"edge", "mcproxy"} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, pkg), "github.com/poplimit/poplimit/cmd/"+pkg)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go build ./cmd/%s: %v\n%s", pkg, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(binDir, "edge"), filepath.Join(binDir, "mcproxy")
+}
+
+// proc is a child process stopped at test end.
+type proc struct {
+	cmd  *exec.Cmd
+	addr string // main listener
+	done chan struct{}
+}
+
+func (p *proc) kill() {
+	if p.cmd.Process != nil {
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func startProc(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	var logBuf strings.Builder
+	cmd.Stdout, cmd.Stderr = io.Discard, &lockedWriter{w: &logBuf}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("%s %v log:\n%s", filepath.Base(name), args, logBuf.String())
+		}
+	})
+	return p
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	p, err := bench.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "127.0.0.1:" + strconv.Itoa(p)
+}
+
+// startMcproxy runs mcproxy in front of shards on addr (a free port if "").
+func startMcproxy(t *testing.T, bin, addr string, shards []*bench.Memcached) *proc {
+	t.Helper()
+	if addr == "" {
+		addr = freeAddr(t)
+	}
+	args := []string{"--listen", addr}
+	for _, s := range shards {
+		args = append(args, "--shard", s.Addr)
+	}
+	p := startProc(t, bin, args...)
+	p.addr = addr
+	waitUntil(t, "mcproxy "+addr, func() bool { return bench.Ping(addr, 200*time.Millisecond) == nil })
+	return p
+}
+
+type edgeProc struct {
+	*proc
+	admin string
+}
+
+// startEdge runs an edge worker and waits for /healthz.
+func startEdge(t *testing.T, bin, upstream, memcached, policy string, extra ...string) *edgeProc {
+	t.Helper()
+	listen, admin := freeAddr(t), freeAddr(t)
+	args := []string{"--listen", listen, "--upstream", upstream, "--policy", policy, "--admin", admin}
+	if memcached != "" {
+		args = append(args, "--memcached", memcached)
+	}
+	args = append(args, extra...)
+	p := startProc(t, bin, args...)
+	p.addr = listen
+	waitUntil(t, "edge "+listen, func() bool {
+		resp, err := http.Get("http://" + admin + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	return &edgeProc{proc: p, admin: admin}
+}
+
+// waitUntil polls cond every 20ms for at most 10s (process start-up).
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// upstream is an HTTP server answering 200 "ok".
+func upstream(t *testing.T) string {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
+func writePolicy(t *testing.T, dir, doc string) string {
+	t.Helper()
+	path := filepath.Join(dir, "policy.yml")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+var httpClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+
+// get sends GET url with an API key and returns status and headers.
+func get(t *testing.T, url, key string) (int, http.Header) {
+	t.Helper()
+	r, _ := http.NewRequestWithContext(context.Background(), "GET", url, nil)
+	if key != "" {
+		r.Header.Set("X-API-Key", key)
+	}
+	resp, err := httpClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header
+}
+
+// metric returns the sum of the samples of a metric family (with optional
+// label filter substring) scraped from an admin listener.
+func metric(t *testing.T, admin, name, filter string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var sum float64
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, name) || !strings.Contains(line, filter) {
+			continue
+		}
+		rest := strings.TrimPrefix(line, name)
+		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		f := strings.Fields(line)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		sum += v
+	}
+	return sum
+}
