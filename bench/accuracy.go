@@ -19,8 +19,8 @@ const (
 	TraceBelow = "below"
 	// TraceNear: every source at 0.5–1.5× its limit.
 	TraceNear = "near"
-	// TraceBursts: sources at 0.5–1.5× that send their traffic in the last
-	// tenth of each window.
+	// TraceBursts: sources at 0.5–1.5× that send half their traffic
+	// evenly and half in the last tenth of each window.
 	TraceBursts = "bursts"
 )
 
@@ -67,9 +67,13 @@ func GenerateAccuracy(c AccuracyTraceConfig) (*Trace, error) {
 	switch c.Name {
 	case TraceBelow:
 		abusive := max(1, c.Sources/100)
-		return Generate(WorkloadConfig{Seed: c.Seed, Duration: c.Duration, API: route,
+		t, err := Generate(WorkloadConfig{Seed: c.Seed, Duration: c.Duration, API: route,
 			Legit: c.Sources - abusive, Abusive: abusive, Boundary: -1, Stuffers: -1,
 			LegitMin: 0.05, LegitMax: 0.9, ZipfS: 0.5, MaxRequests: 20_000_000})
+		if err == nil {
+			t.Routes = t.Routes[:1] // no login traffic
+		}
+		return t, err
 	case TraceNear, TraceBursts:
 	default:
 		return nil, fmt.Errorf("%w: unknown accuracy trace %q", ErrBadWorkload, c.Name)
@@ -89,8 +93,9 @@ func GenerateAccuracy(c AccuracyTraceConfig) (*Trace, error) {
 			t.arrive(rng, Poisson, 1, id, rate)
 			continue
 		}
-		// Bursts: the whole window's traffic in its last tenth.
-		burst := rate * 10
+		// Bursts: half the traffic evenly, half in the window's last tenth.
+		t.arrive(rng, Poisson, 1, id, rate/2)
+		burst := rate / 2 * 10
 		tail := c.Window / 10
 		for w := time.Duration(0); w < c.Duration; w += c.Window {
 			from := (w + c.Window - tail).Seconds()
@@ -200,7 +205,7 @@ func MeasureAccuracy(ctx context.Context, name string, tr *Trace, cfg AccuracyCo
 	}
 	route := tr.Routes[0]
 	in, err := NewInproc(tr.Routes, InprocConfig{Servers: cfg.Servers, Direct: cfg.Direct, Workers: workers, Algorithm: cfg.Algorithm,
-		Precision: cfg.Precision, OnReject: cfg.OnReject})
+		Precision: cfg.Precision, OnReject: cfg.OnReject, Skew: cfg.Skew})
 	if err != nil {
 		return nil, err
 	}

@@ -105,7 +105,9 @@ func (r *Report) Image(alt, rel string) {
 }
 
 // Code adds a fenced code block.
-func (r *Report) Code(s string) { r.parts = append(r.parts, "```\n"+strings.TrimRight(s, "\n")+"\n```") }
+func (r *Report) Code(s string) {
+	r.parts = append(r.parts, "```\n"+strings.TrimRight(s, "\n")+"\n```")
+}
 
 // Write writes the report to path, creating its directory.
 func (r *Report) Write(path string) error {

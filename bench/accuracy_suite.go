@@ -1,0 +1,131 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/poplimit/poplimit/counter"
+)
+
+// AccuracySuiteConfig configures RunAccuracy. Zero means default.
+type AccuracySuiteConfig struct {
+	// Traces to replay; default AccuracyTraces.
+	Traces []string
+	// Precisions of the sliding window; default [1].
+	Precisions []int
+	// Algorithms; default sliding window only. Fixed window and token bucket
+	// report their over-admission (must be 0).
+	Algorithms []counter.Algorithm
+	// Skews: each value s runs the sliding window (precision 1) once more
+	// with the workers' clocks at 0, +s, −s, +s/2 (worker order).
+	Skews []time.Duration
+	// Sources, Duration, Seed of every trace; defaults 200, 10 windows, 1.
+	Sources  int
+	Duration time.Duration
+	Seed     uint64
+	// Quantity and Window of the limit; default 100 per 60s.
+	Quantity int64
+	Window   time.Duration
+	// Workers: in-process workers of the PoP; default 4.
+	Workers int
+	// NoPoP replays over an in-memory store instead of launching a PoP.
+	NoPoP bool
+	// Progress is called per run with requests done and total.
+	Progress func(done, total int)
+}
+
+// AccuracyReport is the result of RunAccuracy.
+type AccuracyReport struct {
+	PoP  string            `json:"pop"`
+	Rows []*AccuracyResult `json:"rows"`
+}
+
+// RunAccuracy replays each trace through a PoP (shards, proxy, in-process
+// workers) for every algorithm/precision, scores it against the exact
+// sliding log, and compares each skew-free run with the same algorithm run
+// in one process over an in-memory store (AgreementPct).
+func RunAccuracy(ctx context.Context, env *Env, cfg AccuracySuiteConfig) (*AccuracyReport, error) {
+	if len(cfg.Traces) == 0 {
+		cfg.Traces = AccuracyTraces
+	}
+	if len(cfg.Precisions) == 0 {
+		cfg.Precisions = []int{1}
+	}
+	if len(cfg.Algorithms) == 0 {
+		cfg.Algorithms = []counter.Algorithm{counter.SlidingWindow}
+	}
+	rep := &AccuracyReport{PoP: "in-memory store, no PoP"}
+	var servers []string
+	var direct bool
+	if !cfg.NoPoP {
+		p, err := env.Launch(ctx, PoPConfig{Name: "accuracy", Shards: 3, Proxies: 1})
+		if err != nil {
+			return nil, err
+		}
+		servers, direct = p.StoreServers(0)
+		rep.PoP = p.Describe()
+	}
+	for _, name := range cfg.Traces {
+		tr, err := GenerateAccuracy(AccuracyTraceConfig{Name: name, Seed: cfg.Seed, Sources: cfg.Sources,
+			Duration: cfg.Duration, Quantity: cfg.Quantity, Window: cfg.Window})
+		if err != nil {
+			return nil, err
+		}
+		type run struct {
+			alg  counter.Algorithm
+			prec int
+			skew []time.Duration
+		}
+		var runs []run
+		for _, alg := range cfg.Algorithms {
+			if alg != counter.SlidingWindow {
+				runs = append(runs, run{alg: alg, prec: 1})
+				continue
+			}
+			for _, p := range cfg.Precisions {
+				runs = append(runs, run{alg: alg, prec: p})
+			}
+			for _, s := range cfg.Skews {
+				runs = append(runs, run{alg: alg, prec: 1, skew: []time.Duration{0, s, -s, s / 2}})
+			}
+		}
+		for _, r := range runs {
+			env.Logf("accuracy: trace %s (%d requests), %s precision %d skew %v", name, len(tr.Requests), AlgorithmName(r.alg), r.prec, r.skew)
+			res, err := MeasureAccuracy(ctx, name, tr, AccuracyConfig{Servers: servers, Direct: direct, Workers: cfg.Workers,
+				Algorithm: r.alg, Precision: r.prec, Skew: r.skew, Progress: cfg.Progress})
+			if err != nil {
+				return nil, err
+			}
+			if len(r.skew) == 0 {
+				ref, err := MeasureAccuracy(ctx, name, tr, AccuracyConfig{Workers: 1, Algorithm: r.alg, Precision: r.prec})
+				if err != nil {
+					return nil, err
+				}
+				res.Compare(ref)
+			}
+			rep.Rows = append(rep.Rows, res)
+		}
+	}
+	return rep, nil
+}
+
+// Tables returns the human view.
+func (r *AccuracyReport) Tables() []*Table {
+	t := &Table{Title: "Accuracy against an exact sliding log (" + r.PoP + ")",
+		Header: []string{"trace", "algorithm", "N", "skew ms", "requests", "wrong %", "false pos", "false neg",
+			"rate err %", "over-adm", "errors", "rt/decision", "agree %"}}
+	for _, x := range r.Rows {
+		agree := "-"
+		if x.AgreementPct >= 0 {
+			agree = fmt.Sprintf("%.3f", x.AgreementPct)
+		}
+		prec := "-"
+		if x.Precision > 0 {
+			prec = fmt.Sprint(x.Precision)
+		}
+		t.Add(x.Trace, x.Algorithm, prec, x.SkewMs, x.Requests, fmt.Sprintf("%.3f", x.WrongPct), x.FalsePositives,
+			x.FalseNegatives, x.MeanRateError, x.OverAdmission, x.Errors, x.RoundTrips, agree)
+	}
+	return []*Table{t}
+}
