@@ -47,9 +47,10 @@ type Limits struct {
 	// MaxGetLine is the longest get/gets/gat/gats line; default 1 MiB
 	// (memcached's is unbounded).
 	MaxGetLine int
-	// MaxItemSize is the largest value accepted; a larger one is answered
-	// "SERVER_ERROR object too large for cache" and its data swallowed.
-	// Default 1 MiB, memcached's -I.
+	// MaxItemSize is memcached's item size limit (-I): an item whose size
+	// with memcached's header (see itemSize) exceeds it is answered
+	// "SERVER_ERROR object too large for cache" and its data swallowed,
+	// exactly where memcached would. Default 1 MiB, memcached's default.
 	MaxItemSize int
 }
 
@@ -340,7 +341,7 @@ func parseStorage(buf []byte, args [][]byte, lim Limits, req *Request, n int) (i
 	req.Flags = uint32(flags)
 	req.Exptime = exp
 	total := n + int(vlen) + 2
-	if int(vlen) > lim.maxItemSize() {
+	if itemSize(len(args[0]), req.Flags, int(vlen)) > lim.maxItemSize() {
 		return total, ErrTooLarge
 	}
 	if len(buf) < total {
@@ -352,6 +353,18 @@ func parseStorage(buf []byte, args [][]byte, lim Limits, req *Request, n int) (i
 	}
 	req.Data = buf[n : n+int(vlen)]
 	return total, nil
+}
+
+// itemSize is memcached 1.6's ITEM_ntotal on 64-bit with CAS enabled: a
+// 48-byte header, 8 bytes of CAS, the key and its NUL, 4 bytes of flags when
+// non-zero, and the value with its CRLF. memcached refuses an item larger
+// than its item size limit (-I) as "too large".
+func itemSize(nkey int, flags uint32, vlen int) int {
+	n := 48 + 8 + nkey + 1 + vlen + 2
+	if flags != 0 {
+		n += 4
+	}
+	return n
 }
 
 func isGetPrefix(b []byte) bool {
