@@ -1,6 +1,7 @@
 package pop_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -200,5 +201,154 @@ func TestIntegrationCompoundRuleThroughProxy(t *testing.T) {
 	nowNS.Add(int64(ra) * int64(time.Second))
 	if rec := do(); rec.Code != 200 || rec.Header().Get("RateLimit-Remaining") != "9" {
 		t.Fatalf("after Retry-After: %d %v", rec.Code, rec.Header())
+	}
+}
+
+const failDoc = `version: 1
+api_key: {header: X-API-Key}
+tiers:
+  t: {limits: [{name: h, algorithm: fixed_window, quantity: 40, window: 1h}]}
+policies:
+  - {name: open, routes: ["GET /open"], identity: [api_key], tier: t, fail_mode: open}
+  - {name: closed, routes: ["GET /closed"], identity: [api_key], tier: t, fail_mode: closed}
+  - {name: local, routes: ["GET /local"], identity: [api_key], tier: t, fail_mode: local}
+`
+
+// Done-when 4: with mcproxy killed, each fail mode behaves as configured
+// within one store deadline, with zero store calls while the breaker is
+// open; traffic recovers when mcproxy returns.
+func TestIntegrationFailModesProxyKilled(t *testing.T) {
+	edgeBin, mcBin := binaries(t)
+	px, shards := onePoP(t, mcBin, 3)
+	policy := writePolicy(t, t.TempDir(), failDoc)
+	e := startEdge(t, edgeBin, upstream(t), px.addr, policy,
+		"--workers-per-pop", "4", "--store-deadline", "50ms", "--breaker-failures", "3", "--breaker-open", "3s")
+	base := "http://" + e.addr
+	for _, r := range []string{"/open", "/closed", "/local"} {
+		if code, _ := get(t, base+r, "warm"); code != 200 {
+			t.Fatalf("%s before the failure: %d", r, code)
+		}
+	}
+	px.kill()
+
+	// The breaker opens after 3 failed decisions; each answered by its
+	// fail mode, promptly.
+	for i := 0; i < 3; i++ {
+		start := time.Now()
+		code, _ := get(t, base+"/open", "k")
+		// Bound on correctness (a dead proxy must not stall requests), not
+		// speed: 50ms deadline, generous slack for a loaded machine.
+		if el := time.Since(start); el > 2*time.Second || code != 200 {
+			t.Fatalf("open while failing: %d after %v", code, el)
+		}
+	}
+	storeCalls := metric(t, e.admin, "poplimit_store_latency_seconds_count", "")
+	if st := metric(t, e.admin, "poplimit_breaker_state", ""); st != 1 {
+		t.Fatalf("breaker state %v after 3 failures, want 1 (open)", st)
+	}
+	counts := map[string]map[int]int{}
+	for _, r := range []string{"/open", "/closed", "/local"} {
+		counts[r] = map[int]int{}
+		for i := 0; i < 20; i++ {
+			code, hd := get(t, base+r, "k")
+			counts[r][code]++
+			if code == 503 && hd.Get("Retry-After") == "" {
+				t.Errorf("503 without Retry-After")
+			}
+		}
+	}
+	t.Logf("while mcproxy is down: %v", counts)
+	if counts["/open"][200] != 20 || counts["/closed"][503] != 20 || counts["/local"][200] != 10 || counts["/local"][429] != 10 {
+		t.Errorf("fail modes: %v; want open 20×200, closed 20×503, local 10×200 (40 ÷ 4 workers) + 10×429", counts)
+	}
+	after := metric(t, e.admin, "poplimit_store_latency_seconds_count", "")
+	if st := metric(t, e.admin, "poplimit_breaker_state", ""); st == 1 && after != storeCalls {
+		t.Errorf("%v store calls while the breaker was open", after-storeCalls)
+	}
+	if fb := metric(t, e.admin, "poplimit_fallback_decisions_total", ""); fb < 63 {
+		t.Errorf("fallback decisions metric %v, want ≥ 63", fb)
+	}
+
+	// Recovery: mcproxy back on the same address.
+	startMcproxy(t, mcBin, px.addr, shards)
+	waitUntil(t, "recovery through the store", func() bool {
+		code, _ := get(t, base+"/closed", "k2")
+		return code == 200 && metric(t, e.admin, "poplimit_breaker_state", "") == 0
+	})
+}
+
+const tierDoc = `version: 1
+api_key: {header: X-API-Key}
+keys:
+  - {key: upgrade-me, tenant: acme, tier: TIER}
+  - {key: steady, tenant: other, tier: pro}
+tiers:
+  free: {limits: [{name: h, algorithm: fixed_window, quantity: 5, window: 1h}]}
+  pro: {limits: [{name: h, algorithm: fixed_window, quantity: 1000000, window: 1h}]}
+policies:
+  - {name: api, routes: ["/"], identity: [tenant, api_key], tier: api_key, default_tier: free}
+`
+
+// Done-when 5: a tier change in the policy file applies to all four
+// workers within 1s, with no restart and no failed request.
+func TestIntegrationTierChangeReachesAllWorkers(t *testing.T) {
+	edgeBin, mcBin := binaries(t)
+	px, _ := onePoP(t, mcBin, 3)
+	dir := t.TempDir()
+	policy := writePolicy(t, dir, strings.Replace(tierDoc, "TIER", "free", 1))
+	up := upstream(t)
+	var workers []*edgeProc
+	for i := 0; i < 4; i++ {
+		workers = append(workers, startEdge(t, edgeBin, up, px.addr, policy, "--workers-per-pop", "4"))
+	}
+	// Spend the free tier.
+	for _, w := range workers {
+		for i := 0; i < 3; i++ {
+			get(t, "http://"+w.addr+"/x", "upgrade-me")
+		}
+	}
+	if code, hd := get(t, "http://"+workers[0].addr+"/x", "upgrade-me"); code != 429 || hd.Get("RateLimit-Limit") != "5" {
+		t.Fatalf("free tier not enforced: %d %v", code, hd)
+	}
+	// Background traffic from another client must never fail.
+	ctx, cancel := context.WithCancel(context.Background())
+	var failed, sent atomic.Int64
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				r, _ := http.NewRequest("GET", "http://"+w.addr+"/bg", nil)
+				r.Header.Set("X-API-Key", "steady")
+				resp, err := httpClient.Do(r)
+				sent.Add(1)
+				if err != nil || resp.StatusCode != 200 {
+					failed.Add(1)
+				}
+				if err == nil {
+					resp.Body.Close()
+				}
+			}
+		}()
+	}
+	changed := time.Now()
+	writePolicy(t, dir, strings.Replace(tierDoc, "TIER", "pro", 1))
+	var slowest time.Duration
+	for i, w := range workers {
+		waitUntil(t, fmt.Sprintf("worker %d on the pro tier", i), func() bool {
+			code, hd := get(t, "http://"+w.addr+"/x", "upgrade-me")
+			return code == 200 && hd.Get("RateLimit-Limit") == "1000000"
+		})
+		slowest = max(slowest, time.Since(changed))
+	}
+	cancel()
+	wg.Wait()
+	t.Logf("tier change visible on all 4 workers after %v; %d background requests, %d failed", slowest, sent.Load(), failed.Load())
+	if slowest > time.Second {
+		t.Errorf("tier change took %v to reach every worker, want ≤ 1s", slowest)
+	}
+	if failed.Load() != 0 {
+		t.Errorf("%d of %d background requests failed during the reload", failed.Load(), sent.Load())
 	}
 }
