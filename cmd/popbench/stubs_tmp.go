@@ -2,7 +2,6 @@ package main
 
 import "github.com/urfave/cli/v2"
 
-func loadCommand() *cli.Command     { return &cli.Command{Name: "load"} }
 func faultsCommand() *cli.Command   { return &cli.Command{Name: "faults"} }
 func popsCommand() *cli.Command     { return &cli.Command{Name: "pops"} }
 func centralCommand() *cli.Command  { return &cli.Command{Name: "central"} }

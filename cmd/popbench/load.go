@@ -1,0 +1,58 @@
+package main
+
+import (
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/counter"
+)
+
+func loadCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "load",
+		Usage: "decisions/s and latency by algorithm (closed loop, Zipf identities) through a launched or existing PoP",
+		Flags: commonFlags(
+			&cli.DurationFlag{Name: "duration", Usage: "length of each run", Value: 5 * time.Second},
+			&cli.IntFlag{Name: "conns", Usage: "closed-loop clients", Value: 32},
+			&cli.Uint64Flag{Name: "keys", Usage: "Zipf identity space", Value: 10000},
+			&cli.Float64Flag{Name: "zipf", Usage: "Zipf exponent (> 1)", Value: 1.1},
+			&cli.Int64Flag{Name: "quantity", Usage: "limit per window per identity", Value: 100},
+			&cli.DurationFlag{Name: "window", Value: time.Second},
+			&cli.StringFlag{Name: "algorithm", Usage: "sliding, fixed, token (comma-separated, run interleaved)", Value: "sliding,fixed,token"},
+			&cli.IntFlag{Name: "rounds", Usage: "interleaved rounds (A B C A B C …)", Value: 1},
+			&cli.BoolFlag{Name: "http", Usage: "drive edge worker processes over HTTP instead of in-process workers"},
+			&cli.IntFlag{Name: "workers", Usage: "workers (in-process or edges)", Value: 4},
+			&cli.StringSliceFlag{Name: "proxy", Usage: "existing mcproxy/memcached address (repeatable): no PoP is launched"},
+			&cli.StringSliceFlag{Name: "edge", Usage: "existing edge base URL (repeatable): no PoP is launched"},
+		),
+		Action: func(c *cli.Context) error {
+			var algs []counter.Algorithm
+			for _, s := range list(c.String("algorithm")) {
+				a, err := bench.ParseAlgorithm(s)
+				if err != nil {
+					return err
+				}
+				algs = append(algs, a)
+			}
+			env, err := newEnv(c, c.Bool("http"))
+			if err != nil {
+				return err
+			}
+			defer env.Close()
+			prog, done := progress(c, "load")
+			res, err := bench.RunLoad(c.Context, env, bench.LoadConfig{
+				Duration: c.Duration("duration"), Conns: c.Int("conns"), Keys: c.Uint64("keys"), ZipfS: c.Float64("zipf"),
+				Quantity: c.Int64("quantity"), Window: c.Duration("window"), Algorithms: algs, Rounds: c.Int("rounds"),
+				HTTP: c.Bool("http"), Workers: c.Int("workers"), ProxyAddrs: c.StringSlice("proxy"),
+				EdgeURLs: c.StringSlice("edge"), Progress: prog,
+			})
+			done()
+			if err != nil {
+				return err
+			}
+			return output(c, res, res.Tables())
+		},
+	}
+}
