@@ -24,9 +24,9 @@ func floorDiv(a, b int64) int64 {
 // unixMs is now in whole milliseconds, rounded down.
 func unixMs(now time.Time) int64 { return floorDiv(now.UnixNano(), 1e6) }
 
-// untilMs is the duration from now to the instant t (unix milliseconds).
-func untilMs(t int64, now time.Time) time.Duration {
-	return time.Duration(t*1e6 - now.UnixNano())
+// untilMs is the duration from now (unix ns) to the instant t (unix ms).
+func untilMs(t int64, now int64) time.Duration {
+	return time.Duration(t*1e6 - now)
 }
 
 // window is the geometry of a (sub-)windowed limit: counts[0..n] are the
@@ -86,9 +86,9 @@ func (w window) estimate(counts []int64, e int64) float64 {
 	return est + float64(counts[0])*float64(w.sub-e)/float64(w.sub)
 }
 
-// result builds the answer at now (ms = unixMs(now), in sub-window id at
-// elapsed e) from the counts after the decision.
-func (w window) result(counts []int64, id, e int64, now time.Time, n int64, allowed bool) Result {
+// result builds the answer at now (unix ns; in sub-window id at elapsed e
+// ms) from the counts after the decision.
+func (w window) result(counts []int64, id, e int64, now int64, n int64, allowed bool) Result {
 	r := Result{Allowed: allowed, Limit: w.q}
 	_, r.Remaining = w.fits(counts, e, 0)
 	// Reset: the newest non-zero sub-window j has slid out entirely at the
@@ -108,7 +108,7 @@ func (w window) result(counts []int64, id, e int64, now time.Time, n int64, allo
 // retryAfter is the time until a lone client's request of n units is
 // admitted, the counts staying as they are: the first instant the
 // estimate plus n falls to q or below.
-func (w window) retryAfter(counts []int64, id, e int64, now time.Time, n int64) time.Duration {
+func (w window) retryAfter(counts []int64, id, e int64, now int64, n int64) time.Duration {
 	if n > w.q {
 		return Never
 	}

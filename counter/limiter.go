@@ -226,7 +226,8 @@ func (lim *Limiter) CachedKeys() int {
 
 func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, n int64) (Result, error) {
 	w := lim.win
-	ms := unixMs(now)
+	nowNs := now.UnixNano()
+	ms := floorDiv(nowNs, 1e6)
 	id := floorDiv(ms, w.sub)
 	e := ms - id*w.sub
 	var buf [8]int64
@@ -273,7 +274,7 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 			return Result{}, err
 		}
 		counts[w.n] = cur
-		return w.result(counts, id, e, now, n, false), nil
+		return w.result(counts, id, e, nowNs, n, false), nil
 	}
 	cur, err = lim.bump(ctx, curKey, n, seen)
 	if err != nil {
@@ -295,7 +296,7 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 		}
 		counts[w.n] = max(0, cur-n)
 	}
-	return w.result(counts, id, e, now, n, allowed), nil
+	return w.result(counts, id, e, nowNs, n, allowed), nil
 }
 
 func floorMod(a int64, n int) int {

@@ -107,33 +107,42 @@ func (lo *Local) AllowN(_ context.Context, key string, now time.Time, n int64) (
 // allowWindow decides for a window algorithm. s.mu held.
 func (lo *Local) allowWindow(e *localEntry, now time.Time, n int64) Result {
 	w := lo.win
-	ms := unixMs(now)
+	nowNs := now.UnixNano()
+	ms := floorDiv(nowNs, 1e6)
 	id := floorDiv(ms, w.sub)
 	el := ms - id*w.sub
 	counts := e.scratch
 	k := w.n + 1
+	sid := id - int64(w.n)
+	slot := floorMod(sid, k)
 	for i := range counts {
-		sid := id - int64(w.n) + int64(i)
-		slot := floorMod(sid, k)
 		if e.sids[slot] == sid {
 			counts[i] = e.vals[slot]
 		} else {
 			counts[i] = 0
 		}
+		sid++
+		if slot++; slot == k {
+			slot = 0
+		}
 	}
 	if n > w.q { // can never pass: not counted
-		return w.result(counts, id, el, now, n, false)
+		return w.result(counts, id, el, nowNs, n, false)
 	}
 	counts[w.n] += n
 	allowed, _ := w.fits(counts, el, 0)
 	if !allowed && lo.l.OnReject == Refund {
 		counts[w.n] -= n
 	}
-	slot := floorMod(id, k)
-	if e.sids[slot] <= id { // a lagging clock must not overwrite a newer slot
-		e.sids[slot], e.vals[slot] = id, counts[w.n]
+	// The current sub-window's slot is the one before slot (wrapped).
+	cur := slot - 1
+	if cur < 0 {
+		cur = k - 1
 	}
-	return w.result(counts, id, el, now, n, allowed)
+	if e.sids[cur] <= id { // a lagging clock must not overwrite a newer slot
+		e.sids[cur], e.vals[cur] = id, counts[w.n]
+	}
+	return w.result(counts, id, el, nowNs, n, allowed)
 }
 
 // Undo implements Allower.
