@@ -360,6 +360,11 @@ func (r *ProxyCompareReport) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, run := range r.Runs {
+		if run.FirstError != "" {
+			fmt.Fprintf(w, "  %s %s round %d: %d errors, first: %s\n", run.Mix, run.System, run.Round, run.Errors, run.FirstError)
+		}
+	}
 	fmt.Fprintln(w, "\nratios of sums over rounds:")
 	for _, ms := range r.Summary {
 		fmt.Fprintf(w, "  %-7s nutcracker/memcached %s", ms.Mix, fmtRatio(ms.NutcrackerOverMemcached))
