@@ -343,3 +343,30 @@ func BenchmarkKetamaLocate(b *testing.B) {
 		})
 	}
 }
+
+// Servers as in a nutcracker.yml pool with "hash: fnv1a_64",
+// "distribution: ketama" and "hash_tag: {}"; the names, not the addresses,
+// fix the ring. The answers are those of Debian's nutcracker 0.5.0 (see
+// testdata/nutcracker/ketama_golden.txt).
+func ExampleNewKetama() {
+	var servers []shard.KetamaServer
+	for _, entry := range []string{"10.0.0.1:11211:1 alpha", "10.0.0.2:11211:2 beta", "10.0.0.3:11211:3 gamma"} {
+		s, err := shard.ParseKetamaServer(entry)
+		if err != nil {
+			panic(err)
+		}
+		servers = append(servers, s)
+	}
+	k, err := shard.NewKetama(servers, "fnv1a_64")
+	if err != nil {
+		panic(err)
+	}
+	for _, key := range []string{"k:0", "rl:{user8}:w16", "k:150"} {
+		i := k.Locate(shard.DefaultHashTag.Extract([]byte(key)))
+		fmt.Println(key, "->", servers[i].Name)
+	}
+	// Output:
+	// k:0 -> beta
+	// rl:{user8}:w16 -> alpha
+	// k:150 -> beta
+}
