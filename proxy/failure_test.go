@@ -217,7 +217,10 @@ func TestStatsCounters(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := 0; i < 3; i++ {
 		wg.Add(1)
-		go func() { defer wg.Done(); exchange(t, p.addr, []byte("set a 0 0 1\r\n1\r\nget a b c\r\nbogus\r\n"), "ERROR\r\n") }()
+		go func() {
+			defer wg.Done()
+			exchange(t, p.addr, []byte("set a 0 0 1\r\n1\r\nget a b c\r\nbogus\r\n"), "ERROR\r\n")
+		}()
 	}
 	wg.Wait()
 	if got := statOf(t, p.addr, "cmd_set"); got != 3 {
