@@ -1,0 +1,114 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/poplimit/poplimit/shard"
+)
+
+func TestParseConfigNutcracker(t *testing.T) {
+	data, err := os.ReadFile("../testdata/mcproxy.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	pools, err := ParseConfig(data, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if logs.Len() != 0 {
+		t.Errorf("warnings for a fully supported file: %s", logs.String())
+	}
+	if len(pools) != 1 {
+		t.Fatalf("%d pools", len(pools))
+	}
+	p := pools[0]
+	want := PoolSpec{
+		Name: "alpha", Listen: "127.0.0.1:22121", Hash: "fnv1a_64", Distribution: shard.DistKetama,
+		HashTag: "{}", Timeout: 400 * time.Millisecond, ServerConnections: 1, AutoEjectHosts: true,
+		ServerRetryTimeout: 2 * time.Second, ServerFailureLimit: 2,
+		Servers: []shard.Server{
+			{Addr: "127.0.0.1:11211", Weight: 1, Name: "alpha"},
+			{Addr: "127.0.0.1:11212", Weight: 1, Name: "beta"},
+			{Addr: "127.0.0.1:11213", Weight: 1, Name: "gamma"},
+		},
+	}
+	if p.Name != want.Name || p.Listen != want.Listen || p.Hash != want.Hash || p.Distribution != want.Distribution ||
+		p.HashTag != want.HashTag || p.Timeout != want.Timeout || p.ServerConnections != want.ServerConnections ||
+		p.AutoEjectHosts != want.AutoEjectHosts || p.ServerRetryTimeout != want.ServerRetryTimeout ||
+		p.ServerFailureLimit != want.ServerFailureLimit || len(p.Servers) != 3 {
+		t.Fatalf("got %+v\nwant %+v", p, want)
+	}
+	for i := range want.Servers {
+		if p.Servers[i] != want.Servers[i] {
+			t.Errorf("server %d: %+v, want %+v", i, p.Servers[i], want.Servers[i])
+		}
+	}
+	// Placement equals Twemproxy's: the same ring as shard.Ketama.
+	rc := p.RouterConfig()
+	m, err := shard.NewMembership(shard.MembershipConfig{Servers: rc.Servers, Distribution: rc.Distribution, Hash: rc.Hash})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := shard.NewKetama([]shard.KetamaServer{{Addr: "127.0.0.1:11211", Weight: 1, Name: "alpha"}, {Addr: "127.0.0.1:11212", Weight: 1, Name: "beta"}, {Addr: "127.0.0.1:11213", Weight: 1, Name: "gamma"}}, "fnv1a_64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"a", "rl:{u1}:w1", "k:300", "x"} {
+		h := rc.HashTag.Extract([]byte(key))
+		if m.Locate(h) != k.Locate(h) {
+			t.Errorf("key %q placed differently from ketama", key)
+		}
+	}
+}
+
+func TestParseConfigWarnings(t *testing.T) {
+	data, err := os.ReadFile("../testdata/mcproxy-consistent.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	pools, err := ParseConfig(data, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pools) != 2 || pools[0].Name != "counters" || pools[1].Name != "sessions" {
+		t.Fatalf("pools %+v", pools)
+	}
+	if pools[0].Distribution != shard.DistConsistent || pools[1].Distribution != shard.DistKetama {
+		t.Errorf("distributions %q %q", pools[0].Distribution, pools[1].Distribution)
+	}
+	for _, key := range []string{"key=preconnect", "key=backlog"} {
+		if !strings.Contains(logs.String(), key) || !strings.Contains(logs.String(), "WARN") {
+			t.Errorf("no warning for %s in %q", key, logs.String())
+		}
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	tests := []struct{ name, yml string }{
+		{"not a mapping", "- a\n- b\n"},
+		{"no servers", "p:\n  listen: 127.0.0.1:1\n"},
+		{"redis", "p:\n  redis: true\n  servers:\n   - 127.0.0.1:1:1\n"},
+		{"bad timeout", "p:\n  timeout: soon\n  servers:\n   - 127.0.0.1:1:1\n"},
+		{"bad server", "p:\n  servers:\n   - nonsense\n"},
+		{"bad hash tag", "p:\n  hash_tag: \"{\"\n  servers:\n   - 127.0.0.1:1:1\n"},
+		{"bad hash", "p:\n  hash: sha9\n  servers:\n   - 127.0.0.1:1:1\n"},
+		{"bad listen", "p:\n  listen: nowhere\n  servers:\n   - 127.0.0.1:1:1\n"},
+		{"empty", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tt.yml), slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)))
+			if !errors.Is(err, ErrConfig) {
+				t.Errorf("err = %v, want ErrConfig", err)
+			}
+		})
+	}
+}
