@@ -3,6 +3,7 @@ package pop
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -112,6 +113,7 @@ func storeConfig(store counter.Store) Config {
 	return Config{
 		NewShared: func(l counter.Limit) (counter.Allower, error) { return counter.New(store, l) },
 		NewLocal:  func(l counter.Limit) (counter.Allower, error) { return counter.NewLocal(l) },
+		Logger:    slog.New(slog.DiscardHandler),
 	}
 }
 

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func binaries(t *testing.T) (edge, mcproxy string) {
+func binaries(t testing.TB) (edge, mcproxy string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("process integration test skipped in -short mode")
@@ -71,7 +71,7 @@ func (p *proc) kill() {
 	}
 }
 
-func startProc(t *testing.T, name string, args ...string) *proc {
+func startProc(t testing.TB, name string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	var logBuf strings.Builder
@@ -101,7 +101,7 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	return l.w.Write(b)
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	p, err := bench.FreePort()
 	if err != nil {
@@ -111,7 +111,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // startMcproxy runs mcproxy in front of shards on addr (a free port if "").
-func startMcproxy(t *testing.T, bin, addr string, shards []*bench.Memcached) *proc {
+func startMcproxy(t testing.TB, bin, addr string, shards []*bench.Memcached) *proc {
 	t.Helper()
 	if addr == "" {
 		addr = freeAddr(t)
@@ -154,7 +154,7 @@ func startEdge(t *testing.T, bin, upstream, memcached, policy string, extra ...s
 }
 
 // waitUntil polls cond every 20ms for at most 10s (process start-up).
-func waitUntil(t *testing.T, what string, cond func() bool) {
+func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {

@@ -1,0 +1,178 @@
+package pop_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/pop"
+)
+
+// benchDoc: one sliding-window limit per API key; quantity set per
+// benchmark (huge = every decision admitted and counted in the store).
+const benchDoc = `version: 1
+headers: both
+api_key: {header: X-API-Key}
+tiers:
+  t: {limits: [{name: burst, algorithm: sliding_window, quantity: %d, window: 1s}]}
+policies:
+  - {name: api, routes: ["/"], identity: [api_key, route], tier: t}
+`
+
+func benchLimiter(b *testing.B, store counter.Store, quantity int) *pop.Limiter {
+	b.Helper()
+	l, err := pop.New(pop.Config{
+		NewShared:     func(lim counter.Limit) (counter.Allower, error) { return counter.New(store, lim) },
+		NewLocal:      func(lim counter.Limit) (counter.Allower, error) { return counter.NewLocal(lim) },
+		StoreDeadline: 100 * time.Millisecond,
+		Logger:        slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := l.LoadBytes("bench.yml", []byte(fmt.Sprintf(benchDoc, quantity))); err != nil {
+		b.Fatal(err)
+	}
+	return l
+}
+
+// requests pre-builds n requests with Zipf-distributed API keys over keys
+// identities.
+func requests(n, keys int, seed uint64) []*http.Request {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	z := rand.NewZipf(rng, 1.1, 1, uint64(keys-1))
+	out := make([]*http.Request, n)
+	for i := range out {
+		r := httptest.NewRequest("GET", "/items", nil)
+		r.RemoteAddr = "192.0.2.1:1000"
+		r.Header.Set("X-API-Key", fmt.Sprintf("key-%d", z.Uint64()))
+		out[i] = r
+	}
+	return out
+}
+
+type nopWriter struct{ h http.Header }
+
+func (w *nopWriter) Header() http.Header         { return w.h }
+func (w *nopWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *nopWriter) WriteHeader(int)             {}
+
+// BenchmarkMiddleware: the limiter's overhead over a bare handler, with
+// the in-process store (no network), all decisions admitted.
+func BenchmarkMiddleware(b *testing.B) {
+	bare := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	l := benchLimiter(b, counter.NewMemoryStore(), 1<<30)
+	for _, bc := range []struct {
+		name string
+		h    http.Handler
+	}{{"bare", bare}, {"limited", l.Middleware(bare)}} {
+		b.Run(bc.name, func(b *testing.B) {
+			reqs := requests(4096, 10000, 1)
+			w := &nopWriter{h: http.Header{}}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				clear(w.h)
+				bc.h.ServeHTTP(w, reqs[i%len(reqs)])
+			}
+		})
+	}
+}
+
+// BenchmarkDecide: allocations and time of one decision (in-process
+// store), admitted, and rejected from the mitigation cache.
+func BenchmarkDecide(b *testing.B) {
+	for _, bc := range []struct {
+		name     string
+		quantity int
+	}{{"admitted", 1 << 30}, {"mitigated", 1}} {
+		b.Run(bc.name, func(b *testing.B) {
+			l := benchLimiter(b, counter.NewMemoryStore(), bc.quantity)
+			reqs := requests(1024, 100, 2)
+			now := time.Now()
+			for _, r := range reqs { // block every identity once
+				l.Decide(context.Background(), r, now)
+				l.Decide(context.Background(), r, now)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				l.Decide(context.Background(), reqs[i%len(reqs)], now)
+			}
+		})
+	}
+}
+
+// BenchmarkFullPath: decisions through library → gomemcache → mcproxy → 3
+// memcached shards, Zipf identities, 64 goroutines in one process. Reports
+// decisions/s and p50/p99 decision latency (HDR, every decision). The
+// "admitted" case counts every decision in the store; "blocked" clients
+// are served from the mitigation cache.
+func BenchmarkFullPath(b *testing.B) {
+	_, mcBin := binaries(b)
+	ms := bench.MemcachedForTest(b, 3)
+	px := startMcproxy(b, mcBin, "", ms)
+	client := counter.NewMemcacheClient(counter.MemcacheConfig{Servers: []string{px.addr}, Timeout: 100 * time.Millisecond})
+	store := counter.NewMemcacheStore(client)
+	for _, bc := range []struct {
+		name     string
+		quantity int
+	}{{"admitted", 1 << 30}, {"blocked", 1}} {
+		b.Run(bc.name, func(b *testing.B) {
+			l := benchLimiter(b, store, bc.quantity)
+			var mu sync.Mutex
+			hist := hdrhistogram.New(1, 10_000_000, 3) // µs
+			var errs atomic.Int64
+			if bc.quantity == 1 { // block every identity once
+				for _, r := range requests(20000, 100000, 99) {
+					l.Decide(context.Background(), r, time.Now())
+				}
+			}
+			par := 64 / max(1, runtimeProcs())
+			pools := make(chan []*http.Request, par*runtimeProcs())
+			for i := 0; i < cap(pools); i++ {
+				pools <- requests(2048, 100000, uint64(i))
+			}
+			b.SetParallelism(par)
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				reqs := <-pools
+				h := hdrhistogram.New(1, 10_000_000, 3)
+				i := 0
+				for pb.Next() {
+					t0 := time.Now()
+					d := l.Decide(context.Background(), reqs[i%len(reqs)], t0)
+					h.RecordValue(max(1, time.Since(t0).Microseconds()))
+					if d.Reason == pop.ReasonFailOpen {
+						errs.Add(1)
+					}
+					i++
+				}
+				mu.Lock()
+				hist.Merge(h)
+				mu.Unlock()
+			})
+			el := time.Since(start)
+			b.ReportMetric(float64(b.N)/el.Seconds(), "decisions/s")
+			b.ReportMetric(float64(hist.ValueAtQuantile(50)), "p50-µs")
+			b.ReportMetric(float64(hist.ValueAtQuantile(99)), "p99-µs")
+			b.ReportMetric(float64(errs.Load())/float64(b.N), "store-failures/op")
+		})
+	}
+}
+
+func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
