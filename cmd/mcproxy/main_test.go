@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/poplimit/poplimit/bench"
+)
+
+// buildMcproxy builds the binary once per test run.
+func buildMcproxy(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "mcproxy")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// syncBuffer is a bytes.Buffer safe for the process's writes and the
+// test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type proc struct {
+	cmd  *exec.Cmd
+	addr string
+	logs *syncBuffer
+	done chan error
+}
+
+// startMcproxy runs the binary with args and waits until it answers on
+// addr; an empty addr means a free port passed as --listen.
+func startMcproxy(t *testing.T, bin, addr string, args ...string) *proc {
+	t.Helper()
+	if addr == "" {
+		port, err := bench.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		args = append([]string{"--listen", addr}, args...)
+	}
+	p := &proc{addr: addr, logs: &syncBuffer{}, done: make(chan error, 1)}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for bench.Ping(addr, 200*time.Millisecond) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("mcproxy did not answer: %s", p.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return p
+}
+
+// stop sends SIGTERM and expects a clean exit.
+func (p *proc) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		p.done <- err
+		if err != nil {
+			t.Errorf("mcproxy exit after SIGTERM: %v\n%s", err, p.logs)
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("mcproxy did not exit after SIGTERM")
+	}
+}
+
+// TestMcproxyProcess: the daemon as other engineers launch it: flags, three
+// real memcached shards, memccapable's 27 ASCII tests, SIGTERM.
+func TestMcproxyProcess(t *testing.T) {
+	bin := buildMcproxy(t)
+	ms := bench.MemcachedForTest(t, 3)
+	var args []string
+	for _, m := range ms {
+		args = append(args, "--shard", m.Addr)
+	}
+	p := startMcproxy(t, bin, "", append(args, "--hash-tag", "{}", "--timeout", "400ms", "--server-connections", "2",
+		"--auto-eject", "--failure-limit", "2", "--retry-timeout", "1s")...)
+
+	mc := memcache.New(p.addr)
+	defer mc.Close()
+	if err := mc.Set(&memcache.Item{Key: "rl:{u}:1", Value: []byte("1")}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := mc.Increment("rl:{u}:1", 41); err != nil || n != 42 {
+		t.Fatalf("Increment = %d, %v", n, err)
+	}
+
+	if mcc, err := exec.LookPath("memccapable"); err == nil {
+		host, port, _ := net.SplitHostPort(p.addr)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, mcc, "-a", "-h", host, "-p", port).CombinedOutput()
+		if err != nil {
+			t.Fatalf("memccapable: %v\n%s", err, out)
+		}
+		pass := len(regexp.MustCompile(`(?m)^ascii .*\[pass\]`).FindAll(out, -1))
+		if pass != 27 {
+			t.Errorf("memccapable against the mcproxy process: %d/27 passed\n%s", pass, out)
+		}
+	} else if os.Getenv(bench.RequireMemcachedEnv) != "" {
+		t.Fatal("memccapable not installed")
+	}
+	p.stop(t)
+}
+
+func TestMcproxyEmbedded(t *testing.T) {
+	bin := buildMcproxy(t)
+	p := startMcproxy(t, bin, "", "--embedded", "3")
+	mc := memcache.New(p.addr)
+	defer mc.Close()
+	var keys []string
+	for i := 0; i < 20; i++ {
+		k := fmt.Sprintf("e%d", i)
+		keys = append(keys, k)
+		if err := mc.Set(&memcache.Item{Key: k, Value: []byte(k)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := mc.GetMulti(keys)
+	if err != nil || len(got) != len(keys) {
+		t.Fatalf("GetMulti: %d items, %v", len(got), err)
+	}
+	p.stop(t)
+}
+
+func TestMcproxyConfigFile(t *testing.T) {
+	bin := buildMcproxy(t)
+	ms := bench.MemcachedForTest(t, 2)
+	port, err := bench.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	yml := fmt.Sprintf("pool:\n  listen: %s\n  hash: fnv1a_64\n  distribution: ketama\n  hash_tag: \"{}\"\n  timeout: 400\n  tcpkeepalive: true\n  servers:\n   - %s:1 one\n   - %s:1 two\n", listen, ms[0].Addr, ms[1].Addr)
+	cfg := filepath.Join(t.TempDir(), "nutcracker.yml")
+	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startMcproxy(t, bin, listen, "--config", cfg)
+	mc := memcache.New(listen)
+	defer mc.Close()
+	if err := mc.Set(&memcache.Item{Key: "k", Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(p.logs.String(), "key=tcpkeepalive") {
+		t.Errorf("no warning for the unsupported key tcpkeepalive: %s", p.logs)
+	}
+	p.stop(t)
+}
