@@ -404,6 +404,23 @@ func serveEmbeddedForTest(t *testing.T, n int) (string, []*MemoryBackend) {
 	return ln.Addr().String(), backends
 }
 
+func TestNormaliseCAS(t *testing.T) {
+	in := [][]byte{
+		[]byte("VALUE a 0 1 7\r\nx\r\nVALUE b 0 13 7\r\nVALUE a 0 1 9\r\nEND\r\n"),
+		[]byte("STORED\r\nVALUE a 1 2 9\r\nyy\r\nVALUE a 1 2\r\nyy\r\nEND\r\n"),
+	}
+	want := []string{
+		"VALUE a 0 1 <cas a#1>\r\nx\r\nVALUE b 0 13 <cas b#1>\r\nVALUE a 0 1 9\r\nEND\r\n",
+		"STORED\r\nVALUE a 1 2 <cas a#2>\r\nyy\r\nVALUE a 1 2\r\nyy\r\nEND\r\n",
+	}
+	got := normaliseCAS(in)
+	for i := range want {
+		if string(got[i]) != want[i] {
+			t.Errorf("reply %d: got %q, want %q", i, got[i], want[i])
+		}
+	}
+}
+
 func TestParseTranscript(t *testing.T) {
 	src := "# comment\nset a 0 0 1\n1\n\n\nget a\\c\n\\r\\n\n!close\nx \\[3]y\\x41\\s\\\\\n"
 	steps, err := parseTranscript([]byte(src))
