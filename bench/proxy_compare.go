@@ -38,9 +38,10 @@ type ProxyCompareConfig struct {
 	// McproxyBin is the mcproxy binary; default: built from ./cmd/mcproxy
 	// of the current module into Dir.
 	McproxyBin string
-	// McproxyConfig gives mcproxy the same nutcracker YAML (--config)
-	// instead of --listen/--shard flags.
-	McproxyConfig bool
+	// McproxyFlags starts mcproxy with --listen/--shard flags (its own
+	// defaults) instead of the default: --config with the nutcracker YAML,
+	// listen address changed, so both proxies run the same configuration.
+	McproxyFlags bool
 	// McproxyArgs are extra mcproxy arguments.
 	McproxyArgs []string
 	// SkipMcproxy leaves mcproxy out. Without it, an mcproxy that cannot
@@ -252,7 +253,7 @@ func startMcproxyForCompare(ctx context.Context, cfg ProxyCompareConfig, dir str
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	var args []string
 	detail := "mcproxy "
-	if cfg.McproxyConfig {
+	if !cfg.McproxyFlags {
 		pool.Listen = addr
 		path := filepath.Join(dir, "mcproxy.yml")
 		if err := os.WriteFile(path, []byte(pool.YAML()), 0o644); err != nil {

@@ -29,8 +29,9 @@ mget (4-key gets).
   popbench proxy --compare --mix incr,getset,mget --conns 64 --duration 5s --rounds 2
 
 --compare starts 3 memcached shards, Debian's nutcracker (ketama, the --hash)
-and mcproxy (built from ./cmd/mcproxy unless --mcproxy), and runs memcached
-(one shard, direct), nutcracker, mcproxy, ... for --rounds rounds per mix.`,
+and mcproxy (built from ./cmd/mcproxy unless --mcproxy) with the same YAML,
+and runs memcached (one shard, direct), nutcracker, mcproxy, ... for --rounds
+rounds per mix.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "addr", Usage: "memcached-protocol `HOST:PORT` to drive (without --compare)"},
 			&cli.StringFlag{Name: "mix", Value: "incr", Usage: "comma-separated mixes: incr, getset, mget"},
@@ -43,7 +44,7 @@ and mcproxy (built from ./cmd/mcproxy unless --mcproxy), and runs memcached
 			&cli.IntFlag{Name: "rounds", Value: 2, Usage: "interleaved rounds per mix (--compare)"},
 			&cli.StringFlag{Name: "hash", Value: "fnv1a_64", Usage: "ketama hash of the pool (--compare)"},
 			&cli.StringFlag{Name: "mcproxy", Usage: "mcproxy binary (--compare; default: go build ./cmd/mcproxy)"},
-			&cli.BoolFlag{Name: "mcproxy-config", Usage: "give mcproxy the nutcracker YAML (--config) instead of --listen/--shard"},
+			&cli.BoolFlag{Name: "mcproxy-flags", Usage: "start mcproxy with --listen/--shard instead of --config with nutcracker's YAML"},
 			&cli.StringSliceFlag{Name: "mcproxy-arg", Usage: "extra mcproxy argument (repeatable)"},
 			&cli.BoolFlag{Name: "skip-mcproxy", Usage: "compare memcached and nutcracker only"},
 			&cli.BoolFlag{Name: "require-mcproxy", Usage: "fail when mcproxy cannot be built or started"},
@@ -71,7 +72,7 @@ func runProxyCommand(c *cli.Context) error {
 		rep, err := bench.RunProxyCompare(c.Context, bench.ProxyCompareConfig{
 			Mixes: mixes, Conns: c.Int("conns"), Duration: c.Duration("duration"),
 			Rounds: c.Int("rounds"), Keys: c.Int("keys"), Hash: c.String("hash"),
-			McproxyBin: c.String("mcproxy"), McproxyConfig: c.Bool("mcproxy-config"),
+			McproxyBin: c.String("mcproxy"), McproxyFlags: c.Bool("mcproxy-flags"),
 			McproxyArgs: c.StringSlice("mcproxy-arg"), SkipMcproxy: c.Bool("skip-mcproxy"),
 			RequireMcproxy: c.Bool("require-mcproxy"), Dir: c.String("dir"), Progress: progress,
 		})
