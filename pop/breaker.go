@@ -118,6 +118,20 @@ func (b *Breaker) Allow(now time.Time) bool {
 	return true
 }
 
+// Release ends a call allowed at now without an outcome (the caller gave
+// up before the store answered): a half-open probe slot is freed, nothing
+// else changes.
+func (b *Breaker) Release() {
+	if BreakerState(b.state.Load()) != BreakerHalfOpen {
+		return
+	}
+	b.mu.Lock()
+	if BreakerState(b.state.Load()) == BreakerHalfOpen && b.inFlight > 0 {
+		b.inFlight--
+	}
+	b.mu.Unlock()
+}
+
 // Observe records the outcome of a call allowed at now; err nil is a
 // success.
 func (b *Breaker) Observe(now time.Time, err error) {

@@ -84,3 +84,31 @@ func TestKeyIDHidesKey(t *testing.T) {
 		t.Error("KeyID of empty key is not empty")
 	}
 }
+
+func FuzzClientIP(f *testing.F) {
+	f.Add("10.0.0.1:80", "198.51.100.7, 10.0.0.2", `for=192.0.2.60;proto=http, for="[2001:db8::1]:4711"`)
+	f.Add("[::1]:80", "garbage", "")
+	f.Add("203.0.113.9:1", "", "for=unknown")
+	trusted := TrustedProxies{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	f.Fuzz(func(t *testing.T, remote, xff, fwd string) {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = remote
+		if xff != "" {
+			r.Header.Set("X-Forwarded-For", xff)
+		}
+		if fwd != "" {
+			r.Header.Set("Forwarded", fwd)
+		}
+		got := trusted.ClientIP(r)
+		peer := parseHostAddr(remote)
+		if !peer.IsValid() {
+			if got.IsValid() {
+				t.Fatalf("client %v from an unparsable peer %q", got, remote)
+			}
+			return
+		}
+		if !trusted.contains(peer) && got != peer {
+			t.Fatalf("untrusted peer %v: client %v taken from headers", peer, got)
+		}
+	})
+}

@@ -23,6 +23,9 @@ type Config struct {
 	// mode), usually counter.NewLocal.
 	NewLocal func(counter.Limit) (counter.Allower, error)
 	// StoreDeadline bounds the store calls of one decision; default 20ms.
+	// It is passed down as a context deadline: a store that cannot honour
+	// contexts mid-call (gomemcache) must get the same socket timeout
+	// (cmd/edge sets counter.MemcacheConfig.Timeout to it).
 	StoreDeadline time.Duration
 	// WorkersPerPoP divides each limit for the local fail mode and sizes
 	// default lease batches; default 1.
@@ -342,7 +345,7 @@ func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []stri
 	l.cfg.Metrics.store(l.clock().Sub(start), err)
 	if err != nil && ctx.Err() != nil {
 		// The client went away: not the store's fault.
-		l.breaker.Observe(now, nil)
+		l.breaker.Release()
 		return Decision{Reason: ReasonFailOpen, Allowed: true}
 	}
 	l.breaker.Observe(now, err)
