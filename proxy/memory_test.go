@@ -611,3 +611,21 @@ func FuzzMemoryStore(f *testing.F) {
 		}
 	})
 }
+
+func ExampleMemoryStore() {
+	s, err := NewMemoryStore(MemoryConfig{})
+	if err != nil {
+		panic(err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	// A counter window that expires in 60 s, as the rate limiter writes it.
+	s.Store(MemoryWrite{Mode: MemAdd, Key: "{user:1}:w:42", Value: []byte("0"), Exptime: 60}, now)
+	n, _, _ := s.Delta("{user:1}:w:42", true, 5, now)
+	it, _ := s.Get("{user:1}:w:42", now)
+	fmt.Println(n, string(it.Value), it.CAS, it.Exptime-now.Unix())
+	_, found := s.Get("{user:1}:w:42", now.Add(time.Minute))
+	fmt.Println(found)
+	// Output:
+	// 5 5 2 60
+	// false
+}
