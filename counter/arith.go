@@ -51,27 +51,42 @@ func satSum(c []int64, q int64) int64 {
 }
 
 // fits reports whether the estimate over counts at elapsed e in the current
-// sub-window, plus extra, is at most q; and the whole units left under q.
-// The comparison is exact: sub × (full + extra) + counts[0] × (sub − e) ≤
-// q × sub, in 128 bits where needed.
-func (w window) fits(counts []int64, e, extra int64) (bool, int64) {
+// sub-window is at most q. The comparison is exact: sub × full + counts[0]
+// × (sub − e) ≤ q × sub, in 128 bits where needed.
+func (w window) fits(counts []int64, e int64) bool {
+	_, ok := w.slack(counts, e)
+	return ok
+}
+
+// slack returns q × sub minus the weighted estimate (in units × ms) when
+// the estimate is at most q.
+func (w window) slack(counts []int64, e int64) (int64, bool) {
 	if w.n == 0 {
 		s := satSum(counts, w.q)
-		if s+extra > w.q {
-			return false, 0
-		}
-		return true, w.q - s - extra
+		return (w.q - s) * w.sub, s <= w.q
 	}
 	full := satSum(counts[1:], w.q)
-	if full+extra > w.q {
-		return false, 0
+	if full > w.q {
+		return 0, false
 	}
-	budget := (w.q - full - extra) * w.sub
+	budget := (w.q - full) * w.sub
 	hi, lo := bits.Mul64(uint64(counts[0]), uint64(w.sub-e))
 	if hi != 0 || lo > uint64(budget) {
-		return false, 0
+		return 0, false
 	}
-	return true, (budget - int64(lo)) / w.sub
+	return budget - int64(lo), true
+}
+
+// remaining is how many whole units fit under q now.
+func (w window) remaining(counts []int64, e int64) int64 {
+	if w.n == 0 {
+		return max(0, w.q-satSum(counts, w.q))
+	}
+	sl, ok := w.slack(counts, e)
+	if !ok {
+		return 0
+	}
+	return sl / w.sub
 }
 
 // estimate is the sliding estimate as a float (for accuracy reports).
@@ -90,7 +105,7 @@ func (w window) estimate(counts []int64, e int64) float64 {
 // ms) from the counts after the decision.
 func (w window) result(counts []int64, id, e int64, now int64, n int64, allowed bool) Result {
 	r := Result{Allowed: allowed, Limit: w.q}
-	_, r.Remaining = w.fits(counts, e, 0)
+	r.Remaining = w.remaining(counts, e)
 	// Reset: the newest non-zero sub-window j has slid out entirely at the
 	// start of sub-window id−n+j+n+1.
 	for j := len(counts) - 1; j >= 0; j-- {

@@ -289,7 +289,7 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 	}
 	counts[w.n] = cur
 	// The decision is on the counts including this request.
-	allowed, _ := w.fits(counts, e, 0)
+	allowed := w.fits(counts, e)
 	if !allowed && lim.l.OnReject == Refund {
 		if _, err := lim.store.Decr(ctx, curKey, uint64(n)); err != nil && !errors.Is(err, ErrNotFound) {
 			return Result{}, err

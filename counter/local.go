@@ -34,6 +34,9 @@ type localShard struct {
 type localEntry struct {
 	sids, vals, scratch []int64
 	tat                 int64
+	// The sub-window of the last call, to skip divisions on the hot path.
+	curID, curStart int64 // id and its first ms
+	curSlot         int   // slot of sub-window curID − n
 }
 
 var _ Allower = (*Local)(nil)
@@ -72,7 +75,8 @@ func (lo *Local) newEntry() *localEntry {
 	}
 	k := lo.win.n + 1
 	all := make([]int64, 3*k)
-	e := &localEntry{sids: all[:k:k], vals: all[k : 2*k : 2*k], scratch: all[2*k:]}
+	e := &localEntry{sids: all[:k:k], vals: all[k : 2*k : 2*k], scratch: all[2*k:],
+		curID: math.MinInt64, curStart: math.MaxInt64}
 	for i := range e.sids {
 		e.sids[i] = math.MinInt64
 	}
@@ -109,12 +113,19 @@ func (lo *Local) allowWindow(e *localEntry, now time.Time, n int64) Result {
 	w := lo.win
 	nowNs := now.UnixNano()
 	ms := floorDiv(nowNs, 1e6)
-	id := floorDiv(ms, w.sub)
-	el := ms - id*w.sub
+	var id, el int64
+	var slot int
+	if el = ms - e.curStart; el >= 0 && el < w.sub {
+		id, slot = e.curID, e.curSlot
+	} else {
+		id = floorDiv(ms, w.sub)
+		el = ms - id*w.sub
+		slot = floorMod(id-int64(w.n), w.n+1)
+		e.curID, e.curStart, e.curSlot = id, id*w.sub, slot
+	}
 	counts := e.scratch
 	k := w.n + 1
 	sid := id - int64(w.n)
-	slot := floorMod(sid, k)
 	for i := range counts {
 		if e.sids[slot] == sid {
 			counts[i] = e.vals[slot]
@@ -130,7 +141,7 @@ func (lo *Local) allowWindow(e *localEntry, now time.Time, n int64) Result {
 		return w.result(counts, id, el, nowNs, n, false)
 	}
 	counts[w.n] += n
-	allowed, _ := w.fits(counts, el, 0)
+	allowed := w.fits(counts, el)
 	if !allowed && lo.l.OnReject == Refund {
 		counts[w.n] -= n
 	}
