@@ -1,0 +1,174 @@
+package proxy_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/proxy"
+	"github.com/poplimit/poplimit/shard"
+)
+
+// benchRoundTrips drives addr from parallel connections, each sending depth
+// pipelined requests (incr on a rate-limit style key, and get) and reading
+// their replies, and reports requests/s.
+func benchRoundTrips(b *testing.B, addr string, depth int) {
+	// Seed the counters.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var seed bytes.Buffer
+	for i := 0; i < 1000; i++ {
+		fmt.Fprintf(&seed, "set rl:{user%d}:w1 0 0 1 noreply\r\n0\r\n", i)
+	}
+	seed.WriteString("version\r\n")
+	_, _ = c.Write(seed.Bytes())
+	_, _ = bufio.NewReader(c).ReadString('\n')
+	c.Close()
+
+	var id atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		w := id.Add(1)
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReaderSize(c, 64<<10)
+		var req []byte
+		i := 0
+		for pb.Next() {
+			req = req[:0]
+			for d := 0; d < depth; d++ {
+				i++
+				k := strconv.Itoa(int(w)*7919 + i%1000)
+				if i%2 == 0 {
+					req = append(req, "incr rl:{user"+k+"}:w1 1\r\n"...)
+				} else {
+					req = append(req, "get rl:{user"+k+"}:w1\r\n"...)
+				}
+			}
+			if _, err := c.Write(req); err != nil {
+				b.Error(err)
+				return
+			}
+			for d := 0; d < depth; d++ {
+				line, err := br.ReadSlice('\n')
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if bytes.HasPrefix(line, []byte("VALUE ")) {
+					if _, err := br.ReadSlice('\n'); err != nil { // data
+						b.Error(err)
+						return
+					}
+					if _, err := br.ReadSlice('\n'); err != nil { // END
+						b.Error(err)
+						return
+					}
+				}
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N*depth)/time.Since(start).Seconds(), "req/s")
+}
+
+// BenchmarkProxy: requests through the proxy over three real memcached
+// shards, and through nutcracker over the same shards when installed;
+// "direct" is one memcached without a proxy, for scale.
+func BenchmarkProxy(b *testing.B) {
+	ms := bench.MemcachedForTest(b, 3)
+	p := startProxy(b, shardAddrs(ms), func(rc *proxy.RouterConfig) {
+		rc.Pool.Connections = 2
+	})
+	nc := startNutcracker(b, shardAddrs(ms))
+	for _, depth := range []int{1, 16} {
+		b.Run("proxy/depth="+strconv.Itoa(depth), func(b *testing.B) {
+			b.SetParallelism(16)
+			benchRoundTrips(b, p.addr, depth)
+		})
+		if nc != "" {
+			b.Run("nutcracker/depth="+strconv.Itoa(depth), func(b *testing.B) {
+				b.SetParallelism(16)
+				benchRoundTrips(b, nc, depth)
+			})
+		}
+		b.Run("direct/depth="+strconv.Itoa(depth), func(b *testing.B) {
+			b.SetParallelism(16)
+			benchRoundTrips(b, ms[0].Addr, depth)
+		})
+	}
+}
+
+// startNutcracker runs Debian's nutcracker (Twemproxy 0.5.0) over addrs
+// with an equivalent pool (ketama, one connection per shard); "" when it is
+// not installed.
+func startNutcracker(b *testing.B, addrs []string) string {
+	bin, err := exec.LookPath("nutcracker")
+	if err != nil {
+		return ""
+	}
+	port, err := bench.FreePort()
+	if err != nil {
+		b.Fatal(err)
+	}
+	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	yml := "p:\n  listen: " + listen + "\n  hash: fnv1a_64\n  distribution: ketama\n  hash_tag: \"{}\"\n  timeout: 400\n  server_connections: 2\n  servers:\n"
+	for _, a := range addrs {
+		yml += "   - " + a + ":1\n"
+	}
+	dir := b.TempDir()
+	cfg := filepath.Join(dir, "nutcracker.yml")
+	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	statsPort, err := bench.FreePort()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-c", cfg, "-p", filepath.Join(dir, "pid"), "-o", filepath.Join(dir, "log"),
+		"-a", "127.0.0.1", "-s", strconv.Itoa(statsPort))
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.Dial("tcp", listen)
+		if err == nil {
+			c.Close()
+			return listen
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("nutcracker did not start: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// BenchmarkProxyEmbedded: the same load on in-process memory shards (the
+// proxy's own cost without memcached).
+func BenchmarkProxyEmbedded(b *testing.B) {
+	p := startProxy(b, []string{"m0", "m1", "m2"}, func(rc *proxy.RouterConfig) {
+		rc.NewBackend = func(int, shard.Server, proxy.BackendHooks) (proxy.Backend, error) {
+			return proxy.NewMemoryBackend(proxy.MemoryConfig{})
+		}
+	})
+	b.SetParallelism(16)
+	benchRoundTrips(b, p.addr, 16)
+}
