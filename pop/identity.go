@@ -145,11 +145,15 @@ func forwardedFor(lines []string) []string {
 // parseHostAddr accepts "1.2.3.4", "1.2.3.4:80", "[::1]:80", "[::1]", "::1".
 func parseHostAddr(s string) netip.Addr {
 	s = strings.TrimSpace(s)
+	// RemoteAddr is "ip:port" (or "[ip6]:port"): try that first, failed
+	// parses allocate an error.
+	if strings.HasPrefix(s, "[") || strings.Count(s, ":") == 1 {
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			return ap.Addr().Unmap()
+		}
+	}
 	if a, err := netip.ParseAddr(s); err == nil {
 		return a.Unmap()
-	}
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap()
 	}
 	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
 		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {

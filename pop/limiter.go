@@ -259,44 +259,46 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 		id.User = r.Header.Get(s.file.UserHeader)
 	}
 	rs := p.tiers[tier]
-	d := l.decide(ctx, p, rs, identityParts(p.spec, id), now)
+	var buf [12]string
+	d := l.decide(ctx, p, rs, identityParts(buf[:0], p.spec, id), now)
 	d.Policy, d.Tier = p.spec.Name, tier
 	l.finish(&d, r, ip, id)
 	return d
 }
 
-// identityParts lists the key parts of id for spec. A missing part is
-// replaced by the client IP, so anonymous traffic is still counted per
-// client.
-func identityParts(spec PolicySpec, id Identity) []string {
-	parts := make([]string, 0, 2+len(spec.Identity))
-	parts = append(parts, spec.Name)
+// identityParts appends the key parts of id for spec to dst: the policy
+// name, then a (label, value) pair per identity part. A missing part is
+// replaced by the client IP (label "anon"), so anonymous traffic is still
+// counted per client.
+func identityParts(dst []string, spec PolicySpec, id Identity) []string {
+	dst = append(dst, spec.Name)
+	ip := ""
 	for _, pt := range spec.Identity {
-		var v string
+		var label, v string
 		switch pt {
 		case PartIP:
-			v = "ip=" + id.IP.String()
+			label = "ip"
 		case PartAPIKey:
-			if id.KeyID != "" {
-				v = "k=" + id.KeyID
-			}
+			label, v = "k", id.KeyID
 		case PartUser:
-			if id.User != "" {
-				v = "u=" + id.User
-			}
+			label, v = "u", id.User
 		case PartTenant:
-			if id.Tenant != "" {
-				v = "t=" + id.Tenant
-			}
+			label, v = "t", id.Tenant
 		case PartRoute:
-			v = "r=" + id.Route
+			label, v = "r", id.Route
 		}
 		if v == "" {
-			v = "anon=" + id.IP.String()
+			if ip == "" {
+				ip = id.IP.String()
+			}
+			if pt != PartIP {
+				label = "anon"
+			}
+			v = ip
 		}
-		parts = append(parts, v)
+		dst = append(dst, label, v)
 	}
-	return parts
+	return dst
 }
 
 func (l *Limiter) finish(d *Decision, r *http.Request, ip interface{ String() string }, id Identity) {
@@ -320,7 +322,7 @@ func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []stri
 	keys := make([]string, len(rs.limits))
 	for i, r := range rs.limits {
 		if r.distinct {
-			keys[i] = counter.Key(append(parts, "l="+r.spec.Limit.Name)...)
+			keys[i] = counter.Key(append(parts[:len(parts):len(parts)], "l", r.spec.Limit.Name)...)
 		} else {
 			keys[i] = mitKey
 		}
