@@ -19,9 +19,9 @@ func signExt64(b byte) uint64 { return uint64(int64(int8(b))) }
 
 // KetamaHash returns the Twemproxy 0.5.0 hash named as in a nutcracker.yml
 // "hash:" setting: one_at_a_time, md5, crc16, crc32, crc32a, fnv1_64,
-// fnv1a_64, fnv1_32, fnv1a_32, hsieh or murmur. The empty name is
-// Twemproxy's default, fnv1a_64. "jenkins" is not supported and yields
-// ErrKetamaHash.
+// fnv1a_64, fnv1_32, fnv1a_32, hsieh, murmur or jenkins: all of Twemproxy's
+// memcached hashes. The empty name is Twemproxy's default, fnv1a_64; any
+// other name yields ErrKetamaHash.
 func KetamaHash(name string) (KetamaHashFunc, error) {
 	switch name {
 	case "", "fnv1a_64":
@@ -46,6 +46,8 @@ func KetamaHash(name string) (KetamaHashFunc, error) {
 		return hashHsieh, nil
 	case "murmur":
 		return hashMurmur, nil
+	case "jenkins":
+		return hashJenkins, nil
 	}
 	return nil, errKetamaHash(name)
 }
@@ -223,4 +225,68 @@ func hashMurmur(key []byte) uint32 {
 	h *= m
 	h ^= h >> 15
 	return h
+}
+
+// hashJenkins is Twemproxy's "jenkins": Bob Jenkins' lookup3 hashlittle
+// with initval 13 (little-endian byte order).
+func hashJenkins(key []byte) uint32 {
+	rot := func(x uint32, k uint) uint32 { return x<<k | x>>(32-k) }
+	a := 0xdeadbeef + uint32(len(key)) + 13
+	b, c := a, a
+	le := func(p []byte) uint32 {
+		var w uint32
+		for i := len(p) - 1; i >= 0; i-- {
+			w = w<<8 | uint32(p[i])
+		}
+		return w
+	}
+	for len(key) > 12 {
+		a += le(key[0:4])
+		b += le(key[4:8])
+		c += le(key[8:12])
+		a -= c
+		a ^= rot(c, 4)
+		c += b
+		b -= a
+		b ^= rot(a, 6)
+		a += c
+		c -= b
+		c ^= rot(b, 8)
+		b += a
+		a -= c
+		a ^= rot(c, 16)
+		c += b
+		b -= a
+		b ^= rot(a, 19)
+		a += c
+		c -= b
+		c ^= rot(b, 4)
+		b += a
+		key = key[12:]
+	}
+	if len(key) == 0 {
+		return c
+	}
+	a += le(key[:min(4, len(key))])
+	if len(key) > 4 {
+		b += le(key[4:min(8, len(key))])
+	}
+	if len(key) > 8 {
+		c += le(key[8:])
+	}
+	c ^= b
+	c -= rot(b, 14)
+	a ^= c
+	a -= rot(c, 11)
+	b ^= a
+	b -= rot(a, 25)
+	c ^= b
+	c -= rot(b, 16)
+	a ^= c
+	a -= rot(c, 4)
+	b ^= a
+	b -= rot(a, 14)
+	c ^= b
+	c -= rot(b, 24)
+	return c
 }
