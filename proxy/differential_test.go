@@ -35,12 +35,20 @@ type transcriptStep struct {
 	close bool
 }
 
+// transcript is a parsed transcript file.
+type transcript struct {
+	steps []transcriptStep
+	// noPipeline (directive "!no-pipeline") keeps the transcript out of
+	// the pipelined run.
+	noPipeline bool
+}
+
 // parseTranscript parses a transcript file (see the README next to them).
 // Within a line, $cas stands for the CAS unique of the last VALUE line with
 // one that the same connection received; it is kept as is in send and
 // substituted when the step is sent.
-func parseTranscript(src []byte) ([]transcriptStep, error) {
-	var steps []transcriptStep
+func parseTranscript(src []byte) (transcript, error) {
+	var tr transcript
 	var cur *transcriptStep
 	total := 0
 	for i, raw := range strings.Split(string(src), "\n") {
@@ -52,34 +60,58 @@ func parseTranscript(src []byte) ([]transcriptStep, error) {
 			continue
 		case strings.HasPrefix(raw, "#"):
 			continue
+		case raw == "!no-pipeline":
+			if cur != nil {
+				return transcript{}, fmt.Errorf("line %d: !no-pipeline inside a step", lineNo)
+			}
+			tr.noPipeline = true
+			continue
 		case raw == "!close":
 			if cur == nil {
-				return nil, fmt.Errorf("line %d: !close outside a step", lineNo)
+				return transcript{}, fmt.Errorf("line %d: !close outside a step", lineNo)
 			}
 			cur.close = true
 			cur = nil
 			continue
 		case strings.HasPrefix(raw, "!"):
-			return nil, fmt.Errorf("line %d: unknown directive %q", lineNo, raw)
+			return transcript{}, fmt.Errorf("line %d: unknown directive %q", lineNo, raw)
 		}
 		if cur == nil {
-			steps = append(steps, transcriptStep{line: lineNo})
-			cur = &steps[len(steps)-1]
+			tr.steps = append(tr.steps, transcriptStep{line: lineNo})
+			cur = &tr.steps[len(tr.steps)-1]
 		}
 		b, crlf, err := decodeTranscriptLine(raw)
 		if err != nil {
-			return nil, fmt.Errorf("line %d: %w", lineNo, err)
+			return transcript{}, fmt.Errorf("line %d: %w", lineNo, err)
 		}
 		total += len(b) + 2
 		if total > maxTranscriptBytes {
-			return nil, fmt.Errorf("line %d: transcript over %d bytes", lineNo, maxTranscriptBytes)
+			return transcript{}, fmt.Errorf("line %d: transcript over %d bytes", lineNo, maxTranscriptBytes)
 		}
 		cur.send = append(cur.send, b...)
 		if crlf {
 			cur.send = append(cur.send, "\r\n"...)
 		}
 	}
-	return steps, nil
+	return tr, nil
+}
+
+// pipelined merges consecutive steps into one write, as a client pipelining
+// the whole transcript would send them. A step using $cas, and a step after
+// one that closes the connection, starts a new write ($cas needs the reply
+// before it).
+func pipelined(steps []transcriptStep) []transcriptStep {
+	var out []transcriptStep
+	for _, st := range steps {
+		n := len(out)
+		if n == 0 || out[n-1].close || bytes.Contains(st.send, []byte("$cas")) {
+			out = append(out, transcriptStep{line: st.line, send: append([]byte(nil), st.send...), close: st.close})
+			continue
+		}
+		out[n-1].send = append(out[n-1].send, st.send...)
+		out[n-1].close = st.close
+	}
+	return out
 }
 
 // maxTranscriptRepeat bounds \[N]c and maxTranscriptBytes a whole
@@ -243,23 +275,23 @@ func runTranscript(addr string, steps []transcriptStep) (replies [][]byte, err e
 	return replies, err
 }
 
-func loadTranscripts(t *testing.T) map[string][]transcriptStep {
+func loadTranscripts(t *testing.T) map[string]transcript {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(transcriptDir, "*.txt"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no transcripts in %s: %v", transcriptDir, err)
 	}
-	out := make(map[string][]transcriptStep)
+	out := make(map[string]transcript)
 	for _, f := range files {
 		src, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		steps, err := parseTranscript(src)
+		tr, err := parseTranscript(src)
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		out[filepath.Base(f)] = steps
+		out[filepath.Base(f)] = tr
 	}
 	return out
 }
@@ -274,37 +306,58 @@ func loadTranscripts(t *testing.T) map[string][]transcriptStep {
 //     so a unique is replaced by its rank among the uniques seen for the
 //     same key ("<cas a#2>"): whether an operation changed a key's unique
 //     is still compared, its number is not.
+//
+// Each transcript runs twice: step by step (a "version" round trip after
+// each step), and pipelined (consecutive steps in one write, see
+// pipelined), each time on its own fresh memcached and fresh servers.
 func TestDifferentialTranscripts(t *testing.T) {
 	transcripts := loadTranscripts(t)
-	mcs := bench.MemcachedForTest(t, len(transcripts))
+	mcs := bench.MemcachedForTest(t, 2*len(transcripts))
 	i := 0
-	for name, steps := range transcripts {
-		mc := mcs[i]
-		i++
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			want, err := runTranscript(mc.Addr, steps)
-			if err != nil {
-				t.Fatalf("memcached: %v", err)
+	for name, tr := range transcripts {
+		runs := []struct {
+			mode  string
+			steps []transcriptStep
+			mc    *bench.Memcached
+		}{{"stepwise", tr.steps, mcs[i]}, {"pipelined", pipelined(tr.steps), mcs[i+1]}}
+		i += 2
+		if tr.noPipeline {
+			runs = runs[:1]
+		}
+		for _, run := range runs {
+			t.Run(name+"/"+run.mode, func(t *testing.T) {
+				t.Parallel()
+				diffTranscript(t, name, run.mc.Addr, run.steps)
+			})
+		}
+	}
+}
+
+// diffTranscript runs steps on memcached at mcAddr, then on mcproxy with
+// one and with three embedded shards, and reports every step whose replies
+// differ.
+func diffTranscript(t *testing.T, name, mcAddr string, steps []transcriptStep) {
+	want, err := runTranscript(mcAddr, steps)
+	if err != nil {
+		t.Fatalf("memcached: %v", err)
+	}
+	for _, shards := range []int{1, 3} {
+		addr, _ := serveEmbeddedForTest(t, shards)
+		got, err := runTranscript(addr, steps)
+		if err != nil {
+			t.Errorf("mcproxy --embedded %d: %v", shards, err)
+		}
+		w := want
+		if shards > 1 {
+			w, got = normaliseCAS(want), normaliseCAS(got)
+		}
+		for j := range steps {
+			if !bytes.Equal(got[j], w[j]) {
+				at := firstDiff(got[j], w[j])
+				t.Errorf("%s:%d (%d embedded shards): sent %s\nreplies differ at byte %d:\nmemcached: %s\nmcproxy:   %s",
+					name, steps[j].line, shards, clip(steps[j].send), at, around(w[j], at), around(got[j], at))
 			}
-			for _, shards := range []int{1, 3} {
-				addr, _ := serveEmbeddedForTest(t, shards)
-				got, err := runTranscript(addr, steps)
-				if err != nil {
-					t.Errorf("mcproxy --embedded %d: %v", shards, err)
-				}
-				w := want
-				if shards > 1 {
-					w, got = normaliseCAS(want), normaliseCAS(got)
-				}
-				for j := range steps {
-					if !bytes.Equal(got[j], w[j]) {
-						t.Errorf("%s:%d (%d embedded shards): sent %s\nmemcached: %s\nmcproxy:   %s",
-							name, steps[j].line, shards, clip(steps[j].send), clip(w[j]), clip(got[j]))
-					}
-				}
-			}
-		})
+		}
 	}
 }
 
@@ -346,6 +399,25 @@ func normaliseCAS(replies [][]byte) [][]byte {
 		out[i] = b
 	}
 	return out
+}
+
+// firstDiff returns the index of the first byte where a and b differ.
+func firstDiff(a, b []byte) int {
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// around quotes b from a little before at, shortened when long.
+func around(b []byte, at int) string {
+	from := max(0, at-60)
+	prefix := ""
+	if from > 0 {
+		prefix = fmt.Sprintf("(%d bytes)...", from)
+	}
+	return prefix + clip(b[from:])
 }
 
 // clip quotes b, shortened when long (1 MB values).
@@ -423,10 +495,11 @@ func TestNormaliseCAS(t *testing.T) {
 
 func TestParseTranscript(t *testing.T) {
 	src := "# comment\nset a 0 0 1\n1\n\n\nget a\\c\n\\r\\n\n!close\nx \\[3]y\\x41\\s\\\\\n"
-	steps, err := parseTranscript([]byte(src))
+	tr, err := parseTranscript([]byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
+	steps := tr.steps
 	want := []transcriptStep{
 		{line: 2, send: []byte("set a 0 0 1\r\n1\r\n")},
 		{line: 6, send: []byte("get a\r\n\r\n"), close: true},
@@ -440,7 +513,20 @@ func TestParseTranscript(t *testing.T) {
 			t.Errorf("step %d: got %+v %q, want %+v %q", i, steps[i], steps[i].send, want[i], want[i].send)
 		}
 	}
-	for _, bad := range []string{"a\\", "a\\q", "\\xZZ", "\\x4", "a\\cb", "\\[x]y", "\\[5]", "!close", "a\n!nope", "\\[99999999]x"} {
+	pipe := pipelined(append(steps, transcriptStep{line: 12, send: []byte("cas $cas\r\n")}, transcriptStep{line: 13, send: []byte("z\r\n")}))
+	wantPipe := []string{"set a 0 0 1\r\n1\r\nget a\r\n\r\n", "x yyyA \\\r\n", "cas $cas\r\nz\r\n"}
+	if len(pipe) != len(wantPipe) || !pipe[0].close || pipe[1].line != 9 || pipe[2].line != 12 {
+		t.Fatalf("pipelined: %+v", pipe)
+	}
+	for i, w := range wantPipe {
+		if string(pipe[i].send) != w {
+			t.Errorf("pipelined step %d: %q, want %q", i, pipe[i].send, w)
+		}
+	}
+	if tr, err := parseTranscript([]byte("!no-pipeline\nget a\n")); err != nil || !tr.noPipeline {
+		t.Errorf("!no-pipeline: %+v %v", tr, err)
+	}
+	for _, bad := range []string{"a\n!no-pipeline", "a\\", "a\\q", "\\xZZ", "\\x4", "a\\cb", "\\[x]y", "\\[5]", "!close", "a\n!nope", "\\[99999999]x"} {
 		if _, err := parseTranscript([]byte(bad)); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
@@ -480,9 +566,9 @@ func FuzzParseTranscript(f *testing.F) {
 	}
 	f.Add([]byte("set a 0 0 1\n1\n\nget a\\c\n!close\n\\[3]x\\x00\\s"), []byte("#\x00\\ \r\n!"))
 	f.Fuzz(func(t *testing.T, src, payload []byte) {
-		if steps, err := parseTranscript(src); err == nil {
+		if tr, err := parseTranscript(src); err == nil {
 			total := 0
-			for _, st := range steps {
+			for _, st := range tr.steps {
 				total += len(st.send)
 				if st.line < 1 || st.line > bytes.Count(src, []byte("\n"))+1 {
 					t.Fatalf("step line %d out of range", st.line)
