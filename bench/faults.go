@@ -1,0 +1,455 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Fault scenarios.
+const (
+	FaultShardKill    = "shard-kill"    // a shard killed (SIGKILL), restarted empty
+	FaultShardHang    = "shard-hang"    // a shard hung (SIGSTOP), continued (SIGCONT)
+	FaultShardSlow    = "shard-slow"    // a shard behind a relay adding delay
+	FaultProxyRestart = "proxy-restart" // mcproxy killed, restarted
+	FaultReload       = "reload"        // a policy reload on every edge
+)
+
+// FaultScenarios lists every scenario in the order they run.
+var FaultScenarios = []string{FaultShardKill, FaultShardHang, FaultShardSlow, FaultReload, FaultProxyRestart}
+
+// FaultsConfig configures RunFaults. Zero means default.
+type FaultsConfig struct {
+	// Scenarios to run, in order; default FaultScenarios.
+	Scenarios []string
+	// Warmup before the first fault; default 2s. Its second half is the
+	// baseline error rate.
+	Warmup time.Duration
+	// Fault is how long each fault lasts; default 2s.
+	Fault time.Duration
+	// Settle is how long each scenario is observed after the repair;
+	// default 4s. Recovery requires a clean last second.
+	Settle time.Duration
+	// SlowDelay is the one-way delay of the slowed shard; default 150ms
+	// (a 300ms round trip, over the workers' 200ms store deadline).
+	SlowDelay time.Duration
+	// HTTP uses edge workers (default when they build); else in-process.
+	InProcess bool
+	// Users on /api (fail open) and on /login (fail closed); default 20
+	// and 8, all under their limits.
+	APIUsers, LoginUsers int
+	// OutDir receives the timeline chart and report; "" writes none.
+	OutDir string
+	// Seed; default 1.
+	Seed uint64
+	// Progress is called with requests done and total.
+	Progress func(done, total int)
+}
+
+func (c FaultsConfig) withDefaults() FaultsConfig {
+	if len(c.Scenarios) == 0 {
+		c.Scenarios = FaultScenarios
+	}
+	if c.Warmup <= 0 {
+		c.Warmup = 2 * time.Second
+	}
+	if c.Fault <= 0 {
+		c.Fault = 2 * time.Second
+	}
+	if c.Settle <= 0 {
+		c.Settle = 4 * time.Second
+	}
+	if c.SlowDelay <= 0 {
+		c.SlowDelay = 150 * time.Millisecond
+	}
+	if c.APIUsers <= 0 {
+		c.APIUsers = 20
+	}
+	if c.LoginUsers <= 0 {
+		c.LoginUsers = 8
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	return c
+}
+
+// FaultResult is what one scenario did.
+type FaultResult struct {
+	Scenario string `json:"scenario"`
+	// Skipped says why the scenario could not run (e.g. reload without
+	// edge workers); the other fields are then zero.
+	Skipped string `json:"skipped,omitempty"`
+	// StartS, RepairS: when the fault began and when the repair finished,
+	// seconds from the start of the run.
+	StartS  float64 `json:"start_s"`
+	RepairS float64 `json:"repair_s"`
+	// Requests sent during the scenario (fault + settle), by route and
+	// outcome: "open" is /api (fail open), "closed" is /login (fail closed).
+	Open   map[string]int64 `json:"fail_open_route"`
+	Closed map[string]int64 `json:"fail_closed_route"`
+	// ClientErrors are requests the client saw fail (503 or transport/5xx).
+	ClientErrors int64 `json:"client_errors"`
+	// StoreErrors are decisions whose store calls failed, as the workers
+	// count them (edges: poplimit_store_errors_total).
+	StoreErrors int64 `json:"store_errors"`
+	// Fallback counts decisions taken by a fail mode, by mode.
+	Fallback map[string]int64 `json:"fallback_decisions"`
+	// RecoverMs is the time from the repair to the last error seen;
+	// 0 when nothing failed after the repair.
+	RecoverMs float64 `json:"recover_ms"`
+	// Recovered: no error during the last second of the scenario.
+	Recovered bool `json:"recovered"`
+	// Note explains what happened in a sentence.
+	Note   string `json:"note,omitempty"`
+	errPct float64
+}
+
+// FaultsReport is the result of RunFaults.
+type FaultsReport struct {
+	PoP string `json:"pop"`
+	// BaselineErrorPct is the error rate before any fault (second half of
+	// the warmup): the noise floor of this machine.
+	BaselineErrorPct float64        `json:"baseline_error_pct"`
+	Results          []*FaultResult `json:"scenarios"`
+	Spans   []Span         `json:"spans"`
+	Report  string         `json:"report,omitempty"`
+	Chart   string         `json:"chart,omitempty"`
+}
+
+// errSample is the cumulative store error count of the workers at a time.
+type errSample struct {
+	at       time.Duration
+	errs     int64
+	fallback map[string]int64
+}
+
+// RunFaults launches a PoP whose shards sit behind relays, drives steady
+// traffic (every user under its limit, so any rejection or error is the
+// fault's doing), and runs the scenarios one after the other: fault, repair,
+// observe.
+func RunFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, error) {
+	cfg = cfg.withDefaults()
+	api := Route{Path: "/api", Quantity: 20, Window: time.Second}
+	login := Route{Path: "/login", Quantity: 5, Window: time.Second, FailClosed: true}
+	span := cfg.Fault + cfg.Settle
+	total := cfg.Warmup + time.Duration(len(cfg.Scenarios))*span
+	tr, err := Generate(WorkloadConfig{Seed: cfg.Seed, Duration: total, API: api, Login: login,
+		Legit: cfg.APIUsers, LegitMin: 0.3, LegitMax: 0.5, Abusive: -1, Boundary: -1, Stuffers: -1})
+	if err != nil {
+		return nil, err
+	}
+	// Login users at 0.6× their limit.
+	for i := 0; i < cfg.LoginUsers; i++ {
+		id := int32(len(tr.Clients))
+		tr.Clients = append(tr.Clients, Client{ID: fmt.Sprintf("login-%03d", i), Kind: Legit, Route: 1, Multiple: 0.6})
+		for at := time.Duration(i) * time.Second / time.Duration(cfg.LoginUsers*3); at < total; at += time.Second / 3 {
+			tr.Requests = append(tr.Requests, Request{At: at, Client: id})
+		}
+	}
+	tr.sort()
+	pc := PoPConfig{Name: "faults", Shards: 3, Proxies: 1, RelayShards: true,
+		ProxyArgs: []string{"--auto-eject", "--failure-limit", "3", "--retry-timeout", "1s", "--timeout", "250ms"}}
+	if !cfg.InProcess && env.HasEdge() {
+		pc.Edges, pc.WorkersPerPoP = 4, 4
+		pc.Policy = PolicyYAML(tr.Routes, 0, 1)
+		// Deadlines generous enough that a loaded 2-core machine does not
+		// look like a fault; the faults themselves exceed them.
+		pc.EdgeArgs = []string{"--store-deadline", "200ms", "--breaker-failures", "5", "--breaker-open", "250ms"}
+	}
+	p, err := env.Launch(ctx, pc)
+	if err != nil {
+		return nil, err
+	}
+	target, in, err := env.Workers(p, tr.Routes, 4, 64, InprocConfig{Timeout: 200 * time.Millisecond})
+	if err != nil {
+		return nil, err
+	}
+	rep := &FaultsReport{PoP: p.Describe() + ", shards behind relays"}
+	results := make([]*FaultResult, len(cfg.Scenarios))
+	var mu sync.Mutex
+	var samples []errSample
+	sample := func(at time.Duration) {
+		s := errSample{at: at, fallback: map[string]int64{}}
+		if in != nil {
+			s.errs = in.StoreStats().Errors
+		} else {
+			for _, e := range p.Edges {
+				m, err := ScrapeMetrics(e.Admin)
+				if err != nil {
+					continue
+				}
+				s.errs += int64(m.Sum("poplimit_store_errors_total", "", ""))
+				for _, mode := range []string{"open", "closed", "local"} {
+					s.fallback[mode] += int64(m.Sum("poplimit_fallback_decisions_total", "mode", "fail_"+mode))
+				}
+			}
+		}
+		mu.Lock()
+		samples = append(samples, s)
+		mu.Unlock()
+	}
+	var actions sync.WaitGroup
+	var start time.Time
+	next := 0
+	sampledAt := time.Duration(-1)
+	hook := func(elapsed time.Duration) {
+		if start.IsZero() {
+			start = time.Now().Add(-elapsed)
+		}
+		if elapsed-sampledAt >= 200*time.Millisecond {
+			sampledAt = elapsed
+			actions.Add(1)
+			go func() { defer actions.Done(); sample(elapsed) }()
+		}
+		if next >= len(cfg.Scenarios) || elapsed < cfg.Warmup+time.Duration(next)*span {
+			return
+		}
+		i, name := next, cfg.Scenarios[next]
+		next++
+		actions.Add(1)
+		go func() {
+			defer actions.Done()
+			results[i] = runFault(ctx, p, name, cfg, start, tr.Routes)
+		}()
+	}
+	env.Logf("faults: %d scenarios, %v each (+%v warmup), %d requests", len(cfg.Scenarios), span, cfg.Warmup, len(tr.Requests))
+	replay := ReplayTrace(ctx, tr, target, ReplayConfig{Concurrency: 64, Hook: hook, Progress: cfg.Progress})
+	actions.Wait()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	base := &FaultResult{RepairS: cfg.Warmup.Seconds()}
+	scoreFault(base, replay, cfg.Warmup/2, cfg.Warmup, samples, 1)
+	rep.BaselineErrorPct = base.errPct
+	threshold := max(0.01, 2*base.errPct/100)
+	for i, r := range results {
+		if r == nil {
+			r = &FaultResult{Scenario: cfg.Scenarios[i], Skipped: "did not start (run cut short)"}
+			results[i] = r
+		}
+		from := cfg.Warmup + time.Duration(i)*span
+		scoreFault(r, replay, from, from+span, samples, threshold)
+		if r.Skipped == "" {
+			rep.Spans = append(rep.Spans, Span{Label: r.Scenario, From: secondsDur(r.StartS), To: secondsDur(r.RepairS),
+				FromS: r.StartS, ToS: r.RepairS})
+		}
+	}
+	rep.Results = results
+	if cfg.OutDir != "" {
+		if err := rep.write(cfg.OutDir, replay); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+func secondsDur(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// runFault applies one fault, waits, repairs it.
+func runFault(ctx context.Context, p *PoP, name string, cfg FaultsConfig, start time.Time, routes []Route) *FaultResult {
+	r := &FaultResult{Scenario: name}
+	since := func() float64 { return time.Since(start).Seconds() }
+	wait := func() {
+		select {
+		case <-time.After(cfg.Fault):
+		case <-ctx.Done():
+		}
+	}
+	fail := func(err error) *FaultResult {
+		r.Note = "fault script failed: " + err.Error()
+		return r
+	}
+	switch name {
+	case FaultShardKill:
+		s := p.Shards[0]
+		r.StartS = since()
+		s.Kill()
+		wait()
+		if err := s.Restart(ctx); err != nil {
+			return fail(err)
+		}
+		r.Note = "shard 0 killed, restarted empty on its port"
+	case FaultShardHang:
+		s := p.Shards[1%len(p.Shards)]
+		r.StartS = since()
+		if err := s.Pause(); err != nil {
+			return fail(err)
+		}
+		wait()
+		if err := s.Resume(); err != nil {
+			return fail(err)
+		}
+		r.Note = "shard 1 stopped (SIGSTOP), continued (SIGCONT)"
+	case FaultShardSlow:
+		s := p.Shards[2%len(p.Shards)]
+		if s.Relay == nil {
+			r.Skipped = "shards have no relay"
+			return r
+		}
+		r.StartS = since()
+		s.Relay.SetDelay(cfg.SlowDelay)
+		wait()
+		s.Relay.SetDelay(0)
+		r.Note = fmt.Sprintf("shard 2 slowed by %v each way", cfg.SlowDelay)
+	case FaultProxyRestart:
+		if len(p.Proxies) == 0 {
+			r.Skipped = "no mcproxy in this PoP"
+			return r
+		}
+		r.StartS = since()
+		p.Proxies[0].Kill()
+		wait()
+		if err := p.RestartProxy(ctx, 0); err != nil {
+			return fail(err)
+		}
+		r.Note = "mcproxy killed (SIGKILL), restarted on its port"
+	case FaultReload:
+		if len(p.Edges) == 0 {
+			r.Skipped = "needs edge workers (reload is an edge admin endpoint)"
+			return r
+		}
+		r.StartS = since()
+		// A different policy (login limit doubled), then back.
+		alt := append([]Route(nil), routes...)
+		alt[len(alt)-1].Quantity *= 2
+		if err := p.SetPolicy(ctx, PolicyYAML(alt, 0, 1)); err != nil {
+			return fail(err)
+		}
+		wait()
+		if err := p.SetPolicy(ctx, PolicyYAML(routes, 0, 1)); err != nil {
+			return fail(err)
+		}
+		r.Note = "policy changed and changed back through POST /reload on every edge"
+	default:
+		r.Skipped = "unknown scenario"
+		return r
+	}
+	r.RepairS = since()
+	return r
+}
+
+// scoreFault fills r from the requests sent in [from, to) and the worker
+// error samples. Time is cut in 250ms buckets; a bucket is bad when its
+// errors (client-visible plus worker store errors) exceed threshold (a
+// fraction) of its requests: a shared machine misses a store deadline now
+// and then, which is noise, not a fault. Recovered means the last second
+// has no bad bucket; RecoverMs runs from the repair to the end of the last
+// bad bucket.
+func scoreFault(r *FaultResult, rep *Replay, from, to time.Duration, samples []errSample, threshold float64) {
+	r.Open, r.Closed, r.Fallback = map[string]int64{}, map[string]int64{}, map[string]int64{}
+	if r.Skipped != "" {
+		return
+	}
+	const bucket = 250 * time.Millisecond
+	n := int((to - from + bucket - 1) / bucket)
+	reqs := make([]int64, n)
+	bad := make([]int64, n)
+	for _, rec := range rep.Records {
+		if rec.Sent < from || rec.Sent >= to {
+			continue
+		}
+		b := int((rec.Sent - from) / bucket)
+		reqs[b]++
+		c := rep.Trace.Clients[rec.Client]
+		m := r.Open
+		if rep.Trace.Routes[c.Route].FailClosed {
+			m = r.Closed
+		}
+		m[rec.Outcome.String()]++
+		if rec.Outcome == Failed || rec.Outcome == Unavailable {
+			r.ClientErrors++
+			bad[b]++
+		}
+	}
+	// Worker-side store errors: the growth between consecutive samples is
+	// charged to the bucket of the later one.
+	var first, prev *errSample
+	for i := range samples {
+		s := &samples[i]
+		if s.at <= from {
+			if first == nil || s.at > first.at {
+				first = s
+			}
+			continue
+		}
+		if s.at > to || first == nil {
+			continue
+		}
+		if prev == nil {
+			prev = first
+		}
+		if d := s.errs - prev.errs; d > 0 {
+			bad[min(n-1, int((s.at-from)/bucket))] += d
+		}
+		prev = s
+	}
+	if first != nil && prev != nil {
+		r.StoreErrors = prev.errs - first.errs
+		for k, v := range prev.fallback {
+			if d := v - first.fallback[k]; d > 0 {
+				r.Fallback[k] = d
+			}
+		}
+	}
+	repair := secondsDur(r.RepairS) - from
+	lastBad := -1
+	var allBad, allReqs int64
+	for b := 0; b < n; b++ {
+		allBad += bad[b]
+		allReqs += reqs[b]
+		if bad[b] > 0 && float64(bad[b]) > threshold*float64(reqs[b]) {
+			lastBad = b
+		}
+	}
+	r.errPct = 100 * float64(allBad) / float64(max(1, allReqs))
+	if lastBad >= 0 {
+		if end := time.Duration(lastBad+1) * bucket; end > repair {
+			r.RecoverMs = float64(end-repair) / float64(time.Millisecond)
+		}
+	}
+	r.Recovered = lastBad < n-int(time.Second/bucket)
+}
+
+// Tables returns the human view.
+func (r *FaultsReport) Tables() []*Table {
+	t := &Table{Title: fmt.Sprintf("Faults under load (%s; errors before any fault: %.2f%%)", r.PoP, r.BaselineErrorPct),
+		Header: []string{"scenario", "fault s", "client errors", "store errors", "open: admitted", "closed: admitted",
+			"closed: 503", "fallback open", "fallback closed", "recover ms", "recovered"}}
+	for _, x := range r.Results {
+		if x.Skipped != "" {
+			t.Add(x.Scenario, "skipped: "+x.Skipped, "", "", "", "", "", "", "", "", "")
+			continue
+		}
+		t.Add(x.Scenario, x.RepairS-x.StartS, x.ClientErrors, x.StoreErrors, x.Open["admitted"], x.Closed["admitted"],
+			x.Closed["unavailable"], x.Fallback["open"], x.Fallback["closed"], x.RecoverMs, x.Recovered)
+	}
+	return []*Table{t}
+}
+
+func (r *FaultsReport) write(dir string, rep *Replay) error {
+	if err := mkdir(dir); err != nil {
+		return err
+	}
+	r.Chart = filepath.Join(dir, "faults-timeline.png")
+	bucket := 250 * time.Millisecond
+	if err := ChartTimeline(r.Chart, "Requests by outcome; dashed lines: fault start and repair", rep.Series(bucket, nil), bucket, r.Spans); err != nil {
+		return fmt.Errorf("bench: chart: %w", err)
+	}
+	rp := &Report{Title: "popbench faults"}
+	rp.Para("%s. Every user is under its limit, so rejections and errors are the faults' doing. /api fails open, /login fails closed (503). Generated %s.",
+		r.PoP, time.Now().UTC().Format(time.RFC3339))
+	for _, t := range r.Tables() {
+		rp.Table(t)
+	}
+	for _, x := range r.Results {
+		if x.Note != "" {
+			rp.Para("- **%s**: %s.", x.Scenario, x.Note)
+		}
+	}
+	rp.Image("fault timeline", filepath.Base(r.Chart))
+	r.Report = filepath.Join(dir, "faults.md")
+	return rp.Write(r.Report)
+}

@@ -1,0 +1,120 @@
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Metrics is a scrape of a Prometheus text endpoint: one sample per line.
+type Metrics []MetricSample
+
+// MetricSample is one line of the text format.
+type MetricSample struct {
+	Name   string
+	Labels map[string]string
+	Value  float64
+}
+
+// ScrapeMetrics reads admin+"/metrics".
+func ScrapeMetrics(admin string) (Metrics, error) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(admin + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("bench: %s/metrics: status %d", admin, resp.StatusCode)
+	}
+	var out Metrics
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if s, ok := ParseMetricLine(sc.Text()); ok {
+			out = append(out, s)
+		}
+	}
+	return out, sc.Err()
+}
+
+// ParseMetricLine parses `name{a="b",c="d"} value [timestamp]`; comments
+// and malformed lines give ok = false.
+func ParseMetricLine(line string) (MetricSample, bool) {
+	line = strings.TrimSpace(line)
+	if line == "" || line[0] == '#' {
+		return MetricSample{}, false
+	}
+	s := MetricSample{Labels: map[string]string{}}
+	rest := line
+	if i := strings.IndexAny(line, "{ "); i < 0 {
+		return s, false
+	} else if line[i] == '{' {
+		j := strings.LastIndexByte(line, '}')
+		if j < i {
+			return s, false
+		}
+		s.Name = line[:i]
+		for _, kv := range splitLabels(line[i+1 : j]) {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				return s, false
+			}
+			if uq, err := strconv.Unquote(v); err == nil {
+				v = uq
+			}
+			s.Labels[strings.TrimSpace(k)] = v
+		}
+		rest = line[j+1:]
+	} else {
+		s.Name, rest = line[:i], line[i:]
+	}
+	f := strings.Fields(rest)
+	if len(f) == 0 {
+		return s, false
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return s, false
+	}
+	s.Value = v
+	return s, true
+}
+
+// splitLabels splits a="x",b="y,z" at commas outside quotes.
+func splitLabels(s string) []string {
+	var out []string
+	inQ, esc, from := false, false, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case esc:
+			esc = false
+		case c == '\\':
+			esc = true
+		case c == '"':
+			inQ = !inQ
+		case c == ',' && !inQ:
+			out = append(out, s[from:i])
+			from = i + 1
+		}
+	}
+	if from < len(s) {
+		out = append(out, s[from:])
+	}
+	return out
+}
+
+// Sum adds the values of the samples named name whose label key equals
+// value (key "" matches all).
+func (m Metrics) Sum(name, key, value string) float64 {
+	var t float64
+	for _, s := range m {
+		if s.Name == name && (key == "" || s.Labels[key] == value) {
+			t += s.Value
+		}
+	}
+	return t
+}

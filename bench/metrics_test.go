@@ -1,0 +1,44 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseMetricLine(t *testing.T) {
+	cases := []struct {
+		line  string
+		ok    bool
+		name  string
+		value float64
+		label string
+	}{
+		{`poplimit_store_errors_total 12`, true, "poplimit_store_errors_total", 12, ""},
+		{`poplimit_fallback_decisions_total{policy="a,b",mode="open"} 3 1700000000`, true, "poplimit_fallback_decisions_total", 3, "open"},
+		{`# HELP x y`, false, "", 0, ""},
+		{`broken{a="b" 1`, false, "", 0, ""},
+		{`x NaNx`, false, "", 0, ""},
+	}
+	for _, c := range cases {
+		s, ok := ParseMetricLine(c.line)
+		if ok != c.ok || (ok && (s.Name != c.name || s.Value != c.value || s.Labels["mode"] != c.label)) {
+			t.Errorf("%q: got %+v %v", c.line, s, ok)
+		}
+	}
+	m := Metrics{{Name: "a", Labels: map[string]string{"mode": "open"}, Value: 2},
+		{Name: "a", Labels: map[string]string{"mode": "closed"}, Value: 3}}
+	if m.Sum("a", "", "") != 5 || m.Sum("a", "mode", "open") != 2 {
+		t.Fatal("Sum")
+	}
+}
+
+func FuzzParseMetricLine(f *testing.F) {
+	f.Add(`poplimit_fallback_decisions_total{policy="a,b",mode="open"} 3`)
+	f.Add(`x 1`)
+	f.Fuzz(func(t *testing.T, line string) {
+		s, ok := ParseMetricLine(line)
+		if ok && strings.ContainsAny(s.Name, "{ ") {
+			t.Fatalf("name %q from %q", s.Name, line)
+		}
+	})
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/poplimit/poplimit/bench"
+)
+
+func faultsCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "faults",
+		Usage: "scripted faults under load (shard killed, hung, slowed; mcproxy restarted; reload): errors, fail-mode decisions, time to recover",
+		Flags: commonFlags(
+			&cli.StringFlag{Name: "scenarios", Usage: "comma-separated: shard-kill, shard-hang, shard-slow, proxy-restart, reload", Value: "shard-kill,shard-hang,shard-slow,reload,proxy-restart"},
+			&cli.DurationFlag{Name: "fault", Usage: "how long each fault lasts", Value: 2 * time.Second},
+			&cli.DurationFlag{Name: "settle", Usage: "observation after each repair (≥ 1s)", Value: 4 * time.Second},
+			&cli.DurationFlag{Name: "slow-delay", Usage: "one-way delay of the slowed shard", Value: 150 * time.Millisecond},
+			&cli.BoolFlag{Name: "inprocess", Usage: "in-process workers instead of edge processes"},
+			&cli.Uint64Flag{Name: "seed", Value: 1},
+		),
+		Action: func(c *cli.Context) error {
+			env, err := newEnv(c, !c.Bool("inprocess"))
+			if err != nil {
+				return err
+			}
+			defer env.Close()
+			prog, done := progress(c, "faults")
+			rep, err := bench.RunFaults(c.Context, env, bench.FaultsConfig{
+				Scenarios: list(c.String("scenarios")), Fault: c.Duration("fault"), Settle: c.Duration("settle"),
+				SlowDelay: c.Duration("slow-delay"), InProcess: c.Bool("inprocess"), OutDir: c.String("out"),
+				Seed: c.Uint64("seed"), Progress: prog,
+			})
+			done()
+			if err != nil {
+				return err
+			}
+			if err := output(c, rep, rep.Tables()); err != nil {
+				return err
+			}
+			if !c.Bool("json") && rep.Report != "" {
+				fmt.Fprintf(os.Stdout, "\nreport: %s\n", rep.Report)
+			}
+			return nil
+		},
+	}
+}
