@@ -312,50 +312,72 @@ func loadTranscripts(t *testing.T) map[string]transcript {
 // pipelined), each time on its own fresh memcached and fresh servers.
 func TestDifferentialTranscripts(t *testing.T) {
 	transcripts := loadTranscripts(t)
-	mcs := bench.MemcachedForTest(t, 2*len(transcripts))
-	i := 0
+	// Per transcript: a reference memcached per mode, and three shards
+	// behind mcproxy for the stepwise run.
+	mcs := bench.MemcachedForTest(t, 5*len(transcripts))
 	for name, tr := range transcripts {
 		runs := []struct {
-			mode  string
-			steps []transcriptStep
-			mc    *bench.Memcached
-		}{{"stepwise", tr.steps, mcs[i]}, {"pipelined", pipelined(tr.steps), mcs[i+1]}}
-		i += 2
+			mode   string
+			steps  []transcriptStep
+			mc     *bench.Memcached
+			shards []*bench.Memcached
+		}{
+			{"stepwise", tr.steps, mcs[0], mcs[1:4]},
+			{"pipelined", pipelined(tr.steps), mcs[4], nil},
+		}
+		mcs = mcs[5:]
 		if tr.noPipeline {
 			runs = runs[:1]
 		}
 		for _, run := range runs {
 			t.Run(name+"/"+run.mode, func(t *testing.T) {
 				t.Parallel()
-				diffTranscript(t, name, run.mc.Addr, run.steps)
+				diffTranscript(t, name, run.mc.Addr, run.steps, run.shards)
 			})
 		}
 	}
 }
 
 // diffTranscript runs steps on memcached at mcAddr, then on mcproxy with
-// one and with three embedded shards, and reports every step whose replies
-// differ.
-func diffTranscript(t *testing.T, name, mcAddr string, steps []transcriptStep) {
+// one and with three embedded shards, and with the real memcached shards
+// given if any, and reports every step whose replies differ.
+func diffTranscript(t *testing.T, name, mcAddr string, steps []transcriptStep, shards []*bench.Memcached) {
 	want, err := runTranscript(mcAddr, steps)
 	if err != nil {
 		t.Fatalf("memcached: %v", err)
 	}
-	for _, shards := range []int{1, 3} {
-		addr, _ := serveEmbeddedForTest(t, shards)
-		got, err := runTranscript(addr, steps)
+	type target struct {
+		name  string
+		addr  string
+		exact bool // CAS uniques compared as they are
+	}
+	var targets []target
+	for _, n := range []int{1, 3} {
+		addr, _ := serveEmbeddedForTest(t, n)
+		targets = append(targets, target{fmt.Sprintf("mcproxy --embedded %d", n), addr, n == 1})
+	}
+	if len(shards) > 0 {
+		servers := make([]shard.Server, len(shards))
+		for i, m := range shards {
+			servers[i] = shard.Server{Addr: m.Addr}
+		}
+		addr := serveProxyForTest(t, RouterConfig{Servers: servers})
+		targets = append(targets, target{fmt.Sprintf("mcproxy with %d memcached shards", len(shards)), addr, false})
+	}
+	for _, tg := range targets {
+		got, err := runTranscript(tg.addr, steps)
 		if err != nil {
-			t.Errorf("mcproxy --embedded %d: %v", shards, err)
+			t.Errorf("%s: %v", tg.name, err)
 		}
 		w := want
-		if shards > 1 {
+		if !tg.exact {
 			w, got = normaliseCAS(want), normaliseCAS(got)
 		}
 		for j := range steps {
 			if !bytes.Equal(got[j], w[j]) {
 				at := firstDiff(got[j], w[j])
-				t.Errorf("%s:%d (%d embedded shards): sent %s\nreplies differ at byte %d:\nmemcached: %s\nmcproxy:   %s",
-					name, steps[j].line, shards, clip(steps[j].send), at, around(w[j], at), around(got[j], at))
+				t.Errorf("%s:%d (%s): sent %s\nreplies differ at byte %d:\nmemcached: %s\nmcproxy:   %s",
+					name, steps[j].line, tg.name, clip(steps[j].send), at, around(w[j], at), around(got[j], at))
 			}
 		}
 	}
@@ -439,25 +461,35 @@ func serveEmbeddedForTest(t *testing.T, n int) (string, []*MemoryBackend) {
 	for i := range servers {
 		servers[i] = shard.Server{Addr: fmt.Sprintf("embedded-%d:0", i), Name: fmt.Sprintf("embedded-%d", i)}
 	}
-	r, err := NewRouter(RouterConfig{
+	addr := serveProxyForTest(t, RouterConfig{
 		Servers: servers,
-		HashTag: shard.DefaultHashTag,
 		NewBackend: func(i int, _ shard.Server, _ BackendHooks) (Backend, error) {
 			b, err := NewMemoryBackend(MemoryConfig{})
 			backends[i] = b
 			return b, err
 		},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
+	return addr, backends
+}
+
+// serveProxyForTest starts an mcproxy Server with rc (hash tag "{}") on a
+// loopback port and stops it when the test ends; it returns the address.
+func serveProxyForTest(t *testing.T, rc RouterConfig) string {
+	t.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rc.HashTag, rc.Logger = shard.DefaultHashTag, quiet
+	r, err := NewRouter(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(ServerConfig{Router: r, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv, err := NewServer(ServerConfig{Router: r, Logger: quiet})
 	if err != nil {
+		r.Close()
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		r.Close()
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -473,7 +505,7 @@ func serveEmbeddedForTest(t *testing.T, n int) (string, []*MemoryBackend) {
 		}
 		r.Close()
 	})
-	return ln.Addr().String(), backends
+	return ln.Addr().String()
 }
 
 func TestNormaliseCAS(t *testing.T) {
