@@ -123,7 +123,9 @@ func TestKillShardUnderLoad(t *testing.T) {
 	if inWindow > 3*workers {
 		t.Errorf("%d SERVER_ERRORs around the failure, want <= %d", inWindow, 3*workers)
 	}
-	if gap := readmitted.Sub(ejected); gap < retry {
+	// Both instants are observed by polling, the ejection a little late:
+	// allow for it.
+	if gap := readmitted.Sub(ejected); gap < retry-100*time.Millisecond {
 		t.Errorf("re-admitted %v after ejection, before the retry timeout %v", gap, retry)
 	}
 	if e := statOf(t, p.addr, "shard_1_ejections"); e != 1 {

@@ -435,9 +435,10 @@ func parseUint(t []byte) (uint64, bool) {
 	return v, true
 }
 
-// parseInt32 has memcached's safe_strtol semantics on a 64-bit long:
-// optional sign, decimal digits, no int64 overflow, at most MaxInt32; values
-// under MinInt32 are truncated as memcached's int32 assignment does.
+// parseInt32 has memcached 1.6.18's safe_strtol semantics: strtol on a
+// 64-bit long (optional sign, decimal digits, no int64 overflow), then the
+// value is stored in an int32_t, so larger values wrap (4294967396 is 100,
+// 2147483648 is negative) rather than being refused.
 func parseInt32(t []byte) (int32, bool) {
 	neg := false
 	if len(t) > 0 && (t[0] == '+' || t[0] == '-') {
@@ -456,15 +457,12 @@ func parseInt32(t []byte) (int32, bool) {
 			return 0, false
 		}
 		v = v*10 + uint64(c-'0')
-		if v > math.MaxInt64+1 {
+		if v > math.MaxInt64+1 || (!neg && v > math.MaxInt64) {
 			return 0, false
 		}
 	}
 	if neg {
 		return int32(-int64(v)), true
 	}
-	if v > math.MaxInt32 {
-		return 0, false
-	}
-	return int32(v), true
+	return int32(int64(v)), true
 }

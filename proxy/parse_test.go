@@ -67,6 +67,18 @@ func TestParse(t *testing.T) {
 		{name: "set bad flags", in: "set k x 0 1\r\na\r\n", wantN: len("set k x 0 1\r\n"), wantErr: ErrBadFormat},
 		{name: "set negative flags", in: "set k -1 0 1\r\na\r\n", wantN: len("set k -1 0 1\r\n"), wantErr: ErrBadFormat},
 		{name: "set negative length", in: "set k 0 0 -1\r\n", wantErr: ErrBadFormat},
+		{name: "length wraps to negative", in: "set k 0 0 2147483648\r\n", wantErr: ErrBadFormat},
+		{name: "length wraps to 0", in: "set k 0 0 4294967296\r\n\r\n", check: func(t *testing.T, r *Request) {
+			if len(r.Data) != 0 {
+				t.Errorf("data %q", r.Data)
+			}
+		}},
+		{name: "exptime wraps", in: "set k 0 4294967396 1\r\na\r\n", check: func(t *testing.T, r *Request) {
+			if r.Exptime != 100 {
+				t.Errorf("exptime %d", r.Exptime)
+			}
+		}},
+		{name: "exptime int64 overflow", in: "touch k 9223372036854775808\r\n", wantErr: ErrBadExptime},
 		{name: "set too few tokens", in: "set k 0 0\r\n", wantErr: ErrUnknownCommand},
 		{name: "set too many tokens", in: "set k 0 0 1 2 3\r\n", wantErr: ErrUnknownCommand},
 		{name: "set long key", in: "set " + long + " 0 0 1\r\na\r\n", wantN: len("set " + long + " 0 0 1\r\n"), wantErr: ErrBadFormat},
