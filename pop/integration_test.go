@@ -78,9 +78,19 @@ func TestIntegrationPoPSharesOneCount(t *testing.T) {
 	policy := writePolicy(t, t.TempDir(), strings.ReplaceAll(algoPolicy, "LIMIT", strconv.Itoa(limit)))
 	up := upstream(t)
 	var workers []string
+	var edges []*edgeProc
 	for i := 0; i < 4; i++ {
-		workers = append(workers, startEdge(t, edgeBin, up, px.addr, policy, "--workers-per-pop", "4").addr)
+		e := startEdge(t, edgeBin, up, px.addr, policy, "--workers-per-pop", "4")
+		edges = append(edges, e)
+		workers = append(workers, e.addr)
 	}
+	defer func() {
+		for i, e := range edges {
+			if fb := metric(t, e.admin, "poplimit_fallback_decisions_total", ""); fb != 0 {
+				t.Errorf("worker %d: %v decisions fell back (store errors: %v)", i, fb, metric(t, e.admin, "poplimit_store_errors_total", ""))
+			}
+		}
+	}()
 	key := fmt.Sprintf("client-%d", rand.Uint64())
 	hour := time.Now().Truncate(time.Hour)
 	for _, route := range []string{"/fw", "/tb", "/sw"} {

@@ -99,7 +99,11 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, fmt.Errorf("%w: NewShared and NewLocal are required", ErrConfig)
 	}
 	l := &Limiter{cfg: cfg, clock: cfg.clock()}
-	l.breaker = NewBreaker(cfg.Breaker, cfg.Metrics.breakerState)
+	logger := cfg.logger()
+	l.breaker = NewBreaker(cfg.Breaker, func(s BreakerState) {
+		cfg.Metrics.breakerState(s)
+		logger.Warn("store circuit breaker", "state", s.String())
+	})
 	if cfg.Events != nil {
 		cfg.Events.metrics = cfg.Metrics
 	}
