@@ -23,6 +23,7 @@ import (
 
 	"github.com/poplimit/poplimit/bench"
 	"github.com/poplimit/poplimit/shard"
+	"go.uber.org/goleak"
 )
 
 const transcriptDir = "../testdata/transcripts"
@@ -51,6 +52,7 @@ func parseTranscript(src []byte) (transcript, error) {
 	var tr transcript
 	var cur *transcriptStep
 	total := 0
+	sawGets := false
 	for i, raw := range strings.Split(string(src), "\n") {
 		lineNo := i + 1
 		raw = strings.TrimSuffix(raw, "\r")
@@ -79,6 +81,13 @@ func parseTranscript(src []byte) (transcript, error) {
 		if cur == nil {
 			tr.steps = append(tr.steps, transcriptStep{line: lineNo})
 			cur = &tr.steps[len(tr.steps)-1]
+			sawGets = false
+		}
+		if strings.Contains(raw, "$cas") && sawGets {
+			return transcript{}, fmt.Errorf("line %d: $cas after a gets/gats of the same step: the unique would be an older one; start a new step", lineNo)
+		}
+		if strings.HasPrefix(raw, "gets ") || strings.HasPrefix(raw, "gats ") {
+			sawGets = true
 		}
 		b, crlf, err := decodeTranscriptLine(raw)
 		if err != nil {
@@ -311,6 +320,10 @@ func loadTranscripts(t *testing.T) map[string]transcript {
 // each step), and pipelined (consecutive steps in one write, see
 // pipelined), each time on its own fresh memcached and fresh servers.
 func TestDifferentialTranscripts(t *testing.T) {
+	// Every server and connection the subtests start must be gone at the
+	// end (cleanups run last-registered first: processes, then this).
+	leakOpt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, leakOpt) })
 	transcripts := loadTranscripts(t)
 	// Per transcript: a reference memcached per mode, and three shards
 	// behind mcproxy for the stepwise run.
@@ -558,7 +571,7 @@ func TestParseTranscript(t *testing.T) {
 	if tr, err := parseTranscript([]byte("!no-pipeline\nget a\n")); err != nil || !tr.noPipeline {
 		t.Errorf("!no-pipeline: %+v %v", tr, err)
 	}
-	for _, bad := range []string{"a\n!no-pipeline", "a\\", "a\\q", "\\xZZ", "\\x4", "a\\cb", "\\[x]y", "\\[5]", "!close", "a\n!nope", "\\[99999999]x"} {
+	for _, bad := range []string{"gets a\ncas a 0 0 1 $cas", "a\n!no-pipeline", "a\\", "a\\q", "\\xZZ", "\\x4", "a\\cb", "\\[x]y", "\\[5]", "!close", "a\n!nope", "\\[99999999]x"} {
 		if _, err := parseTranscript([]byte(bad)); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
