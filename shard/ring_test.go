@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -221,4 +222,24 @@ func BenchmarkRingLocate(b *testing.B) {
 			_ = r.Locate(tag.Extract(key))
 		}
 	})
+}
+
+func ExampleHashTag_Extract() {
+	tag := DefaultHashTag
+	fmt.Println(string(tag.Extract([]byte("rl:{user:42}:w1700000000"))))
+	fmt.Println(string(tag.Extract([]byte("plain-key"))))
+	// Output:
+	// user:42
+	// plain-key
+}
+
+func ExampleNewRing() {
+	// The same members in any order place every key on the same member.
+	x := []Member{{Name: "10.0.0.1:11211"}, {Name: "10.0.0.2:11211"}, {Name: "10.0.0.3:11211"}}
+	y := []Member{x[2], x[0], x[1]}
+	a, _ := NewRing(x, RingConfig{})
+	b, _ := NewRing(y, RingConfig{})
+	key := DefaultHashTag.Extract([]byte("rl:{user:42}:w1"))
+	fmt.Println(x[a.Locate(key)].Name == y[b.Locate(key)].Name)
+	// Output: true
 }
