@@ -75,10 +75,15 @@ type cacheShard struct {
 
 // winEntry is what one worker knows of one identity's windows.
 type winEntry struct {
-	id   int64   // newest sub-window this entry has seen
-	seen bool    // the sub-window id exists in the store (we added/incremented it)
-	ids  []int64 // ring of closed sub-windows, slot = id mod n
-	vals []int64
+	id   int64 // newest sub-window this entry has seen
+	seen bool  // the sub-window id exists in the store (we added/incremented it)
+	warm bool  // other workers counted the sub-window before id too
+	// mine is what this worker added to sub-window id; others is set once
+	// the store's count exceeded it (other workers are counting too).
+	mine   int64
+	others bool
+	ids    []int64 // ring of closed sub-windows, slot = id mod n
+	vals   []int64
 }
 
 // New returns a Limiter enforcing l over store with the default Config.
@@ -244,9 +249,13 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 	ent := lim.entry(s, key, id)
 	current := id >= ent.id // false for a caller whose clock lags the entry
 	if id > ent.id {
-		ent.id, ent.seen = id, false
+		// A key this worker counted in the previous sub-window is warm:
+		// another worker has probably created the new one already, so
+		// incr first; a cold key is added first.
+		ent.warm = ent.seen && ent.others && id == ent.id+1
+		ent.id, ent.seen, ent.others, ent.mine = id, false, false, 0
 	}
-	seen := current && ent.seen
+	seen := current && (ent.seen || ent.warm)
 	for i := 0; i < w.n; i++ {
 		sid := id - int64(w.n) + int64(i)
 		slot := floorMod(sid, w.n)
@@ -280,10 +289,12 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 	if err != nil {
 		return Result{}, err
 	}
-	if !seen && current {
+	if current {
 		s.mu.Lock()
 		if ent.id == id {
 			ent.seen = true
+			ent.mine += n
+			ent.others = ent.others || cur > ent.mine
 		}
 		s.mu.Unlock()
 	}
