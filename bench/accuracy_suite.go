@@ -63,7 +63,7 @@ func RunAccuracy(ctx context.Context, env *Env, cfg AccuracySuiteConfig) (*Accur
 		if err != nil {
 			return nil, err
 		}
-		servers, direct = p.StoreServers(0)
+		servers, direct = p.WorkerServers()
 		rep.PoP = p.Describe()
 	}
 	for _, name := range cfg.Traces {

@@ -146,11 +146,7 @@ func (e *Env) Workers(p *PoP, routes []Route, n, conns int, cfg InprocConfig) (T
 	if len(p.Edges) > 0 {
 		return NewHTTPTarget(p.EdgeURLs(), conns), nil, nil
 	}
-	servers, direct := p.StoreServers(0)
-	if !direct {
-		servers = p.ProxyAddrs()
-	}
-	cfg.Servers, cfg.Direct = servers, direct
+	cfg.Servers, cfg.Direct = p.WorkerServers()
 	if cfg.Workers == 0 {
 		cfg.Workers = n
 	}

@@ -114,9 +114,9 @@ type FaultsReport struct {
 	// the warmup): the noise floor of this machine.
 	BaselineErrorPct float64        `json:"baseline_error_pct"`
 	Results          []*FaultResult `json:"scenarios"`
-	Spans   []Span         `json:"spans"`
-	Report  string         `json:"report,omitempty"`
-	Chart   string         `json:"chart,omitempty"`
+	Spans            []Span         `json:"spans"`
+	Report           string         `json:"report,omitempty"`
+	Chart            string         `json:"chart,omitempty"`
 }
 
 // errSample is the cumulative store error count of the workers at a time.

@@ -151,10 +151,7 @@ func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error)
 			default:
 				servers, direct := cfg.ProxyAddrs, false
 				if p != nil {
-					servers, direct = p.StoreServers(0)
-					if !direct {
-						servers = p.ProxyAddrs()
-					}
+					servers, direct = p.WorkerServers()
 				}
 				var err error
 				in, err = NewInproc([]Route{route}, InprocConfig{Servers: servers, Direct: direct, Workers: cfg.Workers, Algorithm: alg})

@@ -66,6 +66,10 @@ type PoPConfig struct {
 	// ShardDelay, when positive, puts a Relay with this one-way delay
 	// between every proxy and its shards: a store in another region.
 	ShardDelay time.Duration
+	// StoreDelay, when positive, puts a Relay with this one-way delay
+	// between the workers and every proxy: the whole store in another
+	// region (the "central store" of the latency paradox).
+	StoreDelay time.Duration
 	// RelayShards puts a Relay with no delay in front of every shard even
 	// without ShardDelay, so a scenario can slow one shard later.
 	RelayShards bool
@@ -170,8 +174,10 @@ type PoP struct {
 	Edges   []*Edge
 	// PolicyFile is the path edges load (rewrite it and POST /reload).
 	PolicyFile string
-	cfg        PoPConfig
-	closeOnce  sync.Once
+	// StoreRelays sit between workers and proxies (PoPConfig.StoreDelay).
+	StoreRelays []*Relay
+	cfg         PoPConfig
+	closeOnce   sync.Once
 }
 
 // ProxyAddrs returns the memcached-protocol addresses of the proxies.
@@ -192,7 +198,23 @@ func (p *PoP) StoreServers(i int) (servers []string, direct bool) {
 		}
 		return servers, true
 	}
+	if len(p.StoreRelays) > 0 {
+		return []string{p.StoreRelays[i%len(p.StoreRelays)].Addr}, false
+	}
 	return []string{p.Proxies[i%len(p.Proxies)].Addr}, false
+}
+
+// WorkerServers returns the addresses in-process workers use: StoreServers
+// of every worker (proxies or their relays), or every shard when direct.
+func (p *PoP) WorkerServers() (servers []string, direct bool) {
+	if len(p.Proxies) == 0 {
+		return p.StoreServers(0)
+	}
+	for i := range p.Proxies {
+		s, _ := p.StoreServers(i)
+		servers = append(servers, s...)
+	}
+	return servers, false
 }
 
 // EdgeURLs returns the base URLs of the edge workers.
@@ -210,7 +232,11 @@ func (p *PoP) Describe() string {
 	if len(p.Edges) > 0 {
 		workers = strconv.Itoa(len(p.Edges)) + " edge workers"
 	}
-	return fmt.Sprintf("PoP %q: %d %s shards, %d mcproxy, %s", p.Name, len(p.Shards), p.Store, len(p.Proxies), workers)
+	delay := ""
+	if len(p.StoreRelays) > 0 {
+		delay = fmt.Sprintf(", store %v away (round trip)", 2*p.StoreRelays[0].Delay())
+	}
+	return fmt.Sprintf("PoP %q: %d %s shards, %d mcproxy, %s%s", p.Name, len(p.Shards), p.Store, len(p.Proxies), workers, delay)
 }
 
 // LaunchPoP starts shards, proxies and edge workers on free loopback ports
@@ -277,6 +303,15 @@ func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 			return nil, err
 		}
 		p.Proxies = append(p.Proxies, pr)
+	}
+	if cfg.StoreDelay > 0 {
+		for _, pr := range p.Proxies {
+			r, err := StartRelay(pr.Addr, cfg.StoreDelay)
+			if err != nil {
+				return nil, err
+			}
+			p.StoreRelays = append(p.StoreRelays, r)
+		}
 	}
 	if cfg.Edges > 0 {
 		p.PolicyFile = filepath.Join(cfg.Dir, cfg.Name+"-policy.yml")
@@ -362,6 +397,9 @@ func (p *PoP) Close() {
 			go func() { defer wg.Done(); e.Proc.Stop(3 * time.Second) }()
 		}
 		wg.Wait()
+		for _, r := range p.StoreRelays {
+			_ = r.Close()
+		}
 		for _, pr := range p.Proxies {
 			wg.Add(1)
 			go func() { defer wg.Done(); pr.Stop(3 * time.Second) }()

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/poplimit/poplimit/bench"
+)
+
+func centralCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "central",
+		Usage: "the latency paradox: the same workload with a per-PoP store and with a central store behind an injected round trip",
+		Flags: commonFlags(
+			&cli.DurationFlag{Name: "rtt", Usage: "injected round trip to the central store", Value: 80 * time.Millisecond},
+			&cli.DurationFlag{Name: "duration", Usage: "length of each run", Value: 5 * time.Second},
+			&cli.IntFlag{Name: "rounds", Usage: "interleaved rounds (per-PoP, central, …)", Value: 2},
+			&cli.IntFlag{Name: "users", Value: 20},
+			&cli.IntFlag{Name: "workers", Usage: "workers per PoP", Value: 4},
+			&cli.BoolFlag{Name: "inprocess", Usage: "in-process workers instead of edge processes"},
+			&cli.Uint64Flag{Name: "seed", Value: 1},
+		),
+		Action: func(c *cli.Context) error {
+			env, err := newEnv(c, !c.Bool("inprocess"))
+			if err != nil {
+				return err
+			}
+			defer env.Close()
+			prog, done := progress(c, "central")
+			rep, err := bench.RunCentral(c.Context, env, bench.CentralConfig{
+				RTT: c.Duration("rtt"), Duration: c.Duration("duration"), Rounds: c.Int("rounds"), Users: c.Int("users"),
+				Workers: c.Int("workers"), InProcess: c.Bool("inprocess"), OutDir: c.String("out"), Seed: c.Uint64("seed"),
+				Progress: prog,
+			})
+			done()
+			if err != nil {
+				return err
+			}
+			return output(c, rep, rep.Tables())
+		},
+	}
+}
