@@ -80,7 +80,9 @@ func TestIntegrationPoPSharesOneCount(t *testing.T) {
 	var workers []string
 	var edges []*edgeProc
 	for i := 0; i < 4; i++ {
-		e := startEdge(t, edgeBin, up, px.addr, policy, "--workers-per-pop", "4")
+		// A generous deadline: this test checks sharing, not latency, on a
+		// shared 2-core machine (a timed-out decision would fail open).
+		e := startEdge(t, edgeBin, up, px.addr, policy, "--workers-per-pop", "4", "--store-deadline", "1s")
 		edges = append(edges, e)
 		workers = append(workers, e.addr)
 	}
@@ -120,7 +122,7 @@ func TestIntegrationTwoPoPsIndependent(t *testing.T) {
 	for p := range pops {
 		px, _ := onePoP(t, mcBin, 2)
 		for i := 0; i < 2; i++ {
-			pops[p] = append(pops[p], startEdge(t, edgeBin, up, px.addr, policy, "--workers-per-pop", "2").addr)
+			pops[p] = append(pops[p], startEdge(t, edgeBin, up, px.addr, policy, "--workers-per-pop", "2", "--store-deadline", "1s").addr)
 		}
 	}
 	key := fmt.Sprintf("roamer-%d", rand.Uint64())
@@ -257,17 +259,20 @@ func TestIntegrationFailModesProxyKilled(t *testing.T) {
 		t.Fatalf("breaker state %v after 3 failures, want 1 (open)", st)
 	}
 	counts := map[string]map[int]int{}
+	var slowest time.Duration
 	for _, r := range []string{"/open", "/closed", "/local"} {
 		counts[r] = map[int]int{}
 		for i := 0; i < 20; i++ {
+			start := time.Now()
 			code, hd := get(t, base+r, "k")
+			slowest = max(slowest, time.Since(start))
 			counts[r][code]++
 			if code == 503 && hd.Get("Retry-After") == "" {
 				t.Errorf("503 without Retry-After")
 			}
 		}
 	}
-	t.Logf("while mcproxy is down: %v", counts)
+	t.Logf("while mcproxy is down: %v; slowest HTTP round trip with the breaker open %v", counts, slowest)
 	if counts["/open"][200] != 20 || counts["/closed"][503] != 20 || counts["/local"][200] != 10 || counts["/local"][429] != 10 {
 		t.Errorf("fail modes: %v; want open 20×200, closed 20×503, local 10×200 (40 ÷ 4 workers) + 10×429", counts)
 	}
