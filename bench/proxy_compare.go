@@ -366,12 +366,35 @@ func (r *ProxyCompareReport) WriteTable(w io.Writer) error {
 			fmt.Fprintf(w, "  %s %s round %d: %d errors, first: %s\n", run.Mix, run.System, run.Round, run.Errors, run.FirstError)
 		}
 	}
-	fmt.Fprintln(w, "\nratios of sums over rounds:")
-	for _, ms := range r.Summary {
-		fmt.Fprintf(w, "  %-7s nutcracker/memcached %s", ms.Mix, fmtRatio(ms.NutcrackerOverMemcached))
-		fmt.Fprintf(w, "  mcproxy/memcached %s", fmtRatio(ms.McproxyOverMemcached))
-		fmt.Fprintf(w, "  mcproxy/nutcracker %s (p99 %s)\n", fmtRatio(ms.McproxyOverNutcracker), fmtRatio(ms.McproxyP99OverNutcracker))
+	// Side by side: one line per mix, every system's sums, then ratios.
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "\nside by side (sums over rounds):")
+	fmt.Fprint(tw, "mix\t")
+	for _, s := range r.Systems {
+		fmt.Fprintf(tw, "%s ops/s\tp99 ms\tcpu s/Mop\t", s.Name)
 	}
+	fmt.Fprintln(tw, "nutcracker/memcached\tmcproxy/nutcracker\tp99 mcproxy/nutcracker\t")
+	for _, ms := range r.Summary {
+		fmt.Fprintf(tw, "%s\t", ms.Mix)
+		for _, s := range r.Systems {
+			found := false
+			for _, ss := range ms.Systems {
+				if ss.System == s.Name {
+					fmt.Fprintf(tw, "%.0f\t%.3f\t%.2f\t", ss.OpsPerSec, ss.Latency.P99, ss.CPUPerMillion)
+					found = true
+				}
+			}
+			if !found {
+				fmt.Fprint(tw, "-\t-\t-\t")
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", fmtRatio(ms.NutcrackerOverMemcached),
+			fmtRatio(ms.McproxyOverNutcracker), fmtRatio(ms.McproxyP99OverNutcracker))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "(throughput ratios are ratios of summed ops: every run has the same duration)")
 	return nil
 }
 

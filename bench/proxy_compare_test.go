@@ -66,7 +66,7 @@ func TestRunProxyCompareTiny(t *testing.T) {
 	if err := rep.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"nutcracker/memcached", "mcproxy/nutcracker", "getset", "mget", "cpu s/Mop"} {
+	for _, want := range []string{"side by side", "nutcracker/memcached", "mcproxy/nutcracker", "getset", "mget", "cpu s/Mop"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
