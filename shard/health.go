@@ -48,6 +48,7 @@ type Health struct {
 	failures  int
 	ejected   bool
 	retryAt   time.Time
+	ejectedAt time.Time
 	ejections uint64
 }
 
@@ -72,6 +73,7 @@ func (h *Health) Observe(now time.Time, err error) (ejected bool) {
 	if h.cfg.AutoEject && h.failures >= h.cfg.failureLimit() {
 		h.ejected = true
 		h.ejections++
+		h.ejectedAt = now
 		h.retryAt = now.Add(h.cfg.retryTimeout())
 		return true
 	}
@@ -115,13 +117,14 @@ func (h *Health) ProbeResult(now time.Time, err error) (readmitted bool) {
 // HealthStats is a snapshot of a Health's counters.
 type HealthStats struct {
 	Ejected   bool
-	Failures  int    // consecutive failures now
-	Ejections uint64 // times ejected since start
+	Failures  int       // consecutive failures now
+	Ejections uint64    // times ejected since start
+	EjectedAt time.Time // when last ejected (zero if never)
 }
 
 // Stats returns the current counters.
 func (h *Health) Stats() HealthStats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return HealthStats{Ejected: h.ejected, Failures: h.failures, Ejections: h.ejections}
+	return HealthStats{Ejected: h.ejected, Failures: h.failures, Ejections: h.ejections, EjectedAt: h.ejectedAt}
 }
