@@ -166,7 +166,7 @@ func TestKillShardUnderLoad(t *testing.T) {
 func TestHungShardTimesOut(t *testing.T) {
 	noLeaks(t)
 	ms := bench.MemcachedForTest(t, 2)
-	const timeout = 200 * time.Millisecond
+	const timeout = 500 * time.Millisecond
 	p := startProxy(t, shardAddrs(ms), func(rc *proxy.RouterConfig) { rc.Pool.Timeout = timeout })
 	if err := ms[0].Pause(); err != nil {
 		t.Fatal(err)

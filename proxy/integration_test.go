@@ -402,7 +402,7 @@ func TestMultiGetShardDown(t *testing.T) {
 	noLeaks(t)
 	ms := bench.MemcachedForTest(t, 3)
 	p := startProxy(t, shardAddrs(ms), func(rc *proxy.RouterConfig) {
-		rc.Pool.Timeout = 300 * time.Millisecond
+		rc.Pool.Timeout = 2 * time.Second // the dead shard refuses at once
 	})
 	byShard := map[int][]string{}
 	for i := 0; len(byShard) < 3 || len(byShard[0]) < 2 || len(byShard[1]) < 2 || len(byShard[2]) < 2; i++ {
