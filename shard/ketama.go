@@ -94,8 +94,8 @@ func ParseKetamaServer(s string) (KetamaServer, error) {
 		return bad(`want "host:port:weight [name]"`)
 	}
 	addr, weightStr := rest[:i], rest[i+1:]
-	w, err := strconv.Atoi(weightStr)
-	if err != nil || w < 0 {
+	w, ok := digits(weightStr)
+	if !ok {
 		return bad("invalid weight")
 	}
 	if w == 0 {
@@ -106,12 +106,28 @@ func ParseKetamaServer(s string) (KetamaServer, error) {
 		if j <= 0 {
 			return bad(`want "host:port:weight [name]"`)
 		}
-		p, err := strconv.Atoi(addr[j+1:])
-		if err != nil || p <= 0 || p > 65535 {
+		p, ok := digits(addr[j+1:])
+		if !ok || p <= 0 || p > 65535 {
 			return bad("invalid port")
 		}
 	}
 	return KetamaServer{Addr: addr, Weight: w, Name: name}, nil
+}
+
+// digits parses a non-empty run of ASCII digits (no sign, as nc_atoi), up
+// to 9 of them.
+func digits(s string) (int, bool) {
+	if len(s) == 0 || len(s) > 9 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, true
 }
 
 // Ketama places keys on servers exactly as Twemproxy 0.5.0's

@@ -142,6 +142,8 @@ func TestParseKetamaServer(t *testing.T) {
 		{"negative weight", "127.0.0.1:11211:-1", shard.KetamaServer{}, true},
 		{"no weight", "127.0.0.1:11211", shard.KetamaServer{}, true},
 		{"bad port", "127.0.0.1:99999:1", shard.KetamaServer{}, true},
+		{"signed weight", "127.0.0.1:11211:+1", shard.KetamaServer{}, true},
+		{"signed port", "127.0.0.1:+80:1", shard.KetamaServer{}, true},
 		{"empty name", "127.0.0.1:11211:1 ", shard.KetamaServer{}, true},
 		{"empty", "", shard.KetamaServer{}, true},
 	}
