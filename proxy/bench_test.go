@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -97,21 +98,26 @@ func BenchmarkProxy(b *testing.B) {
 		rc.Pool.Connections = 2
 	})
 	nc := startNutcracker(b, shardAddrs(ms))
-	for _, depth := range []int{1, 16} {
-		b.Run("proxy/depth="+strconv.Itoa(depth), func(b *testing.B) {
-			b.SetParallelism(16)
-			benchRoundTrips(b, p.addr, depth)
-		})
-		if nc != "" {
-			b.Run("nutcracker/depth="+strconv.Itoa(depth), func(b *testing.B) {
-				b.SetParallelism(16)
-				benchRoundTrips(b, nc, depth)
+	// conns is the number of client connections: GOMAXPROCS × parallelism.
+	for _, conns := range []int{16, 64} {
+		for _, depth := range []int{1, 16} {
+			suffix := "/conns=" + strconv.Itoa(conns) + "/depth=" + strconv.Itoa(depth)
+			par := max(1, conns/runtime.GOMAXPROCS(0))
+			b.Run("proxy"+suffix, func(b *testing.B) {
+				b.SetParallelism(par)
+				benchRoundTrips(b, p.addr, depth)
+			})
+			if nc != "" {
+				b.Run("nutcracker"+suffix, func(b *testing.B) {
+					b.SetParallelism(par)
+					benchRoundTrips(b, nc, depth)
+				})
+			}
+			b.Run("direct"+suffix, func(b *testing.B) {
+				b.SetParallelism(par)
+				benchRoundTrips(b, ms[0].Addr, depth)
 			})
 		}
-		b.Run("direct/depth="+strconv.Itoa(depth), func(b *testing.B) {
-			b.SetParallelism(16)
-			benchRoundTrips(b, ms[0].Addr, depth)
-		})
 	}
 }
 
@@ -169,6 +175,6 @@ func BenchmarkProxyEmbedded(b *testing.B) {
 			return proxy.NewMemoryBackend(proxy.MemoryConfig{})
 		}
 	})
-	b.SetParallelism(16)
+	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
 	benchRoundTrips(b, p.addr, 16)
 }
