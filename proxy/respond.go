@@ -334,7 +334,14 @@ type serverStats struct {
 	cmds           [CmdQuit + 1]atomic.Uint64
 }
 
-// appendStats appends the "stats" reply: STAT lines and END.
+// appendStats appends the "stats" reply: STAT lines and END. Names: pid,
+// uptime, time, version, curr_connections, total_connections,
+// cmd_<command> for every command (requests parsed), protocol_errors
+// (requests answered ERROR/CLIENT_ERROR or closed), server_errors
+// (SERVER_ERROR replies), shards, and per shard i: shard_<i>_addr,
+// shard_<i>_live (0 while ejected), shard_<i>_requests (calls sent),
+// shard_<i>_errors (calls failed: timeout, refused, ...),
+// shard_<i>_ejections.
 func (s *Server) appendStats(dst []byte) []byte {
 	stat := func(name string, v string) {
 		dst = append(dst, "STAT "...)
