@@ -28,10 +28,14 @@ api_key: {header: X-API-Key}
 tiers:
   t: {limits: [{name: burst, algorithm: sliding_window, quantity: %d, window: 1s}]}
 policies:
-  - {name: api, routes: ["/"], identity: [api_key, route], tier: t}
+  - {name: api, routes: ["/"], identity: [api_key, route], tier: t, lease: {enabled: %v}}
 `
 
 func benchLimiter(b *testing.B, store counter.Store, quantity int) *pop.Limiter {
+	return benchLimiterLease(b, store, quantity, false)
+}
+
+func benchLimiterLease(b *testing.B, store counter.Store, quantity int, lease bool) *pop.Limiter {
 	b.Helper()
 	l, err := pop.New(pop.Config{
 		NewShared:     func(lim counter.Limit) (counter.Allower, error) { return counter.New(store, lim) },
@@ -42,7 +46,7 @@ func benchLimiter(b *testing.B, store counter.Store, quantity int) *pop.Limiter 
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := l.LoadBytes("bench.yml", []byte(fmt.Sprintf(benchDoc, quantity))); err != nil {
+	if err := l.LoadBytes("bench.yml", []byte(fmt.Sprintf(benchDoc, quantity, lease))); err != nil {
 		b.Fatal(err)
 	}
 	return l
@@ -118,8 +122,9 @@ func BenchmarkDecide(b *testing.B) {
 // BenchmarkFullPath: decisions through library → gomemcache → mcproxy → 3
 // memcached shards, Zipf identities, 64 goroutines in one process. Reports
 // decisions/s and p50/p99 decision latency (HDR, every decision). The
-// "admitted" case counts every decision in the store; "blocked" clients
-// are served from the mitigation cache.
+// "admitted" case counts every decision in the store; "admitted-leased"
+// serves hot identities from token leases; "blocked" clients are served
+// from the mitigation cache.
 func BenchmarkFullPath(b *testing.B) {
 	_, mcBin := binaries(b)
 	ms := bench.MemcachedForTest(b, 3)
@@ -129,9 +134,10 @@ func BenchmarkFullPath(b *testing.B) {
 	for _, bc := range []struct {
 		name     string
 		quantity int
-	}{{"admitted", 1 << 30}, {"blocked", 1}} {
+		lease    bool
+	}{{"admitted", 1 << 30, false}, {"admitted-leased", 1 << 30, true}, {"blocked", 1, false}} {
 		b.Run(bc.name, func(b *testing.B) {
-			l := benchLimiter(b, store, bc.quantity)
+			l := benchLimiterLease(b, store, bc.quantity, bc.lease)
 			var mu sync.Mutex
 			hist := hdrhistogram.New(1, 10_000_000, 3) // µs
 			var errs atomic.Int64

@@ -72,19 +72,26 @@ func (l *Limiter) watchLoop(ctx context.Context, w *fsnotify.Watcher, abs string
 }
 
 // ReloadOnSignal reloads path each time one of sigs arrives (usually
-// syscall.SIGHUP) until ctx ends.
-func (l *Limiter) ReloadOnSignal(ctx context.Context, path string, sigs ...os.Signal) {
+// syscall.SIGHUP) until ctx ends. The signals are caught before it returns
+// (so a signal sent afterwards never takes its default action); the
+// returned channel is closed when the reloading goroutine ends.
+func (l *Limiter) ReloadOnSignal(ctx context.Context, path string, sigs ...os.Signal) <-chan struct{} {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, sigs...)
-	defer signal.Stop(ch)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ch:
-			_ = l.LoadFile(path)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer signal.Stop(ch)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ch:
+				_ = l.LoadFile(path)
+			}
 		}
-	}
+	}()
+	return done
 }
 
 // ReloadHandler is the admin endpoint: POST reloads path and answers 200

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -97,5 +98,30 @@ func TestAdminReloadAndHealth(t *testing.T) {
 	l.HealthHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
 	if rec.Code != 200 {
 		t.Fatalf("health after load: %d", rec.Code)
+	}
+}
+
+func TestReloadOnSIGHUP(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yml")
+	os.WriteFile(path, []byte(policyDoc("open")), 0o644)
+	clk := newTestClock(t0)
+	l, _ := New(storeConfig(newFlakyStore(clk.Now)))
+	if err := l.LoadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := l.ReloadOnSignal(ctx, path, syscall.SIGHUP)
+	defer func() { cancel(); <-done }()
+	os.WriteFile(path, []byte(strings.Replace(policyDoc("open"), "tier: free}", "tier: pro}", 1)), 0o644)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for l.Decide(context.Background(), req("GET", "/api/a", "X-API-Key", "secret-free-key"), t0).Tier != "pro" {
+		if time.Now().After(deadline) {
+			t.Fatal("SIGHUP did not reload the policy")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -127,7 +127,7 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	go limiter.ReloadOnSignal(ctx, policy, syscall.SIGHUP)
+	hup := limiter.ReloadOnSignal(ctx, policy, syscall.SIGHUP)
 	go limiter.Run(ctx, 0)
 
 	proxy := httputil.NewSingleHostReverseProxy(upstream)
@@ -168,6 +168,7 @@ func run(c *cli.Context) error {
 	}
 	stop()
 	<-watched
+	<-hup
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
