@@ -199,7 +199,9 @@ func (s *MemoryStore) Get(key string, now time.Time) (MemoryItem, bool) {
 
 // Touch sets a live item's expiry from a protocol exptime (as in
 // MemoryWrite) and returns it; touch, gat and gats use it. Like memcached, it
-// does not change the CAS unique.
+// does not change the CAS unique. A negative exptime expires the item at
+// once (memcached 1.6 does so for small negative values only: it adds a
+// large negative one to its own clock and wraps into the far future).
 func (s *MemoryStore) Touch(key string, exptime int64, now time.Time) (MemoryItem, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
