@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -233,7 +234,7 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 		res, err := s.prefilter.AllowN(ctx, ip.String(), now, 1)
 		if err == nil && !res.Allowed {
 			d := Decision{Status: http.StatusTooManyRequests, Policy: "prefilter", Reason: ReasonPrefilter, Binding: LimitResult{s.prefilter.Limit(), res}}
-			l.finish(&d, r, ip, Identity{})
+			l.finish(&d, ip, Identity{})
 			return d
 		}
 	}
@@ -247,12 +248,20 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 	if p.needKey {
 		id.APIKey = s.file.APIKey.Extract(r)
 		if id.APIKey != "" {
-			id.KeyID = KeyID(id.APIKey)
-			if rec, ok := s.file.Keys[id.APIKey]; ok {
+			rec, known := s.file.Keys[id.APIKey]
+			switch {
+			case known:
+				id.KeyID = KeyID(id.APIKey)
 				id.Tenant = rec.Tenant
 				if p.spec.TierSource == "api_key" && rec.Tier != "" {
 					tier = rec.Tier
 				}
+			case len(s.file.Keys) == 0:
+				// No key records: keys are taken as they come.
+				id.KeyID = KeyID(id.APIKey)
+			default:
+				// Unknown key while records exist: anonymous, so rotating
+				// made-up keys cannot mint fresh identities.
 			}
 		}
 	}
@@ -266,7 +275,7 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 	var buf [12]string
 	d := l.decide(ctx, p, rs, identityParts(buf[:0], p.spec, id), now)
 	d.Policy, d.Tier = p.spec.Name, tier
-	l.finish(&d, r, ip, id)
+	l.finish(&d, ip, id)
 	return d
 }
 
@@ -305,7 +314,7 @@ func identityParts(dst []string, spec PolicySpec, id Identity) []string {
 	return dst
 }
 
-func (l *Limiter) finish(d *Decision, r *http.Request, ip interface{ String() string }, id Identity) {
+func (l *Limiter) finish(d *Decision, ip netip.Addr, id Identity) {
 	if !d.Allowed && d.Status == 0 {
 		d.Status = rejectStatus(d.Reason)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -425,5 +426,22 @@ func TestEventsNeverBlock(t *testing.T) {
 	}
 	if e.Dropped() != 96 {
 		t.Fatalf("dropped %d, want 96", e.Dropped())
+	}
+}
+
+// TestUnknownKeysAreAnonymous: with key records, a made-up key cannot mint
+// a fresh identity; it is counted with the anonymous traffic of its IP.
+func TestUnknownKeysAreAnonymous(t *testing.T) {
+	clk := newTestClock(t0)
+	l := newTestLimiter(t, storeConfig(newFlakyStore(clk.Now)), policyDoc("open"))
+	admitted := 0
+	for i := 0; i < 30; i++ {
+		d := l.Decide(context.Background(), req("GET", "/api/a", "X-API-Key", fmt.Sprint("made-up-", i)), t0)
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Fatalf("rotating unknown keys admitted %d, want 10 (the free tier of the IP)", admitted)
 	}
 }

@@ -128,7 +128,11 @@ type File struct {
 	APIKey         APIKeySource
 	UserHeader     string
 	Prefilter      *PrefilterSpec
-	Keys           map[string]KeyRecord
-	Tiers          map[string]TierSpec
-	Policies       []PolicySpec
+	// Keys are the API key records. When there are any, a key without a
+	// record is treated as no key (anonymous, counted per client IP), so
+	// made-up keys cannot mint fresh identities; with none, every key is
+	// counted as it comes.
+	Keys     map[string]KeyRecord
+	Tiers    map[string]TierSpec
+	Policies []PolicySpec
 }
