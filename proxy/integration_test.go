@@ -156,10 +156,50 @@ func TestMemccapable(t *testing.T) {
 
 // TestGomemcacheClient exercises every gomemcache method through the proxy
 // across three shards.
+// The same suite runs against three in-process memory shards.
 func TestGomemcacheClient(t *testing.T) {
-	noLeaks(t)
-	ms := bench.MemcachedForTest(t, 3)
-	p := startProxy(t, shardAddrs(ms), nil)
+	t.Run("memcached", func(t *testing.T) {
+		noLeaks(t)
+		ms := bench.MemcachedForTest(t, 3)
+		p := startProxy(t, shardAddrs(ms), nil)
+		gomemcacheSuite(t, p, func(t *testing.T, keys []string) {
+			// Every shard was flushed, not only one: check each directly.
+			for _, m := range ms {
+				direct := memcache.New(m.Addr)
+				for _, k := range keys {
+					if _, err := direct.Get(k); !errors.Is(err, memcache.ErrCacheMiss) {
+						t.Errorf("%s still has %s after FlushAll: %v", m.Addr, k, err)
+					}
+				}
+				direct.Close()
+			}
+		})
+	})
+	t.Run("embedded", func(t *testing.T) {
+		noLeaks(t)
+		var stores []*proxy.MemoryBackend
+		p := startProxy(t, []string{"mem0", "mem1", "mem2"}, func(rc *proxy.RouterConfig) {
+			rc.NewBackend = func(int, shard.Server, proxy.BackendHooks) (proxy.Backend, error) {
+				b, err := proxy.NewMemoryBackend(proxy.MemoryConfig{})
+				stores = append(stores, b)
+				return b, err
+			}
+		})
+		gomemcacheSuite(t, p, func(t *testing.T, keys []string) {
+			// Every shard was flushed (flush is lazy: items stay until
+			// read, but none is visible).
+			for i, b := range stores {
+				for _, k := range keys {
+					if _, ok := b.Store().Get(k, time.Now()); ok {
+						t.Errorf("embedded shard %d still has %s after FlushAll", i, k)
+					}
+				}
+			}
+		})
+	})
+}
+
+func gomemcacheSuite(t *testing.T, p *testProxy, checkFlushed func(t *testing.T, keys []string)) {
 	mc := memcache.New(p.addr)
 	mc.Timeout = 2 * time.Second
 	defer mc.Close()
@@ -257,16 +297,7 @@ func TestGomemcacheClient(t *testing.T) {
 	if _, err := mc.Get("key:6"); !errors.Is(err, memcache.ErrCacheMiss) {
 		t.Fatalf("after DeleteAll: %v", err)
 	}
-	// Every shard was flushed, not only one: check each memcached directly.
-	for _, m := range ms {
-		direct := memcache.New(m.Addr)
-		for _, k := range keys {
-			if _, err := direct.Get(k); !errors.Is(err, memcache.ErrCacheMiss) {
-				t.Errorf("%s still has %s after FlushAll: %v", m.Addr, k, err)
-			}
-		}
-		direct.Close()
-	}
+	checkFlushed(t, keys)
 }
 
 // TestPipelineDifferential sends one pipelined stream of mixed commands to a
