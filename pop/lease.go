@@ -46,6 +46,8 @@ type lease struct {
 	bucketAt time.Time      // start of the current rate bucket
 	arrivals int64          // units asked in the current bucket
 	rate     float64        // smoothed units per second
+	seenAt   time.Time      // when the store last answered for this key
+	seen     counter.Result // that answer
 }
 
 func newLeaser(a counter.Allower, maxBatch int64, horizon time.Duration, maxKeys int) *leaser {
@@ -87,11 +89,17 @@ func (l *leaser) get(key string, now time.Time) *lease {
 	return le
 }
 
-// batch sizes the next reservation for n units.
-func (l *leaser) batch(le *lease, n int64) int64 {
+// batch sizes the next reservation for n units at now: the arrivals
+// expected over one horizon, capped by MaxBatch and, while the store's last
+// answer still holds, by the remaining it reported (a refused batch of a
+// Count limit would consume quota for nothing).
+func (l *leaser) batch(le *lease, n int64, now time.Time) int64 {
 	want := int64(math.Ceil(le.rate*l.horizon.Seconds())) + n
 	if want > l.maxBatch {
 		want = l.maxBatch
+	}
+	if !le.seenAt.IsZero() && now.Sub(le.seenAt) < le.seen.Reset && want > le.seen.Remaining {
+		want = le.seen.Remaining
 	}
 	if want < n {
 		want = n
@@ -128,17 +136,19 @@ func (l *leaser) take(ctx context.Context, key string, now time.Time, n int64) (
 		_ = l.a.Undo(ctx, key, le.takenAt, le.tokens)
 		le.tokens = 0
 	}
-	b := l.batch(le, n)
+	b := l.batch(le, n, now)
 	r, err := l.a.AllowN(ctx, key, now, b)
 	if err != nil {
 		return counter.Result{}, false, err
 	}
+	le.seenAt, le.seen = now, r
 	if !r.Allowed && b > n && l.a.Limit().OnReject == counter.Refund {
 		// Not enough for a batch: ask for the request alone.
 		b = n
 		if r, err = l.a.AllowN(ctx, key, now, n); err != nil {
 			return counter.Result{}, false, err
 		}
+		le.seenAt, le.seen = now, r
 	}
 	if !r.Allowed {
 		return r, false, nil

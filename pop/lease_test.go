@@ -12,20 +12,22 @@ import (
 )
 
 // leasePolicy: one fixed-window limit per API key, leased or not.
-func leasePolicy(lease bool, q int) string {
+func leasePolicy(lease bool, q int) string { return leasePolicyMode(lease, q, "refund") }
+
+func leasePolicyMode(lease bool, q int, onReject string) string {
 	return fmt.Sprintf(`version: 1
 api_key: {header: X-API-Key}
 tiers:
   t:
     limits:
-      - {name: w, algorithm: fixed_window, quantity: %d, window: 1s, on_reject: refund}
+      - {name: w, algorithm: fixed_window, quantity: %d, window: 1s, on_reject: %s}
 policies:
   - name: p
     routes: ["/"]
     identity: [api_key]
     tier: t
     lease: {enabled: %v, horizon: 50ms}
-`, q, lease)
+`, q, onReject, lease)
 }
 
 // admitRun drives `workers` limiters sharing one store with a client
@@ -33,7 +35,7 @@ policies:
 // of simulated time, plus `idle` clients sending one request per second.
 // It returns the admitted count per window of the busy client and the
 // number of store calls.
-func admitRun(t *testing.T, lease bool, q, workers int, rate float64, secs int) (perWindow, sent []int, storeCalls int64) {
+func admitRun(t *testing.T, lease bool, onReject string, q, workers int, rate float64, secs int) (perWindow, sent []int, storeCalls int64) {
 	t.Helper()
 	clk := newTestClock(t0)
 	store := newFlakyStore(clk.Now)
@@ -41,7 +43,7 @@ func admitRun(t *testing.T, lease bool, q, workers int, rate float64, secs int) 
 	for i := range ls {
 		cfg := storeConfig(store)
 		cfg.WorkersPerPoP = workers
-		ls[i] = newTestLimiter(t, cfg, leasePolicy(lease, q))
+		ls[i] = newTestLimiter(t, cfg, leasePolicyMode(lease, q, onReject))
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	perWindow = make([]int, secs)
@@ -66,17 +68,21 @@ func admitRun(t *testing.T, lease bool, q, workers int, rate float64, secs int) 
 // have admitted (min(sent, limit)) minus what was admitted.
 func TestLeasingAdmission(t *testing.T) {
 	const q, workers, secs = 200, 4, 5
-	for _, load := range []float64{2, 1, 0.5} {
+	for _, tc := range []struct {
+		load     float64
+		onReject string
+	}{{2, "refund"}, {1, "refund"}, {0.5, "refund"}, {2, "count"}, {1, "count"}} {
+		load := tc.load
 		for _, lease := range []bool{false, true} {
-			per, sent, calls := admitRun(t, lease, q, workers, load*q, secs)
+			per, sent, calls := admitRun(t, lease, tc.onReject, q, workers, load*q, secs)
 			over, under, total := 0, 0, 0
 			for i, n := range per {
 				total += sent[i]
 				over += max(0, n-q)
 				under += max(0, min(sent[i], q)-n)
 			}
-			t.Logf("load %.1f× lease=%-5v: admitted per window %v (limit %d); over %d, under %d; %d store calls for %d requests",
-				load, lease, per, q, over, under, calls, total)
+			t.Logf("%s load %.1f× lease=%-5v: admitted per window %v (limit %d); over %d, under %d; %d store calls for %d requests",
+				tc.onReject, load, lease, per, q, over, under, calls, total)
 			if over != 0 {
 				t.Errorf("load %.1f× lease=%v over-admitted %d (fixed window must never exceed)", load, lease, over)
 			}
