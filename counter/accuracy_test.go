@@ -188,7 +188,7 @@ func TestStoreAgreesWithLocal(t *testing.T) {
 	for _, p := range []int{1, 4} {
 		l := counter.Limit{Quantity: s.Quantity, Window: time.Duration(s.WindowMs) * ms, Precision: p}
 		lo, _ := counter.NewLocal(l)
-		lim, err := counter.New(counter.NewMemoryStore(), l)
+		lim, err := counter.New(frozenMemoryStore(), l)
 		if err != nil {
 			t.Fatal(err)
 		}

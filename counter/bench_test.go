@@ -2,6 +2,7 @@ package counter_test
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -109,7 +110,8 @@ func BenchmarkRoundTrips(b *testing.B) {
 				if l.Precision > 1 {
 					l.Precision = 10
 				}
-				cs := counter.NewCountingStore(counter.NewMemoryStore())
+				var now time.Time // virtual: TTLs follow it
+				cs := counter.NewCountingStore(counter.NewMemoryStoreClock(func() time.Time { return now }))
 				var workers [4]*counter.Limiter
 				for i := range workers {
 					workers[i], _ = counter.New(cs, l)
@@ -117,7 +119,7 @@ func BenchmarkRoundTrips(b *testing.B) {
 				step := time.Second / time.Duration(perWindow)
 				i := 0
 				decide := func() {
-					now := t0.Add(time.Duration(i) * step)
+					now = t0.Add(time.Duration(i) * step)
 					if _, err := workers[i&3].AllowN(ctx, seq[i&(1<<20-1)], now, 1); err != nil {
 						b.Fatal(err)
 					}
@@ -176,7 +178,7 @@ func BenchmarkMemcached(b *testing.B) {
 func BenchmarkBucketContention(b *testing.B) {
 	mc := bench.MemcachedForTest(b, 1)
 	for _, par := range []int{1, 4, 16} {
-		b.Run("goroutines="+strconv.Itoa(par*2)+"xGOMAXPROCS/2", func(b *testing.B) {
+		b.Run("goroutines="+strconv.Itoa(par*runtime.GOMAXPROCS(0)), func(b *testing.B) {
 			st := counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
 				Servers: []string{mc[0].Addr}, Timeout: time.Second}))
 			lim, _ := counter.New(st, counter.Limit{Algorithm: counter.TokenBucket, Quantity: 1_000_000, Window: time.Second})

@@ -15,7 +15,10 @@ import (
 // Exact under any concurrency: every admitted unit moved tat forward by a
 // successful cas from the value the decision was made on, so the admitted
 // units are exactly those a single sequential GCRA would admit in the cas
-// order.
+// order. In Count mode a rejected request charges its debt with at most
+// one cas: if that loses a race and the fresh state still rejects, the
+// rejection is returned uncharged (under contention Count mode is best
+// effort; it never admits more).
 func (lim *Limiter) allowBucket(ctx context.Context, key string, now time.Time, n int64, undo bool) (Result, error) {
 	g := lim.g
 	k := key + lim.suffix
@@ -23,6 +26,7 @@ func (lim *Limiter) allowBucket(ctx context.Context, key string, now time.Time, 
 	lim.casOps.Add(1)
 	var buf [24]byte
 	retries := lim.cfg.casRetries()
+	lostReject := false
 	for attempt := 0; attempt <= retries; attempt++ {
 		if attempt > 0 {
 			lim.casRetries.Add(1)
@@ -50,7 +54,11 @@ func (lim *Limiter) allowBucket(ctx context.Context, key string, now time.Time, 
 		} else {
 			next, allowed = g.decide(tat, t, n)
 		}
-		if next == tat {
+		if next == tat || (!allowed && lostReject) {
+			// Nothing to write; or a rejection already lost one race: it
+			// is returned without charging its debt (Count mode), so
+			// attack traffic, which is mostly rejected, does not keep
+			// retrying. Admissions are always retried: they are exact.
 			return g.result(tat, t, n, allowed), nil
 		}
 		b := strconv.AppendInt(buf[:0], next, 10)
@@ -64,6 +72,7 @@ func (lim *Limiter) allowBucket(ctx context.Context, key string, now time.Time, 
 		case err == nil:
 			return g.result(next, t, n, allowed), nil
 		case errors.Is(err, ErrCASConflict), errors.Is(err, ErrNotFound), errors.Is(err, ErrNotStored):
+			lostReject = lostReject || !allowed
 			continue
 		default:
 			return Result{}, err

@@ -179,7 +179,7 @@ func TestPropertyAgainstModel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lim, err := counter.New(counter.NewMemoryStore(), l)
+		lim, err := counter.New(frozenMemoryStore(), l)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -43,7 +43,7 @@ func backends(t *testing.T) []backend {
 	t.Helper()
 	bs := []backend{
 		{name: "local"},
-		{name: "memory", store: func() counter.Store { return counter.NewMemoryStore() }},
+		{name: "memory", store: frozenMemoryStore},
 	}
 	if bench.MemcachedInstalled() || os.Getenv(bench.RequireMemcachedEnv) != "" {
 		mc := bench.MemcachedForTest(t, 1)
@@ -60,3 +60,11 @@ func uniqueKey(t testing.TB, parts ...string) string {
 }
 
 var ctx = context.Background()
+
+// frozenMemoryStore is a memory store whose TTL clock stays at t0: tests
+// step through virtual instants while wall time passes at the speed of the
+// (possibly loaded, race-instrumented) machine, so TTLs must not follow the
+// wall clock. TTL semantics are tested on their own (TestMemoryStoreTTL).
+func frozenMemoryStore() counter.Store {
+	return counter.NewMemoryStoreClock(func() time.Time { return t0 })
+}
