@@ -126,6 +126,11 @@ func poolsFromFlags(c *cli.Context, log *slog.Logger) ([]proxy.PoolSpec, error) 
 		if len(c.StringSlice("shard")) > 0 {
 			return nil, errors.New("--config and --shard are exclusive")
 		}
+		for _, f := range []string{"listen", "hash-tag", "distribution", "hash", "timeout", "server-connections", "auto-eject", "failure-limit", "retry-timeout"} {
+			if c.IsSet(f) {
+				log.Warn("mcproxy: flag ignored with --config (the file sets it per pool)", "flag", "--"+f)
+			}
+		}
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return nil, err
