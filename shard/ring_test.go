@@ -204,6 +204,17 @@ func TestMembershipEjectAndProbe(t *testing.T) {
 			if !m.Live(owner) || m.Locate(key) != owner {
 				t.Fatal("not readmitted after a good probe")
 			}
+			// Re-added, the shard owns exactly what a fresh pool gives it.
+			fresh, err := NewMembership(MembershipConfig{Servers: m.Servers(), Distribution: dist})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k := 0; k < 10000; k++ {
+				key := []byte("k" + strconv.Itoa(k))
+				if m.Locate(key) != fresh.Locate(key) {
+					t.Fatalf("after re-admission key %s on %d, fresh ring %d", key, m.Locate(key), fresh.Locate(key))
+				}
+			}
 			want := []string{strconv.Itoa(owner) + "false", strconv.Itoa(owner) + "true"}
 			if len(changes) != 2 || changes[0] != want[0] || changes[1] != want[1] {
 				t.Errorf("changes %v, want %v", changes, want)
