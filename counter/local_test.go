@@ -1,0 +1,91 @@
+package counter_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/poplimit/poplimit/counter"
+)
+
+func TestUndo(t *testing.T) {
+	limits := []counter.Limit{
+		{Quantity: 5, Window: time.Minute},
+		{Quantity: 5, Window: time.Minute, Precision: 6},
+		{Algorithm: counter.FixedWindow, Quantity: 5, Window: time.Minute},
+		{Algorithm: counter.TokenBucket, Quantity: 5, Window: time.Minute},
+	}
+	for _, b := range backends(t) {
+		for _, l := range limits {
+			t.Run(b.name+"/"+l.String(), func(t *testing.T) {
+				a := b.allower(t, l)
+				key := uniqueKey(t)
+				now := t0.Add(10 * time.Second)
+				for i := 0; i < 5; i++ {
+					if r, err := a.AllowN(ctx, key, now, 1); err != nil || !r.Allowed {
+						t.Fatalf("request %d: %+v %v", i, r, err)
+					}
+				}
+				if err := a.Undo(ctx, key, now, 2); err != nil {
+					t.Fatal(err)
+				}
+				r, err := a.AllowN(ctx, key, now, 2)
+				if err != nil || !r.Allowed || r.Remaining != 0 {
+					t.Fatalf("after undo of 2: %+v %v", r, err)
+				}
+				if r, _ := a.AllowN(ctx, key, now, 1); r.Allowed {
+					t.Fatalf("undo gave back more than 2: %+v", r)
+				}
+			})
+		}
+	}
+}
+
+func TestLocalSweep(t *testing.T) {
+	for _, l := range []counter.Limit{
+		{Quantity: 5, Window: time.Minute},
+		{Quantity: 5, Window: time.Minute, Precision: 4},
+		{Algorithm: counter.FixedWindow, Quantity: 5, Window: time.Minute},
+		{Algorithm: counter.TokenBucket, Quantity: 5, Window: time.Minute},
+	} {
+		t.Run(l.String(), func(t *testing.T) {
+			lo, _ := counter.NewLocal(l)
+			for i := 0; i < 100; i++ {
+				lo.AllowN(ctx, counter.Key("k", string(rune('a'+i%26)), string(rune('a'+i/26))), t0, 1)
+			}
+			lo.AllowN(ctx, "late", t0.Add(90*time.Second), 1)
+			lo.Sweep(t0.Add(time.Second))
+			if lo.Len() != 101 {
+				t.Fatalf("swept live keys: %d left", lo.Len())
+			}
+			// At 2m1s the keys of t0 are irrelevant; the key of 1m30s
+			// still weighs in a sliding window only (fixed window 1 is
+			// over; the bucket refilled at 1m42s).
+			lo.Sweep(t0.Add(121 * time.Second))
+			want := 0
+			if l.Algorithm == counter.SlidingWindow {
+				want = 1
+			}
+			if lo.Len() != want {
+				t.Fatalf("after sweep: %d keys, want %d", lo.Len(), want)
+			}
+		})
+	}
+}
+
+func TestLimiterCacheSweep(t *testing.T) {
+	lim, _ := counter.New(frozenMemoryStore(), counter.Limit{Quantity: 5, Window: time.Second})
+	for i := 0; i < 50; i++ {
+		lim.AllowN(ctx, counter.Key("k", string(rune('a'+i))), t0, 1)
+	}
+	if lim.CachedKeys() != 50 {
+		t.Fatalf("cached %d", lim.CachedKeys())
+	}
+	lim.Sweep(t0.Add(time.Second))
+	if lim.CachedKeys() != 50 {
+		t.Fatalf("swept keys still in the window: %d left", lim.CachedKeys())
+	}
+	lim.Sweep(t0.Add(3 * time.Second))
+	if lim.CachedKeys() != 0 {
+		t.Fatalf("after sweep: %d cached", lim.CachedKeys())
+	}
+}
