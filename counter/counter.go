@@ -1,11 +1,29 @@
 // Package counter implements the rate algorithms of poplimit (sliding window
-// counter, fixed window, token bucket) over a small Store interface, with a
-// memcached-backed Store (gomemcache, usually pointed at mcproxy) and an
-// in-process one, plus allocation-free local variants of each algorithm.
+// counter with optional sub-window precision, fixed window, token bucket as
+// GCRA) over a small Store interface, with a memcached-backed Store
+// (gomemcache, usually pointed at mcproxy) and an in-process one, plus
+// allocation-free in-process variants of each algorithm (NewLocal).
 //
 // Time is always a parameter: the core methods take now and never read the
 // clock. A denial is a Result with Allowed false, never an error; an error
-// means the store could not be consulted.
+// means the store could not be consulted. Results are true answers: a lone
+// client that waits RetryAfter is admitted; for the sliding window
+// RetryAfter is the first millisecond at which the estimate plus the
+// request falls back to the limit, not the window end. A request costing
+// more than the allowance gets RetryAfter == Never and is not counted.
+//
+// Store costs (see Limiter): one round trip per decision in steady state
+// for the window algorithms (incr), plus, per identity, worker and window,
+// one add for a window this worker has not seen and one multi-get of the
+// closed sub-windows (cached until they slide out). The token bucket costs
+// gets + cas. CountingStore measures it.
+//
+// Keys: Key builds identity keys (scheme documented there); every store key
+// of an identity shares its hash tag, so it lives on one shard, and has a
+// TTL of about twice its window.
+//
+// Compound rules: AllowAll (all limits must admit; Refund limits leave no
+// phantom counts).
 //
 // counter imports no other package of poplimit.
 package counter
