@@ -164,6 +164,7 @@ type AccuracyResult struct {
 	AgreementPct float64       `json:"agreement_pct"`
 	Elapsed      time.Duration `json:"elapsed_ns"`
 	allowed      []bool
+	decided      []bool
 }
 
 // AlgorithmName returns the short name of an algorithm.
@@ -218,6 +219,7 @@ func MeasureAccuracy(ctx context.Context, name string, tr *Trace, cfg AccuracyCo
 		bySource[r.Client] = append(bySource[r.Client], i)
 	}
 	allowed := make([]bool, len(tr.Requests))
+	decided := make([]bool, len(tr.Requests))
 	var errs, done int64
 	var mu sync.Mutex
 	before := in.StoreStats()
@@ -246,7 +248,7 @@ func MeasureAccuracy(ctx context.Context, name string, tr *Trace, cfg AccuracyCo
 						mu.Unlock()
 						continue
 					}
-					allowed[i] = res.Allowed
+					allowed[i], decided[i] = res.Allowed, true
 				}
 				mu.Lock()
 				errs += e
@@ -270,7 +272,7 @@ func MeasureAccuracy(ctx context.Context, name string, tr *Trace, cfg AccuracyCo
 		return nil, ctx.Err()
 	}
 	st := in.StoreStats().Sub(before)
-	res := Score(tr, allowed, cfg.Algorithm, counter.Limit{Quantity: route.Quantity, Window: route.Window}, cfg.OnReject == counter.Count)
+	res := Score(tr, allowed, decided, cfg.Algorithm, counter.Limit{Quantity: route.Quantity, Window: route.Window}, cfg.OnReject == counter.Count)
 	res.Trace, res.Precision, res.Errors = name, max(1, cfg.Precision), errs
 	if cfg.Algorithm != counter.SlidingWindow {
 		res.Precision = 0
@@ -292,25 +294,40 @@ func MeasureAccuracy(ctx context.Context, name string, tr *Trace, cfg AccuracyCo
 }
 
 // Compare sets r.AgreementPct from the decisions of another run of the same
-// trace.
+// trace, over the requests both runs decided.
 func (r *AccuracyResult) Compare(o *AccuracyResult) {
 	if len(r.allowed) != len(o.allowed) || len(r.allowed) == 0 {
 		return
 	}
-	same := 0
+	same, both := 0, 0
 	for i := range r.allowed {
+		if !r.decided[i] || !o.decided[i] {
+			continue
+		}
+		both++
 		if r.allowed[i] == o.allowed[i] {
 			same++
 		}
 	}
-	r.AgreementPct = 100 * float64(same) / float64(len(r.allowed))
+	if both > 0 {
+		r.AgreementPct = 100 * float64(same) / float64(both)
+	}
 }
 
 // Score compares decisions (allowed[i] for tr.Requests[i]) with the exact
 // sliding log of limit l (count-all when countAll) and checks the
-// algorithm's own allowance.
-func Score(tr *Trace, allowed []bool, alg counter.Algorithm, l counter.Limit, countAll bool) *AccuracyResult {
-	res := &AccuracyResult{Algorithm: AlgorithmName(alg), Sources: len(tr.Clients), Requests: len(tr.Requests), allowed: allowed}
+// algorithm's own allowance. Requests not decided (decided[i] false: the
+// store failed) are left out of the wrong/false counts; nil means all
+// decided.
+func Score(tr *Trace, allowed, decided []bool, alg counter.Algorithm, l counter.Limit, countAll bool) *AccuracyResult {
+	if decided == nil {
+		decided = make([]bool, len(allowed))
+		for i := range decided {
+			decided[i] = true
+		}
+	}
+	res := &AccuracyResult{Algorithm: AlgorithmName(alg), Sources: len(tr.Clients), Requests: len(tr.Requests),
+		allowed: allowed, decided: decided}
 	exact := NewSlidingLog(l.Quantity, l.Window, countAll)
 	got := make([]int64, len(tr.Clients))
 	want := make([]int64, len(tr.Clients))
@@ -326,6 +343,7 @@ func Score(tr *Trace, allowed []bool, alg counter.Algorithm, l counter.Limit, co
 			admitted[r.Client] = append(admitted[r.Client], r.At)
 		}
 		switch {
+		case !decided[i]:
 		case ok && !allowed[i]:
 			res.FalsePositives++
 		case !ok && allowed[i]:

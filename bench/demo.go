@@ -71,6 +71,12 @@ type DemoResult struct {
 	Report        string           `json:"report"`
 	Charts        []string         `json:"charts"`
 	UpstreamHits  int64            `json:"upstream_hits"`
+	// FailOpen and FailClosed are decisions the edges took by fail mode
+	// because the store was unavailable or too slow; StoreErrors are the
+	// decisions whose store calls failed (edge metrics).
+	FailOpen    int64 `json:"fail_open_decisions"`
+	FailClosed  int64 `json:"fail_closed_decisions"`
+	StoreErrors int64 `json:"store_errors"`
 }
 
 // RunDemo launches a PoP (3 shards, 1 proxy, 4 workers, an upstream), runs
@@ -114,6 +120,16 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 		LagMs:   float64(rep.Lag) / float64(time.Millisecond),
 		Clients: rep.PerClient(), RoundTripsHow: how,
 		UpstreamHits: env.Upstream.Hits() - hits0,
+	}
+	for _, e := range p.Edges {
+		if m, err := ScrapeMetrics(e.Admin); err == nil {
+			res.FailOpen += int64(m.Sum("poplimit_fallback_decisions_total", "mode", "fail_open"))
+			res.FailClosed += int64(m.Sum("poplimit_fallback_decisions_total", "mode", "fail_closed"))
+			res.StoreErrors += int64(m.Sum("poplimit_store_errors_total", "", ""))
+		}
+	}
+	if in != nil {
+		res.StoreErrors = in.StoreStats().Errors
 	}
 	for o, n := range rep.Totals() {
 		res.Outcomes[Outcome(o).String()] = n
@@ -160,9 +176,10 @@ func (r *DemoResult) Tables() []*Table {
 		clients.Add(c.ID, c.Kind, c.Route, c.Limit, c.OfferedRate, c.AdmittedRate, c.Rejected, c.Unavailable, c.Failed)
 	}
 	sum := &Table{Title: "Whole run", Header: []string{"requests", "throughput/s", "p50 ms", "p99 ms", "p999 ms",
-		"admitted", "rejected", "503", "failed", "store ops/decision"}}
+		"admitted", "rejected", "503", "failed", "store ops/decision", "store errors", "fail-open"}}
 	sum.Add(r.Requests, r.Throughput, r.Latency.P50, r.Latency.P99, r.Latency.P999,
-		r.Outcomes["admitted"], r.Outcomes["rejected"], r.Outcomes["unavailable"], r.Outcomes["failed"], r.RoundTrips)
+		r.Outcomes["admitted"], r.Outcomes["rejected"], r.Outcomes["unavailable"], r.Outcomes["failed"], r.RoundTrips,
+		r.StoreErrors, r.FailOpen)
 	return []*Table{clients, sum}
 }
 

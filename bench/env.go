@@ -22,6 +22,9 @@ type EnvConfig struct {
 	Log io.Writer
 	// Store picks the shards of every PoP; default StoreAuto.
 	Store StoreKind
+	// Bins, when set, are used as they are instead of building (tests
+	// build once for many environments).
+	Bins *Binaries
 }
 
 // Env is a benchmark environment: built binaries, an upstream, and the PoPs
@@ -59,25 +62,19 @@ func NewEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 	} else if err := os.MkdirAll(e.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	e.Logf("building mcproxy from source (go build ./cmd/mcproxy)")
-	if bins, err := Build(ctx, e.Dir, "mcproxy"); err == nil {
-		e.Bins.MCProxy = bins["mcproxy"]
-	} else {
-		e.ProxyErr = err
-		e.Logf("mcproxy unavailable: %v", firstLine(err))
-	}
-	if cfg.Edge {
-		e.Logf("building edge from source (go build ./cmd/edge)")
-		if bins, err := Build(ctx, e.Dir, "edge"); err == nil {
-			e.Bins.Edge = bins["edge"]
-		} else {
-			e.EdgeErr = err
-			e.Logf("edge unavailable, in-process workers instead: %v", firstLine(err))
+	if cfg.Bins != nil {
+		e.Bins = *cfg.Bins
+		if e.Bins.MCProxy == "" {
+			e.ProxyErr = fmt.Errorf("%w: mcproxy", ErrNotBuilt)
 		}
-	}
-	if ctx.Err() != nil {
-		e.Close()
-		return nil, ctx.Err()
+		if cfg.Edge && e.Bins.Edge == "" {
+			e.EdgeErr = fmt.Errorf("%w: edge", ErrNotBuilt)
+		}
+		if !cfg.Edge {
+			e.Bins.Edge = ""
+		}
+	} else if err := e.build(ctx, cfg.Edge); err != nil {
+		return nil, err
 	}
 	if e.Store == StoreAuto {
 		e.Store = StoreEmbedded
@@ -96,6 +93,31 @@ func NewEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 	}
 	e.Upstream = u
 	return e, nil
+}
+
+// build compiles mcproxy (and edge) into e.Dir, recording failures.
+func (e *Env) build(ctx context.Context, edge bool) error {
+	e.Logf("building mcproxy from source (go build ./cmd/mcproxy)")
+	if bins, err := Build(ctx, e.Dir, "mcproxy"); err == nil {
+		e.Bins.MCProxy = bins["mcproxy"]
+	} else {
+		e.ProxyErr = err
+		e.Logf("mcproxy unavailable: %v", firstLine(err))
+	}
+	if edge {
+		e.Logf("building edge from source (go build ./cmd/edge)")
+		if bins, err := Build(ctx, e.Dir, "edge"); err == nil {
+			e.Bins.Edge = bins["edge"]
+		} else {
+			e.EdgeErr = err
+			e.Logf("edge unavailable, in-process workers instead: %v", firstLine(err))
+		}
+	}
+	if ctx.Err() != nil {
+		e.Close()
+		return ctx.Err()
+	}
+	return nil
 }
 
 func firstLine(err error) string {

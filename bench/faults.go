@@ -224,7 +224,7 @@ func RunFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, 
 	base := &FaultResult{RepairS: cfg.Warmup.Seconds()}
 	scoreFault(base, replay, cfg.Warmup/2, cfg.Warmup, samples, 1)
 	rep.BaselineErrorPct = base.errPct
-	threshold := max(0.01, 2*base.errPct/100)
+	threshold := max(0.05, 2*base.errPct/100)
 	for i, r := range results {
 		if r == nil {
 			r = &FaultResult{Scenario: cfg.Scenarios[i], Skipped: "did not start (run cut short)"}
@@ -334,8 +334,9 @@ func runFault(ctx context.Context, p *PoP, name string, cfg FaultsConfig, start 
 // scoreFault fills r from the requests sent in [from, to) and the worker
 // error samples. Time is cut in 250ms buckets; a bucket is bad when its
 // errors (client-visible plus worker store errors) exceed threshold (a
-// fraction) of its requests: a shared machine misses a store deadline now
-// and then, which is noise, not a fault. Recovered means the last second
+// fraction: 5%, or twice the baseline error rate if higher) of its
+// requests: a shared machine misses a store deadline now and then, which
+// is noise, not a fault; a dead shard of three fails a third of them. Recovered means the last second
 // has no bad bucket; RecoverMs runs from the repair to the end of the last
 // bad bucket.
 func scoreFault(r *FaultResult, rep *Replay, from, to time.Duration, samples []errSample, threshold float64) {

@@ -214,6 +214,16 @@ func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error)
 // closedLoop runs cfg.Conns clients for cfg.Duration, each sending the next
 // request when the previous one is answered.
 func closedLoop(ctx context.Context, target Target, route Route, cfg LoadConfig, seed uint64, progress func(float64)) *LoadRun {
+	// Warm up: one untimed request per client opens the connections.
+	var warm sync.WaitGroup
+	for g := 0; g < cfg.Conns; g++ {
+		warm.Add(1)
+		go func() {
+			defer warm.Done()
+			target.Do(ctx, g, &Client{ID: "warmup"}, &route)
+		}()
+	}
+	warm.Wait()
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
 	start := time.Now()

@@ -37,8 +37,8 @@ type PopsConfig struct {
 	// Multiple is the client's offered rate over its limit, spread evenly
 	// over the PoPs; default 2 × PoPs (each PoP sees twice the limit).
 	Multiple float64
-	// Algorithm; default fixed window (exact, so each PoP's admissions are
-	// checkable).
+	// Algorithm; the zero value is the sliding window. popbench uses the
+	// fixed window (exact, so each PoP's admissions are checkable).
 	Algorithm counter.Algorithm
 	// InProcess uses in-process workers instead of edges.
 	InProcess bool
