@@ -183,6 +183,60 @@ func (r *DemoResult) Tables() []*Table {
 	return []*Table{clients, sum}
 }
 
+// Story sums the run up per kind of client, in sentences.
+func (r *DemoResult) Story() []string {
+	type agg struct {
+		n                                 int
+		offered, admitted, rejected, e503 int64
+		limit                             float64
+	}
+	by := map[Kind]*agg{}
+	for _, c := range r.Clients {
+		a := by[c.Kind]
+		if a == nil {
+			a = &agg{}
+			by[c.Kind] = a
+		}
+		a.n++
+		a.offered += c.Offered
+		a.admitted += c.Admitted
+		a.rejected += c.Rejected
+		a.e503 += c.Unavailable
+		a.limit = c.Limit
+	}
+	per := func(v int64, a *agg) float64 { return float64(v) / float64(a.n) / r.Seconds }
+	var out []string
+	if a := by[Legit]; a != nil {
+		out = append(out, fmt.Sprintf("%d legitimate users (under %.0f/s each): %d of %d requests admitted, %d rejected.",
+			a.n, a.limit, a.admitted, a.offered, a.rejected))
+	}
+	if a := by[Abusive]; a != nil {
+		verdict := "held at their limit"
+		if per(a.admitted, a) > 1.2*a.limit {
+			verdict = "above their limit"
+			if r.FailOpen > 0 {
+				verdict += fmt.Sprintf(": %d decisions failed open (the store answered too slowly; /api fails open by policy)", r.FailOpen)
+			}
+		}
+		out = append(out, fmt.Sprintf("%d abusive users offered %.0f/s each on average and were admitted %.1f/s each, limit %.0f/s: %s.",
+			a.n, per(a.offered, a), per(a.admitted, a), a.limit, verdict))
+	}
+	if a := by[BoundaryAttacker]; a != nil {
+		out = append(out, fmt.Sprintf("The window-boundary attacker sent %d requests in double bursts around window edges; %d were admitted, %d rejected.",
+			a.offered, a.admitted, a.rejected))
+	}
+	if a := by[Stuffer]; a != nil {
+		out = append(out, fmt.Sprintf("%d credential-stuffing sources on /login (limit %.0f/s, fail closed) tried %.1f/s each and got %.2f/s through; %d answers were 503.",
+			a.n, a.limit, per(a.offered, a), per(a.admitted, a), a.e503))
+	}
+	out = append(out, fmt.Sprintf("The PoP decided %.0f requests/s, p50 %.2f ms, p99 %.2f ms from the client; %.2f store operations per decision; %d decisions failed open.",
+		r.Throughput, r.Latency.P50, r.Latency.P99, r.RoundTrips, r.FailOpen))
+	if r.LagMs > 100 {
+		out = append(out, fmt.Sprintf("The load generator fell up to %.0f ms behind its schedule (a busy machine): requests it sent late went out in clumps.", r.LagMs))
+	}
+	return out
+}
+
 // chartClients picks the clients worth a line: the busiest legitimate one,
 // every abusive one, the boundary attacker and one stuffer.
 func chartClients(tr *Trace) []int {
@@ -233,6 +287,9 @@ func (r *DemoResult) writeReport(dir string, rep *Replay) error {
 		r.PoP, r.WorkerKind, r.Algorithm, r.Requests, r.Seconds, r.Throughput, r.Latency.P50, r.Latency.P99, r.RoundTrips, r.RoundTripsHow,
 		time.Now().UTC().Format(time.RFC3339))
 	rp.Para("What to look for: legitimate users stay under their limit and are not rejected; abusive users on /api (refund mode) are held at their limit; the boundary attacker's double bursts around window edges are cut to one allowance; the credential-stuffing sources on /login (count mode: rejected attempts count too) are locked out after their first allowance for as long as they keep trying, and /login fails closed (503) when the store is unreachable.")
+	for _, line := range r.Story() {
+		rp.Para("- %s", line)
+	}
 	tabs := r.Tables()
 	sort.SliceStable(tabs[0].Rows, func(i, j int) bool { return tabs[0].Rows[i][1] < tabs[0].Rows[j][1] })
 	for _, t := range tabs {

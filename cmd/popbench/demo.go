@@ -46,7 +46,11 @@ func demoCommand() *cli.Command {
 				return err
 			}
 			if !c.Bool("json") {
-				fmt.Fprintf(os.Stdout, "\n%s\nreport: %s\n", res.PoP, res.Report)
+				fmt.Fprintf(os.Stdout, "\n%s; %s.\n", res.PoP, res.WorkerKind)
+				for _, line := range res.Story() {
+					fmt.Fprintln(os.Stdout, "  - "+line)
+				}
+				fmt.Fprintf(os.Stdout, "\nreport with charts: %s\n", res.Report)
 			}
 			return nil
 		},
