@@ -275,6 +275,9 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 	var buf [12]string
 	d := l.decide(ctx, p, rs, identityParts(buf[:0], p.spec, id), now)
 	d.Policy, d.Tier = p.spec.Name, tier
+	if d.Reason != ReasonFailLocal {
+		d.policyField = rs.policyField
+	}
 	l.finish(&d, ip, id)
 	return d
 }

@@ -51,35 +51,45 @@ func WriteHeaders(h http.Header, d Decision, mode HeaderMode) {
 		lim = d.Binding.Limit.Quantity
 	}
 	reset := ceilSeconds(res.Reset)
+	// One backing array for every header value slice.
+	vals := make([]string, 5)
+	set := func(i int, k, v string) {
+		vals[i] = v
+		h[k] = vals[i : i+1 : i+1]
+	}
 	if mode == HeadersBoth || mode == HeadersSeed {
-		h["Ratelimit-Limit"] = []string{strconv.FormatInt(lim, 10)}
-		h["Ratelimit-Remaining"] = []string{strconv.FormatInt(res.Remaining, 10)}
-		h["Ratelimit-Reset"] = []string{strconv.FormatInt(reset, 10)}
+		set(0, "Ratelimit-Limit", strconv.FormatInt(lim, 10))
+		set(1, "Ratelimit-Remaining", strconv.FormatInt(res.Remaining, 10))
+		set(2, "Ratelimit-Reset", strconv.FormatInt(reset, 10))
 	}
 	if mode == HeadersBoth || mode == HeadersDraft11 {
 		var b strings.Builder
-		all := d.All
-		if len(all) == 0 {
-			all = []LimitResult{d.Binding}
-		}
-		for i, lr := range all {
-			if i > 0 {
-				b.WriteString(", ")
+		if d.policyField != "" {
+			set(3, "Ratelimit-Policy", d.policyField)
+		} else {
+			all := d.All
+			if len(all) == 0 {
+				all = []LimitResult{d.Binding}
 			}
-			q := lr.Result.Limit
-			if q == 0 {
-				q = lr.Limit.Quantity
+			for i, lr := range all {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				q := lr.Result.Limit
+				if q == 0 {
+					q = lr.Limit.Quantity
+				}
+				writePolicyItem(&b, lr.Limit.Name, q, lr.Limit.Window)
 			}
-			writePolicyItem(&b, lr.Limit.Name, q, lr.Limit.Window)
+			set(3, "Ratelimit-Policy", b.String())
+			b.Reset()
 		}
-		h["Ratelimit-Policy"] = []string{b.String()}
-		b.Reset()
 		b.WriteString(sfString(d.Binding.Limit.Name))
 		b.WriteString(";r=")
 		b.WriteString(strconv.FormatInt(res.Remaining, 10))
 		b.WriteString(";t=")
 		b.WriteString(strconv.FormatInt(reset, 10))
-		h["Ratelimit"] = []string{b.String()}
+		set(4, "Ratelimit", b.String())
 	}
 }
 

@@ -79,6 +79,10 @@ type Decision struct {
 	// All holds every limit of the rule in policy order (for the draft-11
 	// RateLimit-Policy field). It may be nil.
 	All []LimitResult
+
+	// policyField, when set, is the precomputed RateLimit-Policy value
+	// matching All.
+	policyField string
 }
 
 // RetryAfter is the binding limit's RetryAfter (zero when admitted).

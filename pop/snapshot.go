@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
@@ -37,6 +38,9 @@ type policy struct {
 type rules struct {
 	tier   string
 	limits []*rule
+	// policyField is the draft-11 RateLimit-Policy value of the shared
+	// limits, built once.
+	policyField string
 }
 
 // rule is one limit, with the allowers that enforce it.
@@ -178,6 +182,19 @@ func (l *Limiter) compilePolicy(ps PolicySpec, f *File, fp uint64) (*policy, err
 			}
 			rs.limits = append(rs.limits, r)
 		}
+		var b strings.Builder
+		for i, r := range rs.limits {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			lim := r.spec.Limit
+			q := lim.Quantity
+			if lim.Algorithm == counter.TokenBucket && lim.Burst > 0 {
+				q = lim.Burst
+			}
+			writePolicyItem(&b, lim.Name, q, lim.Window)
+		}
+		rs.policyField = b.String()
 		p.tiers[name] = rs
 	}
 	return p, nil
