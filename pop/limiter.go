@@ -14,14 +14,15 @@ import (
 	"github.com/poplimit/poplimit/counter"
 )
 
-// Config configures a Limiter. Zero means default, except NewShared and
-// NewLocal which are required.
+// Config configures a Limiter. Zero means default.
 type Config struct {
 	// NewShared builds the PoP-wide limiter of one limit, usually
-	// counter.New over a memcached store reached through mcproxy.
+	// counter.New over a memcached store reached through mcproxy. Default:
+	// counter.New over one in-process counter.MemoryStore (this process
+	// only: nothing is shared with other workers).
 	NewShared func(counter.Limit) (counter.Allower, error)
 	// NewLocal builds an in-process limiter (pre-filter and the local fail
-	// mode), usually counter.NewLocal.
+	// mode); default counter.NewLocal.
 	NewLocal func(counter.Limit) (counter.Allower, error)
 	// StoreDeadline bounds the store calls of one decision; default 20ms.
 	// It is passed down as a context deadline: a store that cannot honour
@@ -94,10 +95,17 @@ type Limiter struct {
 }
 
 // New returns a Limiter with no policy: every request passes until a policy
-// is loaded.
+// is loaded (LoadFile, LoadBytes).
 func New(cfg Config) (*Limiter, error) {
-	if cfg.NewShared == nil || cfg.NewLocal == nil {
-		return nil, fmt.Errorf("%w: NewShared and NewLocal are required", ErrConfig)
+	if cfg.NewShared == nil {
+		store := counter.NewMemoryStore()
+		cfg.NewShared = func(l counter.Limit) (counter.Allower, error) { return counter.New(store, l) }
+	}
+	if cfg.NewLocal == nil {
+		cfg.NewLocal = func(l counter.Limit) (counter.Allower, error) { return counter.NewLocal(l) }
+	}
+	if cfg.WorkersPerPoP < 0 || cfg.StoreDeadline < 0 || cfg.MitigationEntries < 0 {
+		return nil, fmt.Errorf("%w: negative WorkersPerPoP, StoreDeadline or MitigationEntries", ErrConfig)
 	}
 	l := &Limiter{cfg: cfg, clock: cfg.clock()}
 	logger := cfg.logger()
