@@ -254,3 +254,21 @@ func ExampleNewRing() {
 	fmt.Println(x[a.Locate(key)].Name == y[b.Locate(key)].Name)
 	// Output: true
 }
+
+func TestRingWeights(t *testing.T) {
+	r, err := NewRing([]Member{{Name: "a", Weight: 3}, {Name: "b"}, {Name: "c", Weight: 0}}, RingConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := make([]int, 3)
+	for k := 0; k < 50000; k++ {
+		counts[r.Locate([]byte(strconv.Itoa(k)))]++
+	}
+	// a has 3 virtual members of 5: about 60% of keys; b and c about 20%.
+	if counts[0] < 50000*45/100 || counts[1] > 50000*30/100 || counts[2] > 50000*30/100 {
+		t.Errorf("shares %v, want about 60/20/20%%", counts)
+	}
+	if _, err := NewRing([]Member{{Name: "a", Weight: -1}}, RingConfig{}); err == nil {
+		t.Error("negative weight accepted")
+	}
+}
