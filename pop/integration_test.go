@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -365,5 +366,39 @@ func TestIntegrationTierChangeReachesAllWorkers(t *testing.T) {
 	}
 	if failed.Load() != 0 {
 		t.Errorf("%d of %d background requests failed during the reload", failed.Load(), sent.Load())
+	}
+}
+
+// cmd/edge without --memcached: in-process store, admin endpoints, events.
+func TestIntegrationEdgeStandalone(t *testing.T) {
+	edgeBin, _ := binaries(t)
+	dir := t.TempDir()
+	policy := writePolicy(t, dir, strings.ReplaceAll(algoPolicy, "LIMIT", "3"))
+	events := dir + "/events.jsonl"
+	e := startEdge(t, edgeBin, upstream(t), "", policy, "--events", events)
+	codes := map[int]int{}
+	for i := 0; i < 5; i++ {
+		code, _ := get(t, "http://"+e.addr+"/fw", "standalone-secret")
+		codes[code]++
+	}
+	if codes[200] != 3 || codes[429] != 2 {
+		t.Fatalf("statuses %v, want 3×200 and 2×429", codes)
+	}
+	resp, err := http.Post("http://"+e.admin+"/reload", "", nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("POST /reload: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if got := metric(t, e.admin, "poplimit_decisions_total", `allowed="false"`); got != 2 {
+		t.Errorf("rejected decisions metric %v, want 2", got)
+	}
+	// Events are flushed at least every second.
+	waitUntil(t, "2 rejection events", func() bool {
+		b, _ := os.ReadFile(events)
+		return strings.Count(string(b), "\n") == 2
+	})
+	b, _ := os.ReadFile(events)
+	if strings.Contains(string(b), "standalone-secret") || !strings.Contains(string(b), pop.KeyID("standalone-secret")) {
+		t.Errorf("events must carry the key digest, never the key: %s", b)
 	}
 }
