@@ -151,13 +151,23 @@ func workerKind(p *PoP) string {
 }
 
 // storeCommands counts store commands so far: the in-process workers' own
-// count, else the shards' stats (memcached counts a multi-get once per
-// key).
+// count, else the proxies' command counts, else the shards' stats
+// (memcached counts a multi-get once per key).
 func storeCommands(p *PoP, in *Inproc) (int64, string) {
 	if in != nil {
 		return in.StoreStats().RoundTrips(), "workers' store calls"
 	}
 	var n int64
+	if len(p.Proxies) > 0 {
+		for _, pr := range p.Proxies {
+			st, err := ServerStats(pr.Addr, time.Second)
+			if err != nil {
+				return -1, "unavailable"
+			}
+			n += StoreCommands(st)
+		}
+		return n, "mcproxy command counts"
+	}
 	for _, s := range p.Shards {
 		st, err := ServerStats(s.Direct, time.Second)
 		if err != nil {

@@ -147,11 +147,26 @@ func ServerStats(addr string, timeout time.Duration) (map[string]string, error) 
 	}
 }
 
-// StoreCommands is the number of commands a memcached-compatible server
-// has executed, from its stats: retrievals (a multi-get counts once per
-// key) plus storage, incr/decr, cas and touch commands.
+// StoreCommands is the number of data commands a memcached-compatible
+// server has executed, from its stats. mcproxy counts command lines
+// (cmd_get, cmd_add, cmd_incr, …: one per round trip); memcached counts
+// retrievals per key (a multi-get counts once per key) plus storage,
+// incr/decr, cas and touch commands.
 func StoreCommands(st map[string]string) int64 {
 	var n int64
+	if _, ok := st["cmd_incr"]; ok { // mcproxy
+		for k, v := range st {
+			switch k {
+			case "cmd_stats", "cmd_version", "cmd_quit", "cmd_flush_all", "cmd_verbosity":
+				continue
+			}
+			if strings.HasPrefix(k, "cmd_") {
+				x, _ := strconv.ParseInt(v, 10, 64)
+				n += x
+			}
+		}
+		return n
+	}
 	for _, k := range []string{"cmd_get", "cmd_set", "cmd_touch", "incr_hits", "incr_misses",
 		"decr_hits", "decr_misses", "cas_hits", "cas_misses", "cas_badval"} {
 		v, _ := strconv.ParseInt(st[k], 10, 64)
