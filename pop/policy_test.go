@@ -158,3 +158,21 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestParseInvalidFixture(t *testing.T) {
+	_, err := ParseFile("../testdata/policies/invalid.yml")
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		"invalid.yml:8: tiers.free.limits[0].algorithm",
+		"invalid.yml:10: tiers.free.limits[0].window",
+		"invalid.yml:14: policies[0].identity[1]",
+		"invalid.yml:15: policies[0].tier",
+		"invalid.yml:16: policies[0].fail_mode",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+}
