@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"strconv"
@@ -51,6 +52,7 @@ func Parse(name string, data []byte) (*File, error) {
 type parser struct {
 	file string
 	errs []error
+	mux  *http.ServeMux // every route seen so far, to report conflicts
 }
 
 func (p *parser) errf(n *yaml.Node, field, format string, args ...any) {
@@ -416,7 +418,7 @@ func (p *parser) policy(n *yaml.Node, path string, f *File) PolicySpec {
 			p.list(v, fp, func(i int, e *yaml.Node) {
 				rp := fmt.Sprintf("%s[%d]", fp, i)
 				r := p.str(e, rp)
-				if err := checkPattern(r); err != nil {
+				if err := p.addPattern(r); err != nil {
 					p.errf(e, rp, "%v", err)
 					return
 				}
@@ -499,17 +501,20 @@ func (p *parser) policy(n *yaml.Node, path string, f *File) PolicySpec {
 	return ps
 }
 
-// checkPattern validates a ServeMux pattern "[METHOD ][HOST]/[PATH]".
-func checkPattern(s string) (err error) {
+// addPattern validates a ServeMux pattern "[METHOD ][HOST]/[PATH]" and
+// checks it conflicts with no route registered before it.
+func (p *parser) addPattern(s string) (err error) {
 	if s == "" {
 		return errors.New("empty route pattern")
+	}
+	if p.mux == nil {
+		p.mux = newRouteMux()
 	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("bad route pattern %q: %v", s, r)
 		}
 	}()
-	mux := newRouteMux()
-	mux.HandleFunc(s, nopHandler)
+	p.mux.HandleFunc(s, nopHandler)
 	return nil
 }

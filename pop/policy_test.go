@@ -97,6 +97,7 @@ func TestParseErrors(t *testing.T) {
 		{"no policies", "version: 1\ntiers:\n  free:\n    limits: [{quantity: 1, window: 1s}]\n", 1, "policies", "required"},
 		{"default tier required", strings.Replace(minimalPolicy, "tier: free", "tier: api_key", 1), 7, "policies[0].default_tier", "required"},
 		{"unknown key tier", minimalPolicy + "keys:\n  - {key: k1, tier: gold}\n", 11, "keys[0].tier", "gold"},
+		{"conflicting routes", minimalPolicy + "  - name: q\n    routes: [\"GET /x\"]\n    tier: free\n", 11, "policies[1].routes[0]", "conflicts"},
 		{"duplicate policy", minimalPolicy + "  - name: p\n    routes: [\"GET /y\"]\n    tier: free\n", 10, "policies[1].name", "duplicate"},
 	}
 	for _, tc := range tests {
