@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -124,12 +125,39 @@ func (s *Shard) Kill() {
 	s.proc.Kill()
 }
 
-// Pause hangs the shard (SIGSTOP).
+// Pause hangs the shard (SIGSTOP) and returns once the process is
+// stopped.
 func (s *Shard) Pause() error {
+	var err error
 	if s.mc != nil {
-		return s.mc.Pause()
+		err = s.mc.Pause()
+	} else {
+		err = s.proc.Pause()
 	}
-	return s.proc.Pause()
+	if err != nil {
+		return err
+	}
+	return waitStopped(s.Pid(), 2*time.Second)
+}
+
+// waitStopped polls /proc until pid is in state T (stopped): a signal is
+// delivered asynchronously.
+func waitStopped(pid int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return nil // no /proc: nothing to wait on
+		}
+		// pid (comm) S ...: the state follows the last ')'.
+		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: pid %d not stopped after %v", pid, timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // Resume undoes Pause.
