@@ -100,7 +100,8 @@ func TestZeroOverAdmissionGoroutines(t *testing.T) {
 const workerEnv = "COUNTER_TEST_WORKER"
 
 // TestZeroOverAdmissionProcesses is the integration test: 8 worker
-// processes × 32 goroutines burst 10× the allowance at one key through
+// processes × 32 goroutines (half over gomemcache, half over PipeStore)
+// burst 10× the allowance at one key through
 // mcproxy in front of 3 memcached shards (or straight at one memcached
 // when cmd/mcproxy does not build yet). Each worker is this test binary
 // re-executed; they share the instant now, so no refill or window change
@@ -126,7 +127,11 @@ func TestZeroOverAdmissionProcesses(t *testing.T) {
 				cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerProcess$", "-test.v")
 				var out strings.Builder
 				cmd.Stdout, cmd.Stderr = &out, &out
-				cmd.Env = append(os.Environ(), workerEnv+"=1",
+				client := "gomemcache"
+				if p%2 == 0 {
+					client = "pipe"
+				}
+				cmd.Env = append(os.Environ(), workerEnv+"=1", "COUNTER_CLIENT="+client,
 					"COUNTER_ADDR="+addr, "COUNTER_KEY="+key,
 					"COUNTER_LIMIT="+el.name,
 					"COUNTER_NOW="+strconv.FormatInt(t0.UnixNano(), 10),
@@ -183,8 +188,11 @@ func TestWorkerProcess(t *testing.T) {
 	nowNs, _ := strconv.ParseInt(os.Getenv("COUNTER_NOW"), 10, 64)
 	g, _ := strconv.Atoi(os.Getenv("COUNTER_G"))
 	n, _ := strconv.Atoi(os.Getenv("COUNTER_N"))
-	st := counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
+	var st counter.Store = counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
 		Servers: []string{os.Getenv("COUNTER_ADDR")}, Timeout: 5 * time.Second}))
+	if os.Getenv("COUNTER_CLIENT") == "pipe" {
+		st = counter.NewPipeStore(counter.PipeConfig{Addr: os.Getenv("COUNTER_ADDR"), Timeout: 5 * time.Second})
+	}
 	lim, err := counter.New(st, l)
 	if err != nil {
 		t.Fatal(err)

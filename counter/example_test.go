@@ -91,7 +91,7 @@ func ExampleCountingStore() {
 		lim.AllowN(context.Background(), counter.Key("ip", "198.51.100.9"), now, 1)
 	}
 	s := cs.Stats()
-	fmt.Printf("%d round trips for 10 decisions (add %d, incr %d)\n", s.RoundTrips(), s.Add, s.Incr)
+	fmt.Printf("%d round trips for 10 decisions (batch %d, incr %d)\n", s.RoundTrips(), s.Batch, s.Incr)
 	// Output:
-	// 10 round trips for 10 decisions (add 1, incr 9)
+	// 10 round trips for 10 decisions (batch 1, incr 9)
 }

@@ -267,15 +267,26 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 	}
 	s.mu.Unlock()
 
-	if len(missing) > 0 {
+	curKey := windowKey(key, lim.suffix, id)
+	var cur int64
+	var err error
+	batched := false
+	if b, ok := lim.store.(Batcher); ok && n <= w.q && (len(missing) > 0 || !seen) {
+		// One round trip: read the closed sub-windows and create-or-
+		// increment the current one.
+		cur, err = lim.batch(ctx, b, key, id, missing, counts, current, curKey, n)
+		switch {
+		case err == nil:
+			batched = true
+		case !errors.Is(err, ErrNotSupported):
+			return Result{}, err
+		}
+	}
+	if !batched && len(missing) > 0 {
 		if err := lim.fetchClosed(ctx, key, id, missing, counts, current); err != nil {
 			return Result{}, err
 		}
 	}
-
-	curKey := windowKey(key, lim.suffix, id)
-	var cur int64
-	var err error
 	if n > w.q {
 		// Can never pass: not counted; incr by 0 reads the count.
 		cur, err = lim.peek(ctx, curKey)
@@ -285,9 +296,11 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 		counts[w.n] = cur
 		return w.result(counts, id, e, nowNs, n, false), nil
 	}
-	cur, err = lim.bump(ctx, curKey, n, seen)
-	if err != nil {
-		return Result{}, err
+	if !batched {
+		cur, err = lim.bump(ctx, curKey, n, seen)
+		if err != nil {
+			return Result{}, err
+		}
 	}
 	if current {
 		s.mu.Lock()
@@ -318,10 +331,30 @@ func floorMod(a int64, n int) int {
 	return int(m)
 }
 
+// batch is fetchClosed and bump in one Batcher round trip.
+func (lim *Limiter) batch(ctx context.Context, b Batcher, key string, id int64, missing, counts []int64, cache bool, curKey string, n int64) (int64, error) {
+	keys := make([]string, len(missing))
+	for i, sid := range missing {
+		keys[i] = windowKey(key, lim.suffix, sid)
+	}
+	vals, v, err := b.GetMultiIncr(ctx, keys, curKey, uint64(n), lim.ttl)
+	if err != nil {
+		return 0, err
+	}
+	if v > 1<<62 {
+		return 0, fmt.Errorf("%w: counter %d", ErrCorrupt, v)
+	}
+	if len(missing) > 0 {
+		if err := lim.fillClosed(key, id, missing, keys, vals, counts, cache); err != nil {
+			return 0, err
+		}
+	}
+	return int64(v), nil
+}
+
 // fetchClosed reads the closed sub-windows missing from the cache in one
 // multi-get, fills counts and caches them.
 func (lim *Limiter) fetchClosed(ctx context.Context, key string, id int64, missing []int64, counts []int64, cache bool) error {
-	w := lim.win
 	keys := make([]string, len(missing))
 	for i, sid := range missing {
 		keys[i] = windowKey(key, lim.suffix, sid)
@@ -330,9 +363,16 @@ func (lim *Limiter) fetchClosed(ctx context.Context, key string, id int64, missi
 	if err != nil {
 		return err
 	}
+	return lim.fillClosed(key, id, missing, keys, vals, counts, cache)
+}
+
+// fillClosed puts the fetched closed sub-windows into counts and the cache.
+func (lim *Limiter) fillClosed(key string, id int64, missing []int64, keys []string, vals map[string][]byte, counts []int64, cache bool) error {
+	w := lim.win
 	got := make([]int64, len(missing))
 	for i, k := range keys {
 		if b, ok := vals[k]; ok {
+			var err error
 			if got[i], err = parseCount(b); err != nil {
 				return err
 			}

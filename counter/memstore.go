@@ -35,7 +35,10 @@ type memItem struct {
 	expires int64 // unix nanoseconds; 0 = never
 }
 
-var _ Store = (*MemoryStore)(nil)
+var (
+	_ Store   = (*MemoryStore)(nil)
+	_ Batcher = (*MemoryStore)(nil)
+)
 
 // NewMemoryStore returns an empty store whose TTLs follow the wall clock.
 func NewMemoryStore() *MemoryStore { return NewMemoryStoreClock(time.Now) }
@@ -234,4 +237,20 @@ func (m *MemoryStore) CompareAndSwap(ctx context.Context, key string, value []by
 	it.expires = expiry(now, ttl)
 	s.wrote(now)
 	return nil
+}
+
+// GetMultiIncr implements Batcher (one round trip: in process, trivially).
+func (m *MemoryStore) GetMultiIncr(ctx context.Context, keys []string, incrKey string, delta uint64, ttl time.Duration) (map[string][]byte, uint64, error) {
+	vals, err := m.GetMulti(ctx, keys)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := m.Add(ctx, incrKey, []byte("0"), ttl); err != nil && err != ErrNotStored {
+		return nil, 0, err
+	}
+	v, err := m.Incr(ctx, incrKey, delta)
+	if err == ErrNotFound {
+		return nil, 0, fmt.Errorf("%w: %s vanished after add", ErrContention, incrKey)
+	}
+	return vals, v, err
 }

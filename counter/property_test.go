@@ -183,6 +183,10 @@ func TestPropertyAgainstModel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		limNB, err := counter.New(noBatch{frozenMemoryStore()}, l)
+		if err != nil {
+			t.Fatal(err)
+		}
 		key := counter.Key("prop")
 		now := int64(0)
 		var retryAt, retryN int64 = -1, 0
@@ -206,8 +210,13 @@ func TestPropertyAgainstModel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if gotL != want || gotS != want {
-				t.Fatalf("step %d at %dms n=%d: local %+v store %+v, model %+v", i, now, n, gotL, gotS, want)
+			gotNB, err := limNB.AllowN(ctx, key, at, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gotL != want || gotS != want || gotNB != want {
+				t.Fatalf("step %d at %dms n=%d: local %+v store %+v store without batch %+v, model %+v",
+					i, now, n, gotL, gotS, gotNB, want)
 			}
 			if wasRetry && !want.Allowed {
 				t.Fatalf("step %d: lone client waited RetryAfter and was rejected", i)

@@ -57,6 +57,8 @@ type Store interface {
 // one round trip.
 type StoreStats struct {
 	Add, Incr, Decr, GetMulti, Gets, CAS int64
+	// Batch counts Batcher.GetMultiIncr calls (one round trip each).
+	Batch int64
 	// Errors counts calls that returned an error other than ErrNotFound,
 	// ErrNotStored and ErrCASConflict.
 	Errors int64
@@ -64,21 +66,22 @@ type StoreStats struct {
 
 // RoundTrips is the total number of calls.
 func (s StoreStats) RoundTrips() int64 {
-	return s.Add + s.Incr + s.Decr + s.GetMulti + s.Gets + s.CAS
+	return s.Add + s.Incr + s.Decr + s.GetMulti + s.Gets + s.CAS + s.Batch
 }
 
 // Sub returns s − o, for measuring an interval.
 func (s StoreStats) Sub(o StoreStats) StoreStats {
-	return StoreStats{s.Add - o.Add, s.Incr - o.Incr, s.Decr - o.Decr, s.GetMulti - o.GetMulti,
-		s.Gets - o.Gets, s.CAS - o.CAS, s.Errors - o.Errors}
+	return StoreStats{Add: s.Add - o.Add, Incr: s.Incr - o.Incr, Decr: s.Decr - o.Decr,
+		GetMulti: s.GetMulti - o.GetMulti, Gets: s.Gets - o.Gets, CAS: s.CAS - o.CAS,
+		Batch: s.Batch - o.Batch, Errors: s.Errors - o.Errors}
 }
 
 // CountingStore wraps a Store and counts its round trips, so callers and
 // benchmarks can report store round trips per decision. Safe for concurrent
 // use; counting costs one atomic add per call.
 type CountingStore struct {
-	Store                                      Store
-	add, incr, decr, getMulti, gets, cas, errs atomic.Int64
+	Store                                             Store
+	add, incr, decr, getMulti, gets, cas, batch, errs atomic.Int64
 }
 
 var _ Store = (*CountingStore)(nil)
@@ -88,8 +91,9 @@ func NewCountingStore(s Store) *CountingStore { return &CountingStore{Store: s} 
 
 // Stats returns the counts so far.
 func (c *CountingStore) Stats() StoreStats {
-	return StoreStats{c.add.Load(), c.incr.Load(), c.decr.Load(), c.getMulti.Load(),
-		c.gets.Load(), c.cas.Load(), c.errs.Load()}
+	return StoreStats{Add: c.add.Load(), Incr: c.incr.Load(), Decr: c.decr.Load(),
+		GetMulti: c.getMulti.Load(), Gets: c.gets.Load(), CAS: c.cas.Load(),
+		Batch: c.batch.Load(), Errors: c.errs.Load()}
 }
 
 func (c *CountingStore) note(err error) {
@@ -144,4 +148,17 @@ func (c *CountingStore) CompareAndSwap(ctx context.Context, key string, value []
 	err := c.Store.CompareAndSwap(ctx, key, value, cas, ttl)
 	c.note(err)
 	return err
+}
+
+// GetMultiIncr implements Batcher when the wrapped store does; otherwise it
+// returns ErrNotSupported without counting.
+func (c *CountingStore) GetMultiIncr(ctx context.Context, keys []string, incrKey string, delta uint64, ttl time.Duration) (map[string][]byte, uint64, error) {
+	b, ok := c.Store.(Batcher)
+	if !ok {
+		return nil, 0, ErrNotSupported
+	}
+	c.batch.Add(1)
+	m, v, err := b.GetMultiIncr(ctx, keys, incrKey, delta, ttl)
+	c.note(err)
+	return m, v, err
 }

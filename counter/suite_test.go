@@ -44,12 +44,16 @@ func backends(t *testing.T) []backend {
 	bs := []backend{
 		{name: "local"},
 		{name: "memory", store: frozenMemoryStore},
+		{name: "memory-nobatch", store: func() counter.Store { return noBatch{frozenMemoryStore()} }},
 	}
 	if bench.MemcachedInstalled() || os.Getenv(bench.RequireMemcachedEnv) != "" {
 		mc := bench.MemcachedForTest(t, 1)
 		st := counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
 			Servers: []string{mc[0].Addr}, Timeout: time.Second}))
-		bs = append(bs, backend{name: "memcached", store: func() counter.Store { return st }})
+		pipe := counter.NewPipeStore(counter.PipeConfig{Addr: mc[0].Addr, Timeout: time.Second})
+		t.Cleanup(func() { pipe.Close() })
+		bs = append(bs, backend{name: "memcached", store: func() counter.Store { return st }},
+			backend{name: "memcached-pipe", store: func() counter.Store { return pipe }})
 	}
 	return bs
 }

@@ -1,0 +1,373 @@
+package counter
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+)
+
+// Batcher is an optional Store extension: a read of closed sub-windows and
+// the increment-or-create of the current one in ONE round trip. Limiter
+// uses it, when the store has it, for a window its worker has not seen
+// yet, so that a cold key costs one round trip instead of two.
+type Batcher interface {
+	// GetMultiIncr returns the values of the keys present among keys and
+	// adds delta to the counter incrKey, creating it at 0 with ttl first if
+	// absent; it returns the counter's new value. ErrNotSupported if the
+	// store cannot do it in one round trip.
+	GetMultiIncr(ctx context.Context, keys []string, incrKey string, delta uint64, ttl time.Duration) (map[string][]byte, uint64, error)
+}
+
+// ErrNotSupported: the store cannot batch (see Batcher).
+var ErrNotSupported = errors.New("counter: operation not supported by store")
+
+// PipeConfig configures NewPipeStore. Zero means default.
+type PipeConfig struct {
+	// Addr is host:port of mcproxy (or of one memcached). Required.
+	Addr string
+	// Timeout bounds each call (dial, write and read); default 100ms. A
+	// context deadline that comes sooner wins.
+	Timeout time.Duration
+	// MaxIdleConns is the number of idle connections kept; default 256.
+	MaxIdleConns int
+}
+
+// PipeStore is a Store over one memcached endpoint (usually the host's
+// mcproxy) speaking the text protocol itself, so it can pipeline: it
+// implements Batcher by writing "get prev… / add cur 0 / incr cur n" in one
+// write and reading the three replies, one round trip. Safe for concurrent
+// use. Every key of one call must live on one shard (true for the window
+// keys of one identity thanks to the hash tag).
+type PipeStore struct {
+	cfg  PipeConfig
+	idle chan *pipeConn
+}
+
+var (
+	_ Store   = (*PipeStore)(nil)
+	_ Batcher = (*PipeStore)(nil)
+)
+
+type pipeConn struct {
+	c net.Conn
+	r *bufio.Reader
+	w *bufio.Writer
+}
+
+// NewPipeStore returns a PipeStore; connections are dialled on demand.
+func NewPipeStore(cfg PipeConfig) *PipeStore {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 100 * time.Millisecond
+	}
+	if cfg.MaxIdleConns <= 0 {
+		cfg.MaxIdleConns = 256
+	}
+	return &PipeStore{cfg: cfg, idle: make(chan *pipeConn, cfg.MaxIdleConns)}
+}
+
+// Close closes the idle connections.
+func (p *PipeStore) Close() error {
+	for {
+		select {
+		case c := <-p.idle:
+			c.c.Close()
+		default:
+			return nil
+		}
+	}
+}
+
+// errProto is a reply the protocol did not expect: the connection is
+// dropped.
+var errProto = errors.New("counter: memcached protocol error")
+
+// do runs fn on a pooled connection with the call's deadline; the
+// connection goes back to the pool only when fn succeeded or failed with a
+// Store sentinel (the stream is then still in sync).
+func (p *PipeStore) do(ctx context.Context, fn func(*pipeConn) error) error {
+	if err := ctxErr(ctx); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(p.cfg.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	var pc *pipeConn
+	select {
+	case pc = <-p.idle:
+	default:
+		d := net.Dialer{Deadline: deadline}
+		c, err := d.DialContext(ctx, "tcp", p.cfg.Addr)
+		if err != nil {
+			return fmt.Errorf("counter: memcached dial: %w", err)
+		}
+		pc = &pipeConn{c: c, r: bufio.NewReaderSize(c, 4096), w: bufio.NewWriterSize(c, 4096)}
+	}
+	if err := pc.c.SetDeadline(deadline); err != nil {
+		pc.c.Close()
+		return err
+	}
+	err := fn(pc)
+	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotStored) || errors.Is(err, ErrCASConflict) {
+		select {
+		case p.idle <- pc:
+		default:
+			pc.c.Close()
+		}
+		return err
+	}
+	pc.c.Close()
+	return fmt.Errorf("counter: memcached %s: %w", p.cfg.Addr, err)
+}
+
+func (pc *pipeConn) line() ([]byte, error) {
+	l, err := pc.r.ReadSlice('\n')
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.HasSuffix(l, []byte("\r\n")) {
+		return nil, errProto
+	}
+	return l[:len(l)-2], nil
+}
+
+// storeReply reads the reply of add/cas.
+func (pc *pipeConn) storeReply() error {
+	l, err := pc.line()
+	if err != nil {
+		return err
+	}
+	switch string(l) {
+	case "STORED":
+		return nil
+	case "NOT_STORED":
+		return ErrNotStored
+	case "EXISTS":
+		return ErrCASConflict
+	case "NOT_FOUND":
+		return ErrNotFound
+	}
+	return fmt.Errorf("%w: %q", errProto, l)
+}
+
+// numReply reads the reply of incr/decr.
+func (pc *pipeConn) numReply() (uint64, error) {
+	l, err := pc.line()
+	if err != nil {
+		return 0, err
+	}
+	if string(l) == "NOT_FOUND" {
+		return 0, ErrNotFound
+	}
+	v, err := strconv.ParseUint(string(bytes.TrimSpace(l)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q", errProto, l)
+	}
+	return v, nil
+}
+
+// values reads VALUE lines up to END; cas receives the cas id of gets.
+func (pc *pipeConn) values(out map[string][]byte, cas *uint64) error {
+	for {
+		l, err := pc.line()
+		if err != nil {
+			return err
+		}
+		if string(l) == "END" {
+			return nil
+		}
+		f := bytes.Fields(l)
+		if len(f) < 4 || string(f[0]) != "VALUE" {
+			return fmt.Errorf("%w: %q", errProto, l)
+		}
+		n, err := strconv.Atoi(string(f[3]))
+		if err != nil || n < 0 || n > 1<<20 {
+			return fmt.Errorf("%w: %q", errProto, l)
+		}
+		if cas != nil {
+			if len(f) < 5 {
+				return fmt.Errorf("%w: %q", errProto, l)
+			}
+			if *cas, err = strconv.ParseUint(string(f[4]), 10, 64); err != nil {
+				return fmt.Errorf("%w: %q", errProto, l)
+			}
+		}
+		key := string(f[1])
+		buf := make([]byte, n+2)
+		if _, err := readFull(pc.r, buf); err != nil {
+			return err
+		}
+		if !bytes.HasSuffix(buf, []byte("\r\n")) {
+			return errProto
+		}
+		out[key] = buf[:n]
+	}
+}
+
+func readFull(r *bufio.Reader, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := r.Read(b[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+func writeStore(w *bufio.Writer, verb, key string, value []byte, ttl time.Duration, cas uint64) {
+	w.WriteString(verb)
+	w.WriteByte(' ')
+	w.WriteString(key)
+	w.WriteString(" 0 ")
+	w.WriteString(strconv.FormatInt(int64(expiration(ttl)), 10))
+	w.WriteByte(' ')
+	w.WriteString(strconv.Itoa(len(value)))
+	if verb == "cas" {
+		w.WriteByte(' ')
+		w.WriteString(strconv.FormatUint(cas, 10))
+	}
+	w.WriteString("\r\n")
+	w.Write(value)
+	w.WriteString("\r\n")
+}
+
+func writeGet(w *bufio.Writer, verb string, keys []string) {
+	w.WriteString(verb)
+	for _, k := range keys {
+		w.WriteByte(' ')
+		w.WriteString(k)
+	}
+	w.WriteString("\r\n")
+}
+
+func writeArith(w *bufio.Writer, verb, key string, delta uint64) {
+	w.WriteString(verb)
+	w.WriteByte(' ')
+	w.WriteString(key)
+	w.WriteByte(' ')
+	w.WriteString(strconv.FormatUint(delta, 10))
+	w.WriteString("\r\n")
+}
+
+// Add implements Store.
+func (p *PipeStore) Add(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+	return p.do(ctx, func(pc *pipeConn) error {
+		writeStore(pc.w, "add", key, value, ttl, 0)
+		if err := pc.w.Flush(); err != nil {
+			return err
+		}
+		return pc.storeReply()
+	})
+}
+
+func (p *PipeStore) arith(ctx context.Context, verb, key string, delta uint64) (v uint64, err error) {
+	err = p.do(ctx, func(pc *pipeConn) error {
+		writeArith(pc.w, verb, key, delta)
+		if err := pc.w.Flush(); err != nil {
+			return err
+		}
+		v, err = pc.numReply()
+		return err
+	})
+	return v, err
+}
+
+// Incr implements Store.
+func (p *PipeStore) Incr(ctx context.Context, key string, delta uint64) (uint64, error) {
+	return p.arith(ctx, "incr", key, delta)
+}
+
+// Decr implements Store.
+func (p *PipeStore) Decr(ctx context.Context, key string, delta uint64) (uint64, error) {
+	return p.arith(ctx, "decr", key, delta)
+}
+
+// GetMulti implements Store.
+func (p *PipeStore) GetMulti(ctx context.Context, keys []string) (map[string][]byte, error) {
+	out := make(map[string][]byte, len(keys))
+	err := p.do(ctx, func(pc *pipeConn) error {
+		writeGet(pc.w, "get", keys)
+		if err := pc.w.Flush(); err != nil {
+			return err
+		}
+		return pc.values(out, nil)
+	})
+	return out, err
+}
+
+// Gets implements Store.
+func (p *PipeStore) Gets(ctx context.Context, key string) ([]byte, CASToken, error) {
+	out := make(map[string][]byte, 1)
+	var cas uint64
+	err := p.do(ctx, func(pc *pipeConn) error {
+		writeGet(pc.w, "gets", []string{key})
+		if err := pc.w.Flush(); err != nil {
+			return err
+		}
+		return pc.values(out, &cas)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	v, ok := out[key]
+	if !ok {
+		return nil, nil, ErrNotFound
+	}
+	return v, cas, nil
+}
+
+// CompareAndSwap implements Store.
+func (p *PipeStore) CompareAndSwap(ctx context.Context, key string, value []byte, cas CASToken, ttl time.Duration) error {
+	id, ok := cas.(uint64)
+	if !ok {
+		return fmt.Errorf("%w: foreign CAS token %T", ErrCASConflict, cas)
+	}
+	return p.do(ctx, func(pc *pipeConn) error {
+		writeStore(pc.w, "cas", key, value, ttl, id)
+		if err := pc.w.Flush(); err != nil {
+			return err
+		}
+		return pc.storeReply()
+	})
+}
+
+// GetMultiIncr implements Batcher: "get keys…", "add incrKey 0", "incr
+// incrKey delta" in one write, three replies in one read.
+func (p *PipeStore) GetMultiIncr(ctx context.Context, keys []string, incrKey string, delta uint64, ttl time.Duration) (map[string][]byte, uint64, error) {
+	out := make(map[string][]byte, len(keys))
+	var v uint64
+	err := p.do(ctx, func(pc *pipeConn) error {
+		if len(keys) > 0 {
+			writeGet(pc.w, "get", keys)
+		}
+		writeStore(pc.w, "add", incrKey, []byte("0"), ttl, 0)
+		writeArith(pc.w, "incr", incrKey, delta)
+		if err := pc.w.Flush(); err != nil {
+			return err
+		}
+		if len(keys) > 0 {
+			if err := pc.values(out, nil); err != nil {
+				return err
+			}
+		}
+		if err := pc.storeReply(); err != nil && !errors.Is(err, ErrNotStored) {
+			return err
+		}
+		var err error
+		v, err = pc.numReply()
+		if errors.Is(err, ErrNotFound) {
+			// Evicted or expired between add and incr: the stream is in
+			// sync, the caller may retry.
+			return fmt.Errorf("%w: %s vanished after add", ErrContention, incrKey)
+		}
+		return err
+	})
+	return out, v, err
+}
