@@ -247,6 +247,9 @@ func TestLoadEndToEnd(t *testing.T) {
 		if rt := num(t, m, "store_ops_per_decision"); rt < 0.9 || rt > 4 {
 			t.Errorf("%v: %v store ops per decision", m["algorithm"], rt)
 		}
+		if cpu := num(t, m, "pop_cpu_s_per_million"); cpu <= 0 {
+			t.Errorf("%v: PoP CPU %v s per million decisions", m["algorithm"], cpu)
+		}
 	}
 }
 

@@ -92,8 +92,12 @@ type LoadRun struct {
 	Rejected   int64   `json:"rejected"`
 	Errors     int64   `json:"errors"`
 	RoundTrips float64 `json:"store_ops_per_decision"`
-	Seconds    float64 `json:"seconds"`
-	lat        *Latency
+	// CPUPerM is the CPU seconds the PoP's processes (shards, mcproxy,
+	// edges; not in-process workers) spent per million decisions.
+	CPUPerM float64 `json:"pop_cpu_s_per_million"`
+	Seconds float64 `json:"seconds"`
+	lat     *Latency
+	cpu     float64
 }
 
 // LoadResult is the result of RunLoad: every run, and per algorithm the
@@ -162,8 +166,12 @@ func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error)
 			}
 			env.Logf("load: %s round %d for %v", AlgorithmName(alg), round, cfg.Duration)
 			var before int64
+			var cpu0 float64
 			if p != nil || in != nil {
 				before, _ = storeCommands(p, in)
+			}
+			if p != nil {
+				cpu0 = p.CPUSeconds()
 			}
 			done := (round-1)*len(cfg.Algorithms) + ai
 			run := closedLoop(ctx, target, route, cfg, uint64(round*10+ai), func(frac float64) {
@@ -184,6 +192,10 @@ func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error)
 					run.RoundTrips = float64(after-before) / float64(run.Decisions)
 				}
 			}
+			if p != nil && run.Decisions > 0 {
+				run.cpu = p.CPUSeconds() - cpu0
+				run.CPUPerM = run.cpu / float64(run.Decisions) * 1e6
+			}
 			res.Runs = append(res.Runs, run)
 			s := sums[run.Algorithm]
 			if s == nil {
@@ -197,6 +209,7 @@ func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error)
 			s.Rejected += run.Rejected
 			s.Errors += run.Errors
 			s.RoundTrips += run.RoundTrips * float64(run.Decisions)
+			s.cpu += run.cpu
 			s.lat.Merge(run.lat)
 		}
 	}
@@ -205,6 +218,7 @@ func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error)
 		s.Latency = s.lat.Summary()
 		if s.Decisions > 0 {
 			s.RoundTrips /= float64(s.Decisions)
+			s.CPUPerM = s.cpu / float64(s.Decisions) * 1e6
 		}
 		s.Round = cfg.Rounds
 	}
@@ -312,15 +326,15 @@ func Reload(ctx context.Context, admin string) error {
 // Tables returns the human view.
 func (r *LoadResult) Tables() []*Table {
 	runs := &Table{Title: "Load runs (" + r.Target + fmt.Sprintf(", %d conns, %d Zipf identities)", r.Conns, r.Keys),
-		Header: []string{"algorithm", "round", "decisions/s", "p50 ms", "p99 ms", "p999 ms", "admitted %", "errors", "store ops/decision"}}
+		Header: []string{"algorithm", "round", "decisions/s", "p50 ms", "p99 ms", "p999 ms", "admitted %", "errors", "store ops/decision", "PoP CPU s/M"}}
 	for _, x := range r.Runs {
 		runs.Add(x.Algorithm, x.Round, x.PerSecond, x.Latency.P50, x.Latency.P99, x.Latency.P999,
-			100*float64(x.Admitted)/float64(max(1, x.Decisions)), x.Errors, x.RoundTrips)
+			100*float64(x.Admitted)/float64(max(1, x.Decisions)), x.Errors, x.RoundTrips, x.CPUPerM)
 	}
 	sums := &Table{Title: "Per algorithm (sums over rounds)",
-		Header: []string{"algorithm", "decisions", "decisions/s", "p50 ms", "p99 ms", "p999 ms", "errors", "store ops/decision"}}
+		Header: []string{"algorithm", "decisions", "decisions/s", "p50 ms", "p99 ms", "p999 ms", "errors", "store ops/decision", "PoP CPU s/M"}}
 	for _, x := range r.Sums {
-		sums.Add(x.Algorithm, x.Decisions, x.PerSecond, x.Latency.P50, x.Latency.P99, x.Latency.P999, x.Errors, x.RoundTrips)
+		sums.Add(x.Algorithm, x.Decisions, x.PerSecond, x.Latency.P50, x.Latency.P99, x.Latency.P999, x.Errors, x.RoundTrips, x.CPUPerM)
 	}
 	return []*Table{runs, sums}
 }

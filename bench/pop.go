@@ -410,6 +410,34 @@ func httpUp(url string) error {
 	return nil
 }
 
+// Pids returns the process ids of every process of the PoP (shards,
+// proxies, edges), for CPU accounting.
+func (p *PoP) Pids() []int {
+	var out []int
+	for _, s := range p.Shards {
+		out = append(out, s.Pid())
+	}
+	for _, pr := range p.Proxies {
+		out = append(out, pr.Pid())
+	}
+	for _, e := range p.Edges {
+		out = append(out, e.Proc.Pid())
+	}
+	return out
+}
+
+// CPUSeconds sums the user+system CPU time of the PoP's processes
+// (ProcessCPUSeconds); processes that cannot be read are skipped.
+func (p *PoP) CPUSeconds() float64 {
+	var t float64
+	for _, pid := range p.Pids() {
+		if s, err := ProcessCPUSeconds(pid); err == nil {
+			t += s
+		}
+	}
+	return t
+}
+
 // RestartProxy kills proxy i and starts it again with the same arguments.
 func (p *PoP) RestartProxy(ctx context.Context, i int) error {
 	pr := p.Proxies[i]
