@@ -9,6 +9,12 @@ import (
 	"time"
 )
 
+func tab() *Table {
+	t := &Table{Header: []string{"a"}}
+	t.Add(1)
+	return t
+}
+
 func TestTableAndReport(t *testing.T) {
 	tab := &Table{Title: "T", Header: []string{"name", "value"}}
 	tab.Add("a", 1234.5)
@@ -78,6 +84,19 @@ func TestCharts(t *testing.T) {
 			t.Fatal(err)
 		}
 		files = append(files, a, c, tl)
+	}
+	prec := filepath.Join(dir, "precision.png")
+	if err := ChartPrecision(prec, []*AccuracyResult{{Algorithm: "sliding", Trace: "near", Precision: 1, WrongPct: 3},
+		{Algorithm: "sliding", Trace: "near", Precision: 12, WrongPct: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, prec)
+	tr2 := filepath.Join(dir, "tables.md")
+	if err := WriteTablesReport(tr2, "x", "popbench x", []*Table{tab()}, []string{"precision.png"}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(tr2); !strings.Contains(string(b), "`popbench x`") || !strings.Contains(string(b), "![precision.png](precision.png)") {
+		t.Errorf("tables report:\n%s", b)
 	}
 	for _, f := range files {
 		if st, err := os.Stat(f); err != nil || st.Size() < 500 {

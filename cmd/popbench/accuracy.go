@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -66,7 +68,20 @@ func accuracyCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return output(c, rep, rep.Tables())
+			if err := output(c, rep, rep.Tables()); err != nil {
+				return err
+			}
+			var charts []string
+			if len(precs) > 1 {
+				if err := os.MkdirAll(c.String("out"), 0o755); err != nil {
+					return err
+				}
+				if err := bench.ChartPrecision(filepath.Join(c.String("out"), "accuracy-precision.png"), rep.Rows); err != nil {
+					return err
+				}
+				charts = append(charts, "accuracy-precision.png")
+			}
+			return saveReport(c, "accuracy", "popbench accuracy", rep, rep.Tables(), charts)
 		},
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"path/filepath"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -37,7 +38,14 @@ func centralCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return output(c, rep, rep.Tables())
+			if err := output(c, rep, rep.Tables()); err != nil {
+				return err
+			}
+			var charts []string
+			if rep.Chart != "" {
+				charts = append(charts, filepath.Base(rep.Chart))
+			}
+			return saveReport(c, "central", "popbench central", rep, rep.Tables(), charts)
 		},
 	}
 }

@@ -52,7 +52,10 @@ func loadCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return output(c, res, res.Tables())
+			if err := output(c, res, res.Tables()); err != nil {
+				return err
+			}
+			return saveReport(c, "load", "popbench load", res, res.Tables(), nil)
 		},
 	}
 }

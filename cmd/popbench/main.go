@@ -11,6 +11,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -111,6 +113,32 @@ func output(c *cli.Context, v any, tables []*bench.Table) error {
 	}
 	for _, t := range tables {
 		t.Text(os.Stdout)
+	}
+	return nil
+}
+
+// saveReport writes out/<name>.md (tables, charts given relative to out/)
+// and out/<name>.json, and says where.
+func saveReport(c *cli.Context, name, title string, v any, tables []*bench.Table, charts []string) error {
+	dir := c.String("out")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	command := "popbench " + strings.Join(os.Args[1:], " ")
+	md := filepath.Join(dir, name+".md")
+	if err := bench.WriteTablesReport(md, title, command, tables, charts); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, name+".json"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := bench.WriteJSON(f, v); err != nil {
+		return err
+	}
+	if !c.Bool("json") {
+		fmt.Fprintf(os.Stdout, "\nreport: %s (JSON: %s)\n", md, f.Name())
 	}
 	return nil
 }

@@ -44,7 +44,10 @@ func popsCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return output(c, rep, rep.Tables())
+			if err := output(c, rep, rep.Tables()); err != nil {
+				return err
+			}
+			return saveReport(c, "pops", "popbench pops", rep, rep.Tables(), nil)
 		},
 	}
 }
