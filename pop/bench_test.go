@@ -40,8 +40,8 @@ func benchLimiter(b *testing.B, store counter.Store, quantity int) *pop.Limiter 
 func benchLimiterLease(b *testing.B, store counter.Store, quantity int, lease bool) *pop.Limiter {
 	b.Helper()
 	l, err := pop.New(pop.Config{
-		NewShared:     func(lim counter.Limit) (counter.Allower, error) { return counter.New(store, lim) },
-		NewLocal:      func(lim counter.Limit) (counter.Allower, error) { return counter.NewLocal(lim) },
+		NewShared: func(lim counter.Limit) (counter.Allower, error) { return counter.New(store, lim) },
+		NewLocal:  func(lim counter.Limit) (counter.Allower, error) { return counter.NewLocal(lim) },
 		// Generous, so that on a loaded machine no decision falls back
 		// (a fail-open decision is not a store decision and would inflate
 		// decisions/s); store-failures/op reports any that still do.
@@ -93,11 +93,13 @@ func BenchmarkMiddleware(b *testing.B) {
 			reqs := requests(4096, 10000, 1)
 			w := &nopWriter{h: http.Header{}}
 			b.ReportAllocs()
+			cpu := cpuTime([]int{os.Getpid()})
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				clear(w.h)
 				bc.h.ServeHTTP(w, reqs[i%len(reqs)])
 			}
+			reportCPU(b, cpu)
 		})
 	}
 }
@@ -118,10 +120,12 @@ func BenchmarkDecide(b *testing.B) {
 				l.Decide(context.Background(), r, now)
 			}
 			b.ReportAllocs()
+			cpu := cpuTime([]int{os.Getpid()})
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				l.Decide(context.Background(), reqs[i%len(reqs)], now)
 			}
+			reportCPU(b, cpu)
 		})
 	}
 }
@@ -230,4 +234,13 @@ func cpuTime(pids []int) time.Duration {
 		}
 	}
 	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+}
+
+// reportCPU reports this process's CPU time per op since cpu0 (10ms
+// resolution: run for a second or more). On a shared machine it is steadier
+// than ns/op, which counts time spent waiting for a core.
+func reportCPU(b *testing.B, cpu0 time.Duration) {
+	b.StopTimer()
+	d := cpuTime([]int{os.Getpid()}) - cpu0
+	b.ReportMetric(float64(d.Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
