@@ -98,45 +98,57 @@ func zipfKeys(n, count int) []string {
 // (what matters is decisions per window, not the window length: D=50k is
 // 50k/s with 1 s windows or 833/s with 1 min windows). One window of
 // warm-up is not counted. The store is the in-process one: the same round
-// trips as memcached (see BenchmarkMemcached for real latency).
+// trips as memcached (see BenchmarkMemcached for real latency); "batch" is
+// PipeStore's one-round-trip first decision of a window (Batcher),
+// "nobatch" gomemcache's MemcacheStore.
 func BenchmarkRoundTrips(b *testing.B) {
 	const keys = 100_000
 	seq := zipfKeys(keys, 1<<20)
 	for _, perWindow := range []int{50_000, 500_000} {
-		for _, bl := range benchLimits {
-			b.Run("D="+strconv.Itoa(perWindow/1000)+"k/"+bl.name, func(b *testing.B) {
-				l := bl.limit
-				l.Window = time.Second
-				if l.Precision > 1 {
-					l.Precision = 10
+		for _, batch := range []bool{true, false} {
+			for _, bl := range benchLimits {
+				name := "D=" + strconv.Itoa(perWindow/1000) + "k/batch/" + bl.name
+				if !batch {
+					name = "D=" + strconv.Itoa(perWindow/1000) + "k/nobatch/" + bl.name
 				}
-				var now time.Time // virtual: TTLs follow it
-				cs := counter.NewCountingStore(counter.NewMemoryStoreClock(func() time.Time { return now }))
-				var workers [4]*counter.Limiter
-				for i := range workers {
-					workers[i], _ = counter.New(cs, l)
-				}
-				step := time.Second / time.Duration(perWindow)
-				i := 0
-				decide := func() {
-					now = t0.Add(time.Duration(i) * step)
-					if _, err := workers[i&3].AllowN(ctx, seq[i&(1<<20-1)], now, 1); err != nil {
-						b.Fatal(err)
+				b.Run(name, func(b *testing.B) {
+					l := bl.limit
+					l.Window = time.Second
+					if l.Precision > 1 {
+						l.Precision = 10
 					}
-					i++
-				}
-				for i < perWindow {
-					decide()
-				}
-				before, first := cs.Stats(), i
-				b.ReportAllocs()
-				for b.Loop() {
-					decide()
-				}
-				d := cs.Stats().Sub(before)
-				b.ReportMetric(float64(d.RoundTrips())/float64(i-first), "roundtrips/decision")
-				b.ReportMetric(float64(d.GetMulti)/float64(i-first), "getmulti/decision")
-			})
+					var now time.Time // virtual: TTLs follow it
+					var st counter.Store = counter.NewMemoryStoreClock(func() time.Time { return now })
+					if !batch {
+						st = noBatch{st}
+					}
+					cs := counter.NewCountingStore(st)
+					var workers [4]*counter.Limiter
+					for i := range workers {
+						workers[i], _ = counter.New(cs, l)
+					}
+					step := time.Second / time.Duration(perWindow)
+					i := 0
+					decide := func() {
+						now = t0.Add(time.Duration(i) * step)
+						if _, err := workers[i&3].AllowN(ctx, seq[i&(1<<20-1)], now, 1); err != nil {
+							b.Fatal(err)
+						}
+						i++
+					}
+					for i < perWindow {
+						decide()
+					}
+					before, first := cs.Stats(), i
+					b.ReportAllocs()
+					for b.Loop() {
+						decide()
+					}
+					d := cs.Stats().Sub(before)
+					b.ReportMetric(float64(d.RoundTrips())/float64(i-first), "roundtrips/decision")
+					b.ReportMetric(float64(d.GetMulti)/float64(i-first), "getmulti/decision")
+				})
+			}
 		}
 	}
 }
@@ -146,29 +158,35 @@ func BenchmarkRoundTrips(b *testing.B) {
 func BenchmarkMemcached(b *testing.B) {
 	mc := bench.MemcachedForTest(b, 1)
 	seq := zipfKeys(10_000, 1<<16)
-	for _, bl := range benchLimits {
-		b.Run(bl.name, func(b *testing.B) {
-			cs := counter.NewCountingStore(counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
-				Servers: []string{mc[0].Addr}, Timeout: time.Second})))
-			lim, _ := counter.New(cs, bl.limit)
-			var seqN, decisions atomic.Int64
-			b.SetParallelism(8) // 8 × GOMAXPROCS goroutines
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(seqN.Add(1)) * 7919
-				n := int64(0)
-				for pb.Next() {
-					i++
-					if _, err := lim.AllowN(ctx, seq[i&(1<<16-1)], time.Now(), 1); err != nil {
-						b.Error(err)
-						return
-					}
-					n++
+	for _, client := range []string{"gomemcache", "pipe"} {
+		for _, bl := range benchLimits {
+			b.Run(client+"/"+bl.name, func(b *testing.B) {
+				var st counter.Store = counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
+					Servers: []string{mc[0].Addr}, Timeout: time.Second}))
+				if client == "pipe" {
+					st = counter.NewPipeStore(counter.PipeConfig{Addr: mc[0].Addr, Timeout: time.Second})
 				}
-				decisions.Add(n)
+				cs := counter.NewCountingStore(st)
+				lim, _ := counter.New(cs, bl.limit)
+				var seqN, decisions atomic.Int64
+				b.SetParallelism(8) // 8 × GOMAXPROCS goroutines
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					i := int(seqN.Add(1)) * 7919
+					n := int64(0)
+					for pb.Next() {
+						i++
+						if _, err := lim.AllowN(ctx, seq[i&(1<<16-1)], time.Now(), 1); err != nil {
+							b.Error(err)
+							return
+						}
+						n++
+					}
+					decisions.Add(n)
+				})
+				b.ReportMetric(float64(cs.Stats().RoundTrips())/float64(decisions.Load()), "roundtrips/decision")
 			})
-			b.ReportMetric(float64(cs.Stats().RoundTrips())/float64(decisions.Load()), "roundtrips/decision")
-		})
+		}
 	}
 }
 

@@ -255,7 +255,8 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 		ent.warm = ent.seen && ent.others && id == ent.id+1
 		ent.id, ent.seen, ent.others, ent.mine = id, false, false, 0
 	}
-	seen := current && (ent.seen || ent.warm)
+	created := current && ent.seen // this worker counted in sub-window id
+	seen := created || (current && ent.warm)
 	for i := 0; i < w.n; i++ {
 		sid := id - int64(w.n) + int64(i)
 		slot := floorMod(sid, w.n)
@@ -271,7 +272,7 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 	var cur int64
 	var err error
 	batched := false
-	if b, ok := lim.store.(Batcher); ok && n <= w.q && (len(missing) > 0 || !seen) {
+	if b, ok := lim.store.(Batcher); ok && n <= w.q && (len(missing) > 0 || !created) {
 		// One round trip: read the closed sub-windows and create-or-
 		// increment the current one.
 		cur, err = lim.batch(ctx, b, key, id, missing, counts, current, curKey, n)
