@@ -12,11 +12,11 @@
 // request falls back to the limit, not the window end. A request costing
 // more than the allowance gets RetryAfter == Never and is not counted.
 //
-// Store costs (see Limiter): one round trip per decision in steady state
-// for the window algorithms (incr), plus, per identity, worker and window,
-// one add for a window this worker has not seen and one multi-get of the
-// closed sub-windows (cached until they slide out). The token bucket costs
-// gets + cas. CountingStore measures it.
+// Stores: PipeStore (recommended: pipelines, so every window-algorithm
+// decision is one round trip), MemcacheStore (gomemcache; a window a worker
+// has not counted in costs a multi-get plus an add), MemoryStore. See
+// Limiter for the costs; CountingStore measures them. The token bucket
+// costs gets + cas.
 //
 // Keys: Key builds identity keys (scheme documented there); every store key
 // of an identity shares its hash tag, so it lives on one shard, and has a

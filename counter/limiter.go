@@ -40,10 +40,14 @@ func (c Config) maxCachedKeys() int {
 
 // Limiter enforces one Limit over a Store shared by every worker of a PoP.
 // It is safe for concurrent use. Steady state costs one store round trip
-// per decision (incr of the current window); a window this worker has not
-// seen yet is created with add, and the closed sub-windows a sliding window
-// needs are read once (one multi-get, one shard) after they close and kept
-// in a local cache. A token bucket costs gets + cas (two round trips).
+// per decision (incr of the current window). The closed sub-windows a
+// sliding window needs are read once per worker (one multi-get, one shard)
+// after they close and kept in a local cache until they slide out. With a
+// Batcher store (PipeStore, MemoryStore) that read and the create-or-
+// increment of a window this worker has not counted in go in one round
+// trip, so every decision costs exactly one; without (MemcacheStore over
+// gomemcache) they cost a multi-get plus an add (or incr first for keys
+// other workers counted last window). A token bucket costs gets + cas.
 //
 // Exactness: fixed window and token bucket never admit more than the
 // allowance, whatever the number of workers (incr and cas are atomic). In
