@@ -1,8 +1,21 @@
 // Command popbench launches PoPs (memcached shards, mcproxy, edge workers)
 // on loopback, drives seeded workloads through them and reports what
-// happened: `popbench demo` (what `make demo` runs), load, accuracy,
-// faults, pops, central. Every subcommand prints a table, or JSON with
-// --json. Wiring only: the engine is package bench.
+// happened. Every subcommand prints tables (or JSON with --json), writes a
+// Markdown report and its charts to --out (default out/), and cleans up
+// every process it started, also on Ctrl-C. Shards are real memcached when
+// installed, else mcproxy's in-process shards (--store picks); mcproxy and
+// edge are built from this module with go build.
+//
+//	popbench demo                      # what `make demo` runs: ~30 s
+//	popbench load --rounds 2           # decisions/s, latency by algorithm
+//	popbench load --http               # the same through edge processes
+//	popbench accuracy --precision 1,4,12,60 --skew 100ms,1s
+//	popbench faults                    # shard kill/hang/slow, reload, mcproxy restart
+//	popbench pops                      # one client over 3 PoPs
+//	popbench central --rtt 80ms        # per-PoP vs central store latency
+//	popbench proxy --compare           # memcached vs nutcracker vs mcproxy
+//
+// Wiring only: the engine is package bench.
 package main
 
 import (
