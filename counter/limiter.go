@@ -22,6 +22,12 @@ type Config struct {
 	// when a cache shard grows past its share, entries of keys idle for a
 	// whole window are dropped. Default 1<<20. Sweep drops them explicitly.
 	MaxCachedKeys int
+	// Grace is how long after a sub-window closes its count is still read
+	// from the store at every decision before being cached, to absorb clock
+	// skew between workers (their late increments are then seen). Default
+	// 0: cached at once. With a Batcher store the re-reads ride along with
+	// the increment and cost no extra round trip.
+	Grace time.Duration
 }
 
 func (c Config) casRetries() int {
@@ -55,14 +61,15 @@ func (c Config) maxCachedKeys() int {
 // concurrent request may see the transient count and be rejected: errors
 // are always on the side of rejection.
 type Limiter struct {
-	store  Store
-	l      Limit
-	cfg    Config
-	suffix string
-	win    window
-	g      gcra
-	ttl    time.Duration
-	cache  [cacheShards]cacheShard
+	store   Store
+	l       Limit
+	cfg     Config
+	suffix  string
+	win     window
+	g       gcra
+	ttl     time.Duration
+	graceMs int64
+	cache   [cacheShards]cacheShard
 
 	casRetries, casFailures, casOps atomic.Int64
 }
@@ -101,7 +108,7 @@ func NewWithConfig(store Store, l Limit, cfg Config) (*Limiter, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
-	lim := &Limiter{store: store, l: l, cfg: cfg, suffix: limitSuffix(l)}
+	lim := &Limiter{store: store, l: l, cfg: cfg, suffix: limitSuffix(l), graceMs: cfg.Grace.Milliseconds()}
 	switch l.Algorithm {
 	case SlidingWindow:
 		n := l.precision()
@@ -272,6 +279,9 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 	}
 	s.mu.Unlock()
 
+	// Closed sub-windows are cached only once the newest of them ended
+	// Config.Grace ago, so workers whose clocks lag can still add to it.
+	cacheable := current && e >= lim.graceMs
 	curKey := windowKey(key, lim.suffix, id)
 	var cur int64
 	var err error
@@ -279,7 +289,7 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 	if b, ok := lim.store.(Batcher); ok && n <= w.q && (len(missing) > 0 || !created) {
 		// One round trip: read the closed sub-windows and create-or-
 		// increment the current one.
-		cur, err = lim.batch(ctx, b, key, id, missing, counts, current, curKey, n)
+		cur, err = lim.batch(ctx, b, key, id, missing, counts, cacheable, curKey, n)
 		switch {
 		case err == nil:
 			batched = true
@@ -288,7 +298,7 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 		}
 	}
 	if !batched && len(missing) > 0 {
-		if err := lim.fetchClosed(ctx, key, id, missing, counts, current); err != nil {
+		if err := lim.fetchClosed(ctx, key, id, missing, counts, cacheable); err != nil {
 			return Result{}, err
 		}
 	}

@@ -89,3 +89,43 @@ func TestLimiterCacheSweep(t *testing.T) {
 		t.Fatalf("after sweep: %d cached", lim.CachedKeys())
 	}
 }
+
+// TestGrace: a worker whose clock runs ahead reads the previous window
+// just after it closed; a lagging worker then adds to it. With a grace the
+// late units are seen; without, the cached count misses them.
+func TestGrace(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		grace         time.Duration
+		wantRemaining int64
+	}{
+		{"no grace caches at once", 0, 3},
+		{"grace 100ms re-reads", 100 * ms, 1},
+	} {
+		for _, st := range []struct {
+			name  string
+			store func() counter.Store
+		}{{"batch", frozenMemoryStore}, {"nobatch", func() counter.Store { return noBatch{frozenMemoryStore()} }}} {
+			t.Run(tc.name+"/"+st.name, func(t *testing.T) {
+				store := st.store()
+				l := counter.Limit{Quantity: 10, Window: time.Minute}
+				ahead, _ := counter.NewWithConfig(store, l, counter.Config{Grace: tc.grace})
+				lagging, _ := counter.New(store, l)
+				key := counter.Key("ip", "192.0.2.1")
+				if r, _ := lagging.AllowN(ctx, key, t0.Add(59*time.Second), 5); !r.Allowed {
+					t.Fatal("setup rejected")
+				}
+				if r, _ := ahead.AllowN(ctx, key, t0.Add(time.Minute), 1); r.Remaining != 4 {
+					t.Fatalf("first read: %+v", r)
+				}
+				if r, _ := lagging.AllowN(ctx, key, t0.Add(59950*ms), 2); !r.Allowed {
+					t.Fatal("late units rejected")
+				}
+				r, err := ahead.AllowN(ctx, key, t0.Add(60050*ms), 1)
+				if err != nil || r.Remaining != tc.wantRemaining {
+					t.Fatalf("got %+v %v, want remaining %d", r, err, tc.wantRemaining)
+				}
+			})
+		}
+	}
+}
