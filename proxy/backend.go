@@ -69,10 +69,12 @@ type Call struct {
 	// connection's id).
 	Conn uint64
 
-	// shard is the index of the shard the call went to (stats, health).
-	shard int
-	done  chan struct{}
-	req   Request // storage for Req when the proxy builds sub-requests
+	// shard is the index of the shard the call went to (stats, health),
+	// router the Router that sent it (it may have been swapped since).
+	shard  int
+	router *Router
+	done   chan struct{}
+	req    Request // storage for Req when the proxy builds sub-requests
 }
 
 // NewCall returns an empty Call ready for Do.
@@ -100,5 +102,6 @@ func (c *Call) reset() {
 	c.Reply = c.Reply[:0]
 	c.Err = nil
 	c.shard = 0
+	c.router = nil
 	c.req.Reset()
 }

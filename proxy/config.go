@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
+	"slices"
 	"strconv"
 	"time"
 
@@ -25,7 +25,8 @@ const DefaultListen = "127.0.0.1:22121"
 type PoolSpec struct {
 	// Name is the pool's name (the YAML key).
 	Name string
-	// Listen is "host:port"; default DefaultListen.
+	// Listen is "host:port", or a Unix socket "/path/mc.sock [mode]" (see
+	// ParseListen); default DefaultListen.
 	Listen string
 	// Hash is the ketama hash (fnv1a_64 default, md5, murmur, ...).
 	Hash string
@@ -45,6 +46,25 @@ type PoolSpec struct {
 	ServerFailureLimit int
 	// Servers are the shards in config order.
 	Servers []shard.Server
+	// ClientConnections bounds concurrent clients (Twemproxy's
+	// client_connections); 0 means no limit.
+	ClientConnections int
+	// ClientTimeout closes idle clients (YAML client_timeout in ms, an
+	// mcproxy extension nutcracker rejects); 0 means never.
+	ClientTimeout time.Duration
+}
+
+// sameRouting reports whether p and q route and reach shards identically
+// (everything but Name, Listen and the client limits), so a reload can
+// keep p's Router.
+func (p PoolSpec) sameRouting(q PoolSpec) bool {
+	return p.Hash == q.Hash && p.Distribution == q.Distribution &&
+		p.HashTag == q.HashTag && p.Timeout == q.Timeout &&
+		p.ServerConnections == q.ServerConnections &&
+		p.AutoEjectHosts == q.AutoEjectHosts &&
+		p.ServerRetryTimeout == q.ServerRetryTimeout &&
+		p.ServerFailureLimit == q.ServerFailureLimit &&
+		slices.Equal(p.Servers, q.Servers)
 }
 
 // Validate checks the spec.
@@ -60,8 +80,11 @@ func (p PoolSpec) Validate() error {
 	default:
 		return fmt.Errorf("%w: pool %q: distribution %q", ErrConfig, p.Name, p.Distribution)
 	}
-	if _, _, err := net.SplitHostPort(p.listen()); err != nil {
-		return fmt.Errorf("%w: pool %q: listen %q: %w", ErrConfig, p.Name, p.Listen, err)
+	if _, _, _, err := ParseListen(p.listen()); err != nil {
+		return fmt.Errorf("pool %q: %w", p.Name, err) // err wraps ErrConfig
+	}
+	if p.ClientConnections < 0 || p.ServerConnections < 0 || p.ServerFailureLimit < 0 {
+		return fmt.Errorf("%w: pool %q: negative connection count or failure limit", ErrConfig, p.Name)
 	}
 	return nil
 }
@@ -95,9 +118,11 @@ func (p PoolSpec) RouterConfig() RouterConfig {
 }
 
 // ParseConfig parses a Twemproxy (nutcracker.yml) file: a mapping of pool
-// name to pool. Supported keys: listen, hash, distribution, hash_tag,
-// timeout, server_connections, auto_eject_hosts, server_retry_timeout,
-// server_failure_limit, servers. A key the proxy does not support is
+// name to pool. Supported keys: listen (host:port or "/path.sock [mode]"),
+// hash, distribution, hash_tag, timeout, server_connections,
+// client_connections, auto_eject_hosts, server_retry_timeout,
+// server_failure_limit, servers, and client_timeout (ms, an mcproxy
+// extension). Pool names must be unique, and so must listen addresses. A key the proxy does not support is
 // logged as a warning to log (nil: slog.Default()) and otherwise ignored;
 // "redis: true" is an error. Pools come back in file order.
 func ParseConfig(data []byte, log *slog.Logger) ([]PoolSpec, error) {
@@ -128,6 +153,14 @@ func ParseConfig(data []byte, log *slog.Logger) ([]PoolSpec, error) {
 		}
 		if err := p.Validate(); err != nil {
 			return nil, err
+		}
+		for _, q := range pools {
+			if q.Name == p.Name {
+				return nil, fmt.Errorf("%w: pool %q defined twice (line %d)", ErrConfig, name, root.Content[i].Line)
+			}
+			if q.listen() == p.listen() {
+				return nil, fmt.Errorf("%w: pools %q and %q both listen on %q", ErrConfig, q.Name, name, p.listen())
+			}
 		}
 		pools = append(pools, p)
 	}
@@ -170,6 +203,10 @@ func (p *PoolSpec) set(key string, val *yaml.Node, log *slog.Logger) error {
 		p.ServerRetryTimeout, err = ms()
 	case "server_connections":
 		p.ServerConnections, err = strconv.Atoi(val.Value)
+	case "client_connections":
+		p.ClientConnections, err = strconv.Atoi(val.Value)
+	case "client_timeout":
+		p.ClientTimeout, err = ms()
 	case "server_failure_limit":
 		p.ServerFailureLimit, err = strconv.Atoi(val.Value)
 	case "auto_eject_hosts":

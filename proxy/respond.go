@@ -88,9 +88,10 @@ func (cc *clientConn) replyError(req *Request, re *ReplyError) {
 		e.raw = append(e.raw[:0], req.Keys[0]...)
 		e.req.Cmd = CmdDelete
 		e.req.Keys = append(e.req.Keys, e.raw)
-		if i := cc.s.r.Locate(e.raw); i >= 0 {
+		r := cc.s.router.Load()
+		if i := r.Locate(e.raw); i >= 0 {
 			e.kind = kindSingleOverride
-			cc.s.r.do(i, cc.newCall(e, &e.req))
+			r.do(i, cc.newCall(e, &e.req))
 		}
 	}
 	cc.entries <- e
@@ -132,7 +133,7 @@ func (cc *clientConn) dispatch(req *Request, base []byte, n int) {
 		off := cap(base) - cap(req.Data)
 		e.req.Data = e.raw[off : off+len(req.Data) : off+len(req.Data)]
 	}
-	r := s.r
+	r := s.router.Load()
 	switch {
 	case req.Cmd.IsBroadcast():
 		e.kind = kindBroadcast
@@ -162,7 +163,7 @@ func (cc *clientConn) dispatch(req *Request, base []byte, n int) {
 
 // dispatchMulti splits a many-key retrieval by shard.
 func (cc *clientConn) dispatchMulti(e *entry) {
-	r := cc.s.r
+	r := cc.s.router.Load()
 	keys := e.req.Keys
 	if len(keys) == 0 {
 		e.kind = kindLocal
@@ -223,7 +224,7 @@ func (cc *clientConn) dispatchMulti(e *entry) {
 func (s *Server) respond(bw *bufio.Writer, e *entry) {
 	for _, c := range e.calls {
 		c.Wait()
-		s.r.finished(c)
+		c.router.finished(c)
 	}
 	var out []byte
 	switch e.kind {
@@ -363,19 +364,20 @@ func (s *Server) appendStats(dst []byte) []byte {
 	}
 	stat("protocol_errors", u(s.st.protocolErrors.Load()))
 	stat("server_errors", u(s.st.serverErrors.Load()))
-	stat("shards", strconv.Itoa(s.r.Len()))
-	servers := s.r.m.Servers()
-	for i := 0; i < s.r.Len(); i++ {
+	rt := s.router.Load()
+	stat("shards", strconv.Itoa(rt.Len()))
+	servers := rt.m.Servers()
+	for i := 0; i < rt.Len(); i++ {
 		p := "shard_" + strconv.Itoa(i) + "_"
-		hs := s.r.m.Health(i).Stats()
+		hs := rt.m.Health(i).Stats()
 		live := "1"
 		if hs.Ejected {
 			live = "0"
 		}
 		stat(p+"addr", servers[i].Addr)
 		stat(p+"live", live)
-		stat(p+"requests", u(s.r.stats[i].requests.Load()))
-		stat(p+"errors", u(s.r.stats[i].errors.Load()))
+		stat(p+"requests", u(rt.stats[i].requests.Load()))
+		stat(p+"errors", u(rt.stats[i].errors.Load()))
 		stat(p+"ejections", u(hs.Ejections))
 	}
 	return append(dst, endLine...)

@@ -54,6 +54,7 @@ type Router struct {
 	m        *shard.Membership
 	backends []Backend
 	stats    []shardCounters
+	lat      []latencyHist // per shard; its count is the calls finished
 	log      *slog.Logger
 	wg       sync.WaitGroup
 	cancel   context.CancelFunc
@@ -63,7 +64,8 @@ type Router struct {
 type shardCounters struct {
 	requests atomic.Uint64
 	errors   atomic.Uint64
-	_        [48]byte // keep shards on separate cache lines
+	timeouts atomic.Uint64
+	_        [40]byte // keep shards on separate cache lines
 }
 
 // NewRouter builds the shard membership and a backend per shard.
@@ -77,6 +79,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	}
 	r.backends = make([]Backend, len(cfg.Servers))
 	r.stats = make([]shardCounters, len(cfg.Servers))
+	r.lat = make([]latencyHist, len(cfg.Servers))
 	m, err := shard.NewMembership(shard.MembershipConfig{
 		Servers:       cfg.Servers,
 		Distribution:  cfg.Distribution,
@@ -142,15 +145,21 @@ func (r *Router) Membership() *shard.Membership { return r.m }
 // do sends c to shard i.
 func (r *Router) do(i int, c *Call) {
 	c.shard = i
+	c.router = r
 	r.stats[i].requests.Add(1)
 	r.backends[i].Do(c)
 }
 
-// finished accounts a call's outcome.
+// finished accounts a call's outcome and latency (from c.Start); r must be
+// the Router that sent c (c.router).
 func (r *Router) finished(c *Call) {
 	if c.Err != nil {
 		r.stats[c.shard].errors.Add(1)
+		if errors.Is(c.Err, ErrTimeout) {
+			r.stats[c.shard].timeouts.Add(1)
+		}
 	}
+	r.lat[c.shard].observe(time.Since(c.Start))
 }
 
 // Close stops the probe loop and closes every backend.

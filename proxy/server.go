@@ -31,6 +31,14 @@ type ServerConfig struct {
 	Logger *slog.Logger
 	// Now is the clock for request start times; default time.Now.
 	Now func() time.Time
+	// MaxClients bounds concurrent client connections (Twemproxy's
+	// client_connections); a client beyond it is answered
+	// "SERVER_ERROR too many client connections" and closed. Zero means
+	// no limit. SetClientLimits changes it on a running Server.
+	MaxClients int
+	// ClientIdleTimeout closes a client connection that has sent nothing
+	// and has no request in flight for this long; zero means never.
+	ClientIdleTimeout time.Duration
 }
 
 func (c ServerConfig) maxPipeline() int {
@@ -46,7 +54,7 @@ func (c ServerConfig) maxPipeline() int {
 // a writer that answers them in order. Server is safe for concurrent use.
 type Server struct {
 	cfg     ServerConfig
-	r       *Router
+	router  atomic.Pointer[Router] // swapped by SetRouter (reload)
 	log     *slog.Logger
 	now     func() time.Time
 	version []byte
@@ -60,6 +68,7 @@ type Server struct {
 	nextID atomic.Uint64
 
 	st serverStats
+	cl clientLimits
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
@@ -72,7 +81,6 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{
 		cfg:   cfg,
-		r:     cfg.Router,
 		log:   cfg.Logger,
 		now:   cfg.Now,
 		lns:   make(map[net.Listener]struct{}),
@@ -90,6 +98,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s.version = []byte("VERSION " + v + "\r\n")
 	s.started = s.now()
+	s.router.Store(cfg.Router)
+	s.SetClientLimits(cfg.MaxClients, cfg.ClientIdleTimeout)
 	return s, nil
 }
 
@@ -130,6 +140,9 @@ func (s *Server) Serve(ln net.Listener) error {
 		if tc, ok := nc.(*net.TCPConn); ok {
 			_ = tc.SetNoDelay(true)
 		}
+		if s.overClientLimit(nc) {
+			continue
+		}
 		cc := &clientConn{
 			s:       s,
 			nc:      nc,
@@ -142,6 +155,8 @@ func (s *Server) Serve(ln net.Listener) error {
 			_ = nc.Close()
 			return ErrServerClosed
 		}
+		s.startIdleSweeper()
+		cc.active.Store(s.cl.tick.Load())
 		s.conns[cc] = struct{}{}
 		s.wg.Add(2)
 		s.mu.Unlock()
@@ -159,6 +174,7 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
+	s.stopIdleSweeper()
 	for ln := range s.lns {
 		_ = ln.Close()
 	}
@@ -190,6 +206,7 @@ type clientConn struct {
 	id      uint64
 	entries chan *entry
 	stopped atomic.Bool
+	active  atomic.Int64 // s.cl.tick at the last read (idle timeout)
 }
 
 func (cc *clientConn) stopReading() {
@@ -243,6 +260,7 @@ func (cc *clientConn) readLoop() {
 				buf = nb
 			}
 			m, rerr := cc.nc.Read(buf[w:])
+			cc.active.Store(s.cl.tick.Load())
 			w += m
 			if rerr != nil && m == 0 {
 				return

@@ -1,0 +1,177 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// ParseListen splits a listen spec into network and address. Accepted
+// forms: "host:port" (tcp), Twemproxy's "/path/mc.sock [mode]" and
+// "unix:/path/mc.sock [mode]" (a Unix socket; mode is octal file
+// permission, e.g. 0666; 0 keeps the umask's). Errors wrap ErrConfig.
+func ParseListen(spec string) (network, addr string, mode os.FileMode, err error) {
+	s := strings.TrimSpace(spec)
+	unix := false
+	if rest, ok := strings.CutPrefix(s, "unix:"); ok {
+		s, unix = rest, true
+	} else if strings.HasPrefix(s, "/") {
+		unix = true
+	}
+	if !unix {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return "", "", 0, fmt.Errorf("%w: listen %q: %w", ErrConfig, spec, err)
+		}
+		return "tcp", s, 0, nil
+	}
+	f := strings.Fields(s)
+	switch {
+	case len(f) == 0 || !strings.HasPrefix(f[0], "/"):
+		return "", "", 0, fmt.Errorf("%w: listen %q: want an absolute socket path", ErrConfig, spec)
+	case len(f) > 2:
+		return "", "", 0, fmt.Errorf("%w: listen %q: want \"/path [mode]\"", ErrConfig, spec)
+	case len(f) == 2:
+		m, perr := strconv.ParseUint(f[1], 8, 32)
+		if perr != nil || m > 0o777 {
+			return "", "", 0, fmt.Errorf("%w: listen %q: mode %q is not octal permission bits", ErrConfig, spec, f[1])
+		}
+		mode = os.FileMode(m)
+	}
+	return "unix", f[0], mode, nil
+}
+
+// Listen opens a listener for a listen spec (see ParseListen). A Unix
+// socket file left behind by a dead process (nothing accepts on it) is
+// removed first; the socket's mode is set when given. Closing the
+// listener removes the socket file.
+func Listen(spec string) (net.Listener, error) {
+	network, addr, mode, err := ParseListen(spec)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen(network, addr)
+	if err != nil && network == "unix" && errors.Is(err, syscall.EADDRINUSE) {
+		if c, derr := net.DialTimeout("unix", addr, 100*time.Millisecond); derr == nil {
+			_ = c.Close()
+			return nil, err // someone serves it
+		}
+		_ = os.Remove(addr)
+		ln, err = net.Listen(network, addr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if network == "unix" && mode != 0 {
+		if err := os.Chmod(addr, mode); err != nil {
+			_ = ln.Close()
+			return nil, err
+		}
+	}
+	return ln, nil
+}
+
+// tooManyClients is the reply to a client beyond ServerConfig.MaxClients.
+var tooManyClients = []byte("SERVER_ERROR too many client connections\r\n")
+
+// clientLimits are the Server's client connection limits; they can change
+// while it runs (SetClientLimits).
+type clientLimits struct {
+	max      atomic.Int64
+	idle     atomic.Int64 // nanoseconds; 0 = no idle timeout
+	tick     atomic.Int64 // coarse clock (UnixNano), advanced by the sweeper
+	rejected atomic.Uint64
+	idled    atomic.Uint64
+	sweeping bool          // under Server.mu
+	stop     chan struct{} // closed by Shutdown
+}
+
+// SetClientLimits changes the client connection limit and idle timeout
+// (see ServerConfig.MaxClients and ClientIdleTimeout); zero disables
+// either. Connections above a lowered limit are not closed.
+func (s *Server) SetClientLimits(maxClients int, idle time.Duration) {
+	s.cl.max.Store(int64(maxClients))
+	s.cl.idle.Store(int64(idle))
+}
+
+// ClientLimits returns the current limit and idle timeout.
+func (s *Server) ClientLimits() (maxClients int, idle time.Duration) {
+	return int(s.cl.max.Load()), time.Duration(s.cl.idle.Load())
+}
+
+// overClientLimit answers and closes nc when the server is at its client
+// limit.
+func (s *Server) overClientLimit(nc net.Conn) bool {
+	m := s.cl.max.Load()
+	if m <= 0 || s.st.currConns.Load() < m {
+		return false
+	}
+	s.cl.rejected.Add(1)
+	_ = nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	_, _ = nc.Write(tooManyClients)
+	_ = nc.Close()
+	return true
+}
+
+// startIdleSweeper starts the goroutine that advances the coarse clock and
+// closes idle clients, once; s.mu must be held and s not closed.
+func (s *Server) startIdleSweeper() {
+	if s.cl.sweeping {
+		return
+	}
+	s.cl.sweeping = true
+	s.cl.stop = make(chan struct{})
+	s.cl.tick.Store(s.now().UnixNano())
+	s.wg.Add(1)
+	go s.sweepIdle(s.cl.stop)
+}
+
+// stopIdleSweeper stops the sweeper; s.mu must be held.
+func (s *Server) stopIdleSweeper() {
+	if s.cl.sweeping {
+		close(s.cl.stop)
+		s.cl.sweeping = false
+	}
+}
+
+// sweepIdle closes, every quarter of the idle timeout (10ms..1s), the
+// clients that have read nothing for the idle timeout and have no request
+// queued: their reading side stops, so the replies still due are written
+// before the connection closes.
+func (s *Server) sweepIdle(stop <-chan struct{}) {
+	defer s.wg.Done()
+	every := func() time.Duration {
+		idle := time.Duration(s.cl.idle.Load())
+		if idle <= 0 {
+			return time.Second
+		}
+		return min(max(idle/4, 10*time.Millisecond), time.Second)
+	}
+	t := time.NewTimer(every())
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		now := s.now().UnixNano()
+		s.cl.tick.Store(now)
+		if idle := s.cl.idle.Load(); idle > 0 {
+			s.mu.Lock()
+			for cc := range s.conns {
+				if now-cc.active.Load() > idle && len(cc.entries) == 0 && !cc.stopped.Load() {
+					s.cl.idled.Add(1)
+					cc.stopReading()
+				}
+			}
+			s.mu.Unlock()
+		}
+		t.Reset(every())
+	}
+}

@@ -1,0 +1,188 @@
+package proxy
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// poolSnap and shardSnap are what the metrics and the Twemproxy stats are
+// made of, read at scrape time from the atomic counters of the Servers and
+// Routers (nothing is recorded for metrics on the request path beyond
+// those counters).
+type poolSnap struct {
+	name                  string
+	clientConns           int64
+	totalConns            uint64
+	rejected, idled       uint64
+	protocolErrs, srvErrs uint64
+	maxClients            int
+	shards                []shardSnap
+	liveShards, allShards int
+	serverConnsConfigured int
+}
+
+type shardSnap struct {
+	label, addr string
+	live        bool
+	ejectedAt   time.Time
+	inFlight    uint64
+	t           shardTotals
+}
+
+// snapshot reads every pool's counters; totals include Routers replaced by
+// reloads (draining or closed), so counters never go back.
+func (p *Proxy) snapshot() []poolSnap {
+	p.mu.Lock()
+	pools := append([]*livePool(nil), p.pools...)
+	p.mu.Unlock()
+	out := make([]poolSnap, 0, len(pools))
+	for _, lp := range pools {
+		lp.mu.Lock()
+		rt := lp.srv.Router()
+		ps := poolSnap{
+			name:         lp.spec.Name,
+			clientConns:  lp.srv.st.currConns.Load(),
+			totalConns:   lp.srv.st.totalConns.Load(),
+			rejected:     lp.srv.cl.rejected.Load(),
+			idled:        lp.srv.cl.idled.Load(),
+			protocolErrs: lp.srv.st.protocolErrors.Load(),
+			srvErrs:      lp.srv.st.serverErrors.Load(),
+			maxClients:   int(lp.srv.cl.max.Load()),
+			allShards:    rt.Len(),
+		}
+		ps.serverConnsConfigured = max(lp.spec.ServerConnections, 1)
+		for i, sv := range rt.m.Servers() {
+			label := serverLabel(sv)
+			ss := shardSnap{label: label, addr: sv.Addr, live: rt.m.Live(i)}
+			ss.ejectedAt = rt.m.Health(i).Stats().EjectedAt
+			ss.t = lp.retired[label]
+			cur := rt.totals(i)
+			ss.t.add(cur)
+			ss.inFlight = cur.requests - cur.lat.count()
+			for old := range lp.draining {
+				for j, osv := range old.m.Servers() {
+					if serverLabel(osv) == label {
+						ot := old.totals(j)
+						ss.t.add(ot)
+						ss.inFlight += ot.requests - ot.lat.count()
+					}
+				}
+			}
+			if ss.live {
+				ps.liveShards++
+			}
+			ps.shards = append(ps.shards, ss)
+		}
+		lp.mu.Unlock()
+		out = append(out, ps)
+	}
+	return out
+}
+
+var (
+	shardLabels = []string{"pool", "shard"}
+	poolLabels  = []string{"pool"}
+
+	descShardRequests = prometheus.NewDesc("mcproxy_shard_requests_total", "Calls sent to the shard (a multi-key get spanning shards is one call per shard).", shardLabels, nil)
+	descShardErrors   = prometheus.NewDesc("mcproxy_shard_errors_total", "Calls to the shard that failed (timeout, refused, broken connection, closed, ejected); the client got SERVER_ERROR.", shardLabels, nil)
+	descShardTimeouts = prometheus.NewDesc("mcproxy_shard_timeouts_total", "Calls to the shard that timed out (part of errors).", shardLabels, nil)
+	descShardEjects   = prometheus.NewDesc("mcproxy_shard_ejections_total", "Times the shard was ejected from the ring (auto_eject_hosts).", shardLabels, nil)
+	descShardLive     = prometheus.NewDesc("mcproxy_shard_live", "1 while the shard is on the ring, 0 while ejected.", shardLabels, nil)
+	descShardInFlight = prometheus.NewDesc("mcproxy_shard_in_flight", "Calls sent to the shard and not answered yet.", shardLabels, nil)
+	descShardConns    = prometheus.NewDesc("mcproxy_shard_server_connections", "Pipelined connections per shard (server_connections; configured, dialled lazily).", shardLabels, nil)
+	descShardLatency  = prometheus.NewDesc("mcproxy_shard_latency_seconds", "Time from reading a request to its shard reply being ready, per call.", shardLabels, nil)
+	descClientConns   = prometheus.NewDesc("mcproxy_client_connections", "Open client connections.", poolLabels, nil)
+	descClientTotal   = prometheus.NewDesc("mcproxy_client_connections_total", "Client connections accepted.", poolLabels, nil)
+	descClientReject  = prometheus.NewDesc("mcproxy_client_rejected_total", "Client connections refused over client_connections.", poolLabels, nil)
+	descClientIdle    = prometheus.NewDesc("mcproxy_client_idle_closed_total", "Client connections closed by the idle timeout.", poolLabels, nil)
+	descClientMax     = prometheus.NewDesc("mcproxy_client_connections_limit", "client_connections (0: no limit).", poolLabels, nil)
+	descProtoErrors   = prometheus.NewDesc("mcproxy_protocol_errors_total", "Requests answered ERROR/CLIENT_ERROR, or that closed the connection.", poolLabels, nil)
+	descServerErrors  = prometheus.NewDesc("mcproxy_server_errors_total", "SERVER_ERROR replies sent to clients.", poolLabels, nil)
+	descLiveShards    = prometheus.NewDesc("mcproxy_pool_live_shards", "Shards on the ring.", poolLabels, nil)
+	descReloads       = prometheus.NewDesc("mcproxy_reloads_total", "Configuration loads by result (ok, error).", []string{"result"}, nil)
+	descReloadOK      = prometheus.NewDesc("mcproxy_config_last_reload_successful", "1 if the last configuration load succeeded.", nil, nil)
+	descUptime        = prometheus.NewDesc("mcproxy_uptime_seconds", "Seconds since the proxy started.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (p *Proxy) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descShardRequests, descShardErrors, descShardTimeouts,
+		descShardEjects, descShardLive, descShardInFlight, descShardConns, descShardLatency,
+		descClientConns, descClientTotal, descClientReject, descClientIdle, descClientMax,
+		descProtoErrors, descServerErrors, descLiveShards, descReloads, descReloadOK, descUptime} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector: it reads the counters at scrape
+// time (see snapshot). Register the Proxy on an explicit registry.
+func (p *Proxy) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, ps := range p.snapshot() {
+		counter(descClientTotal, ps.totalConns, ps.name)
+		counter(descClientReject, ps.rejected, ps.name)
+		counter(descClientIdle, ps.idled, ps.name)
+		counter(descProtoErrors, ps.protocolErrs, ps.name)
+		counter(descServerErrors, ps.srvErrs, ps.name)
+		gauge(descClientConns, float64(ps.clientConns), ps.name)
+		gauge(descClientMax, float64(ps.maxClients), ps.name)
+		gauge(descLiveShards, float64(ps.liveShards), ps.name)
+		for _, ss := range ps.shards {
+			l := []string{ps.name, ss.label}
+			counter(descShardRequests, ss.t.requests, l...)
+			counter(descShardErrors, ss.t.errors, l...)
+			counter(descShardTimeouts, ss.t.timeouts, l...)
+			counter(descShardEjects, ss.t.ejections, l...)
+			live := 0.0
+			if ss.live {
+				live = 1
+			}
+			gauge(descShardLive, live, l...)
+			gauge(descShardInFlight, float64(ss.inFlight), l...)
+			gauge(descShardConns, float64(ps.serverConnsConfigured), l...)
+			buckets := make(map[float64]uint64, latBuckets-1)
+			var cum uint64
+			for k := 0; k < latBuckets-1; k++ {
+				cum += ss.t.lat.b[k]
+				buckets[latencyUpperBound(k)] = cum
+			}
+			ch <- prometheus.MustNewConstHistogram(descShardLatency, ss.t.lat.count(),
+				float64(ss.t.lat.sumNs)/1e9, buckets, l...)
+		}
+	}
+	p.mu.Lock()
+	ok, bad, last := p.reloads, p.reloadErrors, p.lastReloadOK
+	p.mu.Unlock()
+	counter(descReloads, ok, "ok")
+	counter(descReloads, bad, "error")
+	v := 0.0
+	if last {
+		v = 1
+	}
+	gauge(descReloadOK, v)
+	gauge(descUptime, p.now().Sub(p.started).Seconds())
+}
+
+var _ prometheus.Collector = (*Proxy)(nil)
+
+// Healthy reports whether every pool has at least one live shard, with a
+// reason when not.
+func (p *Proxy) Healthy() (bool, string) {
+	snaps := p.snapshot()
+	if len(snaps) == 0 {
+		return false, "no pools"
+	}
+	for _, ps := range snaps {
+		if ps.liveShards == 0 {
+			return false, "pool " + strconv.Quote(ps.name) + " has no live shard"
+		}
+	}
+	return true, "ok"
+}
