@@ -145,7 +145,7 @@ func BenchmarkFullPath(b *testing.B) {
 	ms := bench.MemcachedForTest(b, 3)
 	px := startMcproxy(b, mcBin, "", ms)
 	client := counter.NewMemcacheClient(counter.MemcacheConfig{Servers: []string{px.addr}, Timeout: time.Second})
-	store := counter.NewMemcacheStore(client)
+	store := counter.NewCountingStore(counter.NewMemcacheStore(client))
 	for _, bc := range []struct {
 		name     string
 		quantity int
@@ -177,6 +177,7 @@ func BenchmarkFullPath(b *testing.B) {
 				shards = append(shards, m.Pid())
 			}
 			cpuSelf, cpuProxy, cpuShards := cpuTime(self), cpuTime(proxy), cpuTime(shards)
+			stats0 := store.Stats()
 			b.ReportAllocs()
 			b.ResetTimer()
 			start := time.Now()
@@ -207,6 +208,7 @@ func BenchmarkFullPath(b *testing.B) {
 				hist.Merge(h)
 			}
 			b.ReportMetric(float64(b.N)/el.Seconds(), "decisions/s")
+			b.ReportMetric(float64(store.Stats().Sub(stats0).RoundTrips())/float64(b.N), "roundtrips/decision")
 			b.ReportMetric(float64(hist.ValueAtQuantile(50)), "p50-µs")
 			b.ReportMetric(float64(hist.ValueAtQuantile(99)), "p99-µs")
 			b.ReportMetric(float64(errs.Load())/float64(b.N), "store-failures/op")
