@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -52,6 +53,12 @@ type PoolSpec struct {
 	// ClientTimeout closes idle clients (YAML client_timeout in ms, an
 	// mcproxy extension nutcracker rejects); 0 means never.
 	ClientTimeout time.Duration
+}
+
+// conflicts reports whether p and q would listen on the same address
+// (port 0, "any free port", never conflicts).
+func (p PoolSpec) conflicts(q PoolSpec) bool {
+	return p.listen() == q.listen() && !strings.HasSuffix(p.listen(), ":0")
 }
 
 // sameRouting reports whether p and q route and reach shards identically
@@ -158,7 +165,7 @@ func ParseConfig(data []byte, log *slog.Logger) ([]PoolSpec, error) {
 			if q.Name == p.Name {
 				return nil, fmt.Errorf("%w: pool %q defined twice (line %d)", ErrConfig, name, root.Content[i].Line)
 			}
-			if q.listen() == p.listen() {
+			if q.conflicts(p) {
 				return nil, fmt.Errorf("%w: pools %q and %q both listen on %q", ErrConfig, q.Name, name, p.listen())
 			}
 		}

@@ -272,7 +272,7 @@ func (p *Proxy) Reload(specs []PoolSpec) (err error) {
 			return err
 		}
 		for _, q := range specs[:i] {
-			if q.Name == s.Name || q.listen() == s.listen() {
+			if q.Name == s.Name || q.conflicts(s) {
 				return fmt.Errorf("%w: pools %q and %q share a name or listen address", ErrConfig, q.Name, s.Name)
 			}
 		}
