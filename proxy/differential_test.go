@@ -244,6 +244,17 @@ func (tc *transcriptConn) run(st transcriptStep) ([]byte, error) {
 			return out, nil
 		}
 		out = append(out, line...)
+		if f := strings.Fields(string(line)); len(f) >= 2 && f[0] == "VA" {
+			n, err := strconv.Atoi(f[1])
+			if err != nil {
+				return out, fmt.Errorf("bad VA line %q", line)
+			}
+			data := make([]byte, n+2)
+			if _, err := io.ReadFull(tc.r, data); err != nil {
+				return out, err
+			}
+			out = append(out, data...)
+		}
 		if f := strings.Fields(string(line)); len(f) >= 4 && f[0] == "VALUE" {
 			n, err := strconv.Atoi(f[3])
 			if err != nil {

@@ -136,6 +136,8 @@ type memEntry struct {
 	cas        uint64
 	atime      int64 // last access, unix seconds (memcached's it->time)
 	size       int64
+	tokenSent  bool      // meta: an mg won this item's token (N); later mg show Z
+	keyBinary  bool      // meta: stored by an ms with b; k shows the key in base64
 	prev, next *memEntry // prev is more recently used
 }
 
@@ -311,9 +313,18 @@ func (s *MemoryStore) Delta(key string, incr bool, delta uint64, now time.Time) 
 	if e == nil {
 		return 0, false, nil
 	}
+	n, _, err := s.deltaLocked(e, incr, delta, sec)
+	return n, true, err
+}
+
+// deltaLocked applies incr/decr to the live entry e and returns the new
+// number and the entry now holding it (e, or its replacement). Callers hold
+// s.mu.
+func (s *MemoryStore) deltaLocked(e *memEntry, incr bool, delta uint64, sec int64) (uint64, *memEntry, error) {
+	key := e.key
 	n, ok := ParseMemcachedUint(e.value)
 	if !ok {
-		return 0, true, ErrMemoryNonNumeric
+		return 0, e, ErrMemoryNonNumeric
 	}
 	if incr {
 		n += delta
@@ -333,14 +344,14 @@ func (s *MemoryStore) Delta(key string, incr bool, delta uint64, now time.Time) 
 		e.value = v // values are shared with readers: never write in place
 		e.cas = s.nextCAS()
 		s.bump(e, sec)
-		return n, true, nil
+		return n, e, nil
 	}
 	ne := &memEntry{key: key, value: append([]byte(nil), digits...), flags: e.flags,
 		exptime: e.exptime, atime: sec, size: memItemSize(len(key), e.flags, len(digits))}
 	if _, _, err := s.link(e, ne, sec); err != nil {
-		return 0, true, err
+		return 0, e, err
 	}
-	return n, true, nil
+	return n, ne, nil
 }
 
 // FlushAll invalidates every item at once (delay <= 0) or, with a delay in

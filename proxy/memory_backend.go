@@ -140,6 +140,8 @@ func (b *MemoryBackend) Execute(dst []byte, r *Request, now time.Time) []byte {
 		return append(dst, "OK\r\n"...)
 	case CmdVersion:
 		return append(append(dst, "VERSION "+MemoryVersion...), "\r\n"...)
+	case CmdMg, CmdMs, CmdMd, CmdMa, CmdMn, CmdMe:
+		return b.executeMeta(dst, r, now)
 	case CmdStats:
 		dst = appendStat(dst, "curr_items", uint64(s.Len()))
 		dst = appendStat(dst, "bytes", uint64(s.Bytes()))

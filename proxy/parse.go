@@ -166,8 +166,23 @@ func Parse(buf []byte, lim Limits, req *Request) (n int, err error) {
 	case "quit":
 		req.Cmd = CmdQuit
 		return n, ErrQuit
+	case "mg":
+		req.Cmd = CmdMg
+	case "ms":
+		req.Cmd = CmdMs
+	case "md":
+		req.Cmd = CmdMd
+	case "ma":
+		req.Cmd = CmdMa
+	case "mn":
+		req.Cmd = CmdMn
+	case "me":
+		req.Cmd = CmdMe
 	default:
 		return n, ErrUnknownCommand
+	}
+	if req.Cmd.IsMeta() {
+		return parseMeta(buf, line, lim, req, n)
 	}
 
 	if req.Cmd.IsRetrieval() {

@@ -38,6 +38,12 @@ const (
 	CmdVerbosity
 	CmdVersion
 	CmdStats
+	CmdMg // meta get
+	CmdMs // meta set
+	CmdMd // meta delete
+	CmdMa // meta arithmetic
+	CmdMn // meta no-op
+	CmdMe // meta debug
 	CmdQuit
 )
 
@@ -46,7 +52,9 @@ var commandNames = [...]string{
 	CmdSet: "set", CmdAdd: "add", CmdReplace: "replace", CmdAppend: "append",
 	CmdPrepend: "prepend", CmdCas: "cas", CmdIncr: "incr", CmdDecr: "decr",
 	CmdTouch: "touch", CmdDelete: "delete", CmdFlushAll: "flush_all",
-	CmdVerbosity: "verbosity", CmdVersion: "version", CmdStats: "stats", CmdQuit: "quit",
+	CmdVerbosity: "verbosity", CmdVersion: "version", CmdStats: "stats",
+	CmdMg: "mg", CmdMs: "ms", CmdMd: "md", CmdMa: "ma", CmdMn: "mn", CmdMe: "me",
+	CmdQuit: "quit",
 }
 
 // String returns the command's wire name ("get", "flush_all", ...).
@@ -64,6 +72,10 @@ func (c Command) IsRetrieval() bool { return c >= CmdGet && c <= CmdGats }
 // IsStorage reports whether c is set, add, replace, append, prepend or cas: a
 // command followed by a data block.
 func (c Command) IsStorage() bool { return c >= CmdSet && c <= CmdCas }
+
+// IsMeta reports whether c is a meta protocol command (mg, ms, md, ma,
+// mn, me); see meta.go.
+func (c Command) IsMeta() bool { return c >= CmdMg && c <= CmdMe }
 
 // IsBroadcast reports whether c is sent to every shard (flush_all,
 // verbosity) with one reply to the client.
@@ -102,7 +114,28 @@ type Request struct {
 	Data []byte
 	// Noreply is true when the client asked for no reply. Backends are
 	// always sent requests with Noreply false; the proxy drops the reply.
+	// Meta commands never set it (see Quiet).
 	Noreply bool
+
+	// The meta commands (mg ms md ma me; mn has none of these) keep their
+	// command line as sent, since their flags are echoed in order:
+	//
+	// Line is the command line without its line end. It is forwarded to
+	// memcached verbatim (with "\r\n"), so every flag reaches the shard.
+	Line []byte
+	// MetaFlags is the part of Line holding the flag tokens: after the key,
+	// or for ms after the key and the data length. Possibly empty.
+	MetaFlags []byte
+	// Quiet is the q flag: the client wants no reply for nominal results
+	// (mg EN, ms HD, md HD, ma HD/VA when not created). A quiet request is
+	// sent to a backend followed by "mn\r\n", and the backend's reply is
+	// what memcached writes for both (possibly nothing, then "MN\r\n"); the
+	// proxy removes the MN. This keeps the suppression rules memcached's
+	// own and replies matched in FIFO order on pipelined connections.
+	Quiet bool
+	// Base64 is the b flag: Keys[0] is base64 on the wire; memcached (and
+	// the proxy, for hashing) uses its decoded bytes (see DecodeMetaKey).
+	Base64 bool
 }
 
 // Key returns the first key, or nil when the request has none.
@@ -124,6 +157,9 @@ func (r *Request) Reset() {
 // never written: the proxy always wants the backend's reply, to keep
 // replies matched in order on a pipelined connection.
 func (r *Request) AppendWire(dst []byte) []byte {
+	if r.Cmd.IsMeta() {
+		return r.appendMetaWire(dst)
+	}
 	dst = append(dst, r.Cmd.String()...)
 	switch {
 	case r.Cmd == CmdGat || r.Cmd == CmdGats:

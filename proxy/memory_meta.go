@@ -1,0 +1,363 @@
+package proxy
+
+// This file executes meta requests (mg ms md ma mn me) on the memory store,
+// writing memcached 1.6.18's replies. The subset of flags supported:
+//
+//   - mg: b c f k O q s t v N (vivify: an empty item, reported W, then Z
+//     to later mg) T (touch) u (accepted; LRU order is not modelled);
+//   - ms: b c k O q F T C M (S E A P R; C with A or P is not checked);
+//   - md: b k O q C;
+//   - ma: b c k O q t v N J D T C M (I + D -);
+//   - me: answers EN or ME with exp, la, cas, fetch=no, cls (from
+//     memcached's default slab classes) and size.
+//
+// The flags memcached accepts and ignores for a command (mg F, ma f, ...)
+// are ignored too. The others that memcached knows (h l R for mg, I for ms
+// and md) are answered "CLIENT_ERROR invalid flag" (mg, ms) or
+// "CLIENT_ERROR invalid or duplicate flag" (md, ma), memcached's reply to an
+// unknown flag. As in memcached, the k flag of an mg hit shows the key in
+// base64 when the item was stored by an ms with b, whatever the mg's b.
+
+import (
+	"strconv"
+	"time"
+)
+
+// executeMeta is Execute for the meta commands. Requests that did not come
+// through Parse are validated again.
+func (b *MemoryBackend) executeMeta(dst []byte, r *Request, now time.Time) []byte {
+	if r.Cmd == CmdMn {
+		return append(dst, mnLine...)
+	}
+	key := r.Key()
+	if len(key) == 0 || len(key) > MaxKeyLen {
+		return append(append(dst, ErrBadFormat.Reply...), "\r\n"...)
+	}
+	var dec [MaxKeyLen]byte
+	if r.Base64 {
+		n := decodeMetaKey(dec[:], key)
+		if n == 0 {
+			return append(append(dst, ErrMetaDecodingKey.Reply...), "\r\n"...)
+		}
+		key = dec[:n]
+	}
+	if r.Cmd == CmdMe {
+		return b.metaDebug(dst, key, r.Base64, now)
+	}
+	mf, err := preparseMeta(r.Key(), r.MetaFlags, ErrBadFormat)
+	if err == nil {
+		err = memMetaUnsupported(r.Cmd, r.MetaFlags)
+	}
+	if err != nil {
+		if r.Cmd == CmdMd || r.Cmd == CmdMa {
+			err = ErrMetaFlagMd
+		}
+		return append(append(dst, err.Reply...), "\r\n"...)
+	}
+	start := len(dst)
+	var shown bool
+	switch r.Cmd {
+	case CmdMg:
+		dst, shown = b.metaGet(dst, key, r, &mf, now)
+	case CmdMs:
+		dst, shown = b.metaSet(dst, key, r, &mf, now)
+	case CmdMd:
+		dst, shown = b.metaDelete(dst, key, r, &mf, now)
+	case CmdMa:
+		dst, shown = b.metaArith(dst, key, r, &mf, now)
+	default:
+		return append(dst, "ERROR\r\n"...)
+	}
+	if r.Quiet {
+		if !shown {
+			dst = dst[:start]
+		}
+		dst = append(dst, mnLine...)
+	}
+	return dst
+}
+
+// memMetaUnsupported reports the flags the memory backend does not
+// implement for cmd as an unknown flag.
+func memMetaUnsupported(cmd Command, flags []byte) *ReplyError {
+	for {
+		var t []byte
+		t, flags = nextMetaFlag(flags)
+		if t == nil {
+			return nil
+		}
+		switch {
+		case cmd == CmdMg && (t[0] == 'h' || t[0] == 'l' || t[0] == 'R'),
+			(cmd == CmdMs || cmd == CmdMd) && t[0] == 'I':
+			return ErrMetaInvalidFlag
+		}
+	}
+}
+
+// appendMetaTTL appends t's value: -1 for no expiry, else seconds left.
+func appendMetaTTL(dst []byte, exptime, sec int64) []byte {
+	if exptime == 0 {
+		return append(dst, "-1"...)
+	}
+	return strconv.AppendUint(dst, uint64(uint32(exptime-sec)), 10)
+}
+
+// metaGet executes mg; shown is false for a miss (q hides it).
+func (b *MemoryBackend) metaGet(dst, key []byte, r *Request, mf *metaFlags, now time.Time) ([]byte, bool) {
+	s := b.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sec := s.clock(now)
+	e := s.lookup(string(key), sec)
+	created := false
+	if e == nil && mf.vivify {
+		ne := &memEntry{key: string(key), value: []byte{}, atime: sec, size: memItemSize(len(key), 0, 0)}
+		if _, _, err := s.link(nil, ne, sec); err == nil {
+			e, created = ne, true
+		}
+	}
+	if e == nil {
+		dst = append(dst, "EN"...)
+		for t, rest := nextMetaFlag(r.MetaFlags); t != nil; t, rest = nextMetaFlag(rest) {
+			switch t[0] {
+			case 'O':
+				dst = append(append(dst, ' '), t...)
+			case 'k':
+				dst = appendMetaKey(append(dst, ' '), key, mf.base64)
+			}
+		}
+		return append(dst, "\r\n"...), false
+	}
+	if mf.value {
+		dst = strconv.AppendInt(append(dst, "VA "...), int64(len(e.value)), 10)
+	} else {
+		dst = append(dst, "HD"...)
+	}
+	won := false
+	for t, rest := nextMetaFlag(r.MetaFlags); t != nil; t, rest = nextMetaFlag(rest) {
+		switch t[0] {
+		case 'T':
+			e.exptime = s.realtime(int64(mf.ttl), sec)
+		case 'N':
+			if created {
+				e.exptime = s.realtime(int64(mf.vivifyTTL), sec)
+				won = true
+			}
+		case 's':
+			dst = strconv.AppendInt(append(dst, " s"...), int64(len(e.value)), 10)
+		case 't':
+			dst = appendMetaTTL(append(dst, " t"...), e.exptime, sec)
+		case 'c':
+			dst = strconv.AppendUint(append(dst, " c"...), e.cas, 10)
+		case 'f':
+			dst = strconv.AppendUint(append(dst, " f"...), uint64(e.flags), 10)
+		case 'O':
+			dst = append(append(dst, ' '), t...)
+		case 'k':
+			dst = appendMetaKey(append(dst, ' '), key, e.keyBinary)
+		}
+	}
+	if e.tokenSent {
+		dst = append(dst, " Z"...)
+	}
+	if won {
+		dst = append(dst, " W"...)
+		e.tokenSent = true
+	}
+	dst = append(dst, "\r\n"...)
+	if mf.value {
+		dst = append(append(dst, e.value...), "\r\n"...)
+	}
+	if !mf.seen['u'] {
+		s.bump(e, sec)
+	}
+	return dst, true
+}
+
+// metaSet executes ms; shown is false for HD (q hides it).
+func (b *MemoryBackend) metaSet(dst, key []byte, r *Request, mf *metaFlags, now time.Time) ([]byte, bool) {
+	w := MemoryWrite{
+		Mode: MemSet, Key: string(key), Value: append([]byte(nil), r.Data...),
+		Flags: mf.clientFlags, Exptime: int64(mf.ttl), CAS: mf.cas,
+	}
+	switch mf.mode {
+	case 'E':
+		w.Mode = MemAdd
+	case 'A':
+		w.Mode = MemAppend
+	case 'P':
+		w.Mode = MemPrepend
+	case 'R':
+		w.Mode = MemReplace
+	}
+	if mf.hasCAS && (w.Mode == MemSet || w.Mode == MemReplace) {
+		w.Mode = MemCAS
+	}
+	res, cas, err := b.store.Store(w, now)
+	if err != nil {
+		return appendMemError(dst, err), true
+	}
+	if res == MemStored && mf.base64 {
+		s := b.store
+		s.mu.Lock()
+		if e := s.items[string(key)]; e != nil && e.cas == cas {
+			e.keyBinary = true
+		}
+		s.mu.Unlock()
+	}
+	dst = append(dst, [...]string{MemStored: "HD", MemNotStored: "NS", MemExists: "EX", MemNotFound: "NF"}[res]...)
+	for t, rest := nextMetaFlag(r.MetaFlags); t != nil; t, rest = nextMetaFlag(rest) {
+		switch t[0] {
+		case 'O':
+			dst = append(append(dst, ' '), t...)
+		case 'k':
+			dst = appendMetaKey(append(dst, ' '), key, mf.base64)
+		case 'c':
+			dst = strconv.AppendUint(append(dst, " c"...), cas, 10)
+		}
+	}
+	return append(dst, "\r\n"...), res != MemStored
+}
+
+// metaDelete executes md; shown is false for HD (q hides it).
+func (b *MemoryBackend) metaDelete(dst, key []byte, r *Request, mf *metaFlags, now time.Time) ([]byte, bool) {
+	s := b.store
+	s.mu.Lock()
+	e := s.lookup(string(key), s.clock(now))
+	status := "NF"
+	switch {
+	case e == nil:
+	case mf.hasCAS && e.cas != mf.cas:
+		status = "EX"
+	default:
+		s.unlink(e)
+		status = "HD"
+	}
+	s.mu.Unlock()
+	dst = append(dst, status...)
+	for t, rest := nextMetaFlag(r.MetaFlags); t != nil; t, rest = nextMetaFlag(rest) {
+		switch t[0] {
+		case 'O':
+			dst = append(append(dst, ' '), t...)
+		case 'k':
+			dst = appendMetaKey(append(dst, ' '), key, mf.base64)
+		}
+	}
+	return append(dst, "\r\n"...), status != "HD"
+}
+
+// metaArith executes ma; shown is false when an existing item was changed
+// (q hides it), true when it was created (N), missing or an error.
+func (b *MemoryBackend) metaArith(dst, key []byte, r *Request, mf *metaFlags, now time.Time) ([]byte, bool) {
+	s := b.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sec := s.clock(now)
+	delta := uint64(1)
+	if mf.seen['D'] {
+		delta = mf.delta
+	}
+	incr := mf.mode != 'D' && mf.mode != '-'
+	e := s.lookup(string(key), sec)
+	var value uint64
+	created := false
+	switch {
+	case e != nil && mf.hasCAS && mf.cas != 0 && e.cas != mf.cas:
+		e = nil
+		dst = append(dst, "EX"...)
+	case e != nil:
+		n, ne, err := s.deltaLocked(e, incr, delta, sec)
+		if err != nil {
+			return appendMemError(dst, err), true
+		}
+		e, value = ne, n
+	case mf.vivify:
+		digits := strconv.AppendUint(nil, mf.initial, 10)
+		ne := &memEntry{key: string(key), value: digits, atime: sec, size: memItemSize(len(key), 0, len(digits))}
+		if _, _, err := s.link(nil, ne, sec); err != nil {
+			return append(dst, "SERVER_ERROR Out of memory allocating new item\r\n"...), true
+		}
+		e, value, created = ne, mf.initial, true
+	default:
+		dst = append(dst, "NF"...)
+	}
+	var num [20]byte
+	digits := strconv.AppendUint(num[:0], value, 10)
+	if e != nil {
+		if mf.value {
+			dst = strconv.AppendInt(append(dst, "VA "...), int64(len(digits)), 10)
+		} else {
+			dst = append(dst, "HD"...)
+		}
+	}
+	for t, rest := nextMetaFlag(r.MetaFlags); t != nil; t, rest = nextMetaFlag(rest) {
+		switch {
+		case t[0] == 'O':
+			dst = append(append(dst, ' '), t...)
+		case t[0] == 'k':
+			dst = appendMetaKey(append(dst, ' '), key, mf.base64)
+		case e == nil:
+		case t[0] == 'c':
+			dst = strconv.AppendUint(append(dst, " c"...), e.cas, 10)
+		case t[0] == 't':
+			dst = appendMetaTTL(append(dst, " t"...), e.exptime, sec)
+		case t[0] == 'T':
+			e.exptime = s.realtime(int64(mf.ttl), sec)
+		case t[0] == 'N' && created:
+			e.exptime = s.realtime(int64(mf.vivifyTTL), sec)
+		}
+	}
+	if e != nil && mf.value {
+		dst = append(append(dst, "\r\n"...), digits...)
+	}
+	return append(dst, "\r\n"...), e == nil || created
+}
+
+// metaDebug executes me.
+func (b *MemoryBackend) metaDebug(dst, key []byte, binary bool, now time.Time) []byte {
+	s := b.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sec := s.clock(now)
+	e := s.lookup(string(key), sec)
+	if e == nil {
+		return append(dst, "EN\r\n"...)
+	}
+	dst = append(dst, "ME "...)
+	if binary {
+		dst = appendBase64(dst, key)
+	} else {
+		dst = append(dst, key...)
+	}
+	exp := int64(-1)
+	if e.exptime != 0 {
+		exp = sec - e.exptime
+	}
+	dst = strconv.AppendInt(append(dst, " exp="...), exp, 10)
+	dst = strconv.AppendInt(append(dst, " la="...), sec-e.atime, 10)
+	dst = strconv.AppendUint(append(dst, " cas="...), e.cas, 10)
+	dst = append(dst, " fetch=no cls="...)
+	dst = strconv.AppendInt(dst, int64(memSlabClass(e.size)), 10)
+	dst = strconv.AppendInt(append(dst, " size="...), e.size, 10)
+	return append(dst, "\r\n"...)
+}
+
+// memSlabClass is the slab class memcached 1.6 with default settings (-n
+// 48, -f 1.25, 1 MiB pages) puts an item of size bytes in.
+func memSlabClass(size int64) int {
+	const chunkMax = 512 << 10
+	sz := 96.0
+	for cls := 1; ; cls++ {
+		c := int64(sz)
+		if c%8 != 0 {
+			c += 8 - c%8
+		}
+		if size <= c {
+			return cls
+		}
+		if float64(c) > chunkMax/1.25 {
+			return cls + 1
+		}
+		sz = float64(c) * 1.25
+	}
+}
