@@ -58,12 +58,15 @@ func (w window) fits(counts []int64, e int64) bool {
 	return ok
 }
 
-// slack returns q × sub minus the weighted estimate (in units × ms) when
-// the estimate is at most q.
+// slack returns q × sub minus the weighted estimate (in units × ms) and
+// true when the estimate is at most q; 0 and false otherwise.
 func (w window) slack(counts []int64, e int64) (int64, bool) {
 	if w.n == 0 {
 		s := satSum(counts, w.q)
-		return (w.q - s) * w.sub, s <= w.q
+		if s > w.q {
+			return 0, false
+		}
+		return (w.q - s) * w.sub, true
 	}
 	full := satSum(counts[1:], w.q)
 	if full > w.q {
@@ -103,9 +106,15 @@ func (w window) estimate(counts []int64, e int64) float64 {
 
 // result builds the answer at now (unix ns; in sub-window id at elapsed e
 // ms) from the counts after the decision.
-func (w window) result(counts []int64, id, e int64, now int64, n int64, allowed bool) Result {
+//
+// sl is w.slack(counts, e) when the caller has it (0 when over), or −1.
+func (w window) result(counts []int64, id, e int64, now int64, n int64, allowed bool, sl int64) Result {
 	r := Result{Allowed: allowed, Limit: w.q}
-	r.Remaining = w.remaining(counts, e)
+	if sl >= 0 {
+		r.Remaining = sl / w.sub
+	} else {
+		r.Remaining = w.remaining(counts, e)
+	}
 	// Reset: the newest non-zero sub-window j has slid out entirely at the
 	// start of sub-window id−n+j+n+1.
 	for j := len(counts) - 1; j >= 0; j-- {

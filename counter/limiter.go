@@ -309,7 +309,7 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 			return Result{}, err
 		}
 		counts[w.n] = cur
-		return w.result(counts, id, e, nowNs, n, false), nil
+		return w.result(counts, id, e, nowNs, n, false, -1), nil
 	}
 	if !batched {
 		cur, err = lim.bump(ctx, curKey, n, seen)
@@ -328,14 +328,15 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 	}
 	counts[w.n] = cur
 	// The decision is on the counts including this request.
-	allowed := w.fits(counts, e)
+	sl, allowed := w.slack(counts, e)
 	if !allowed && lim.l.OnReject == Refund {
+		sl = -1
 		if _, err := lim.store.Decr(ctx, curKey, uint64(n)); err != nil && !errors.Is(err, ErrNotFound) {
 			return Result{}, err
 		}
 		counts[w.n] = max(0, cur-n)
 	}
-	return w.result(counts, id, e, nowNs, n, allowed), nil
+	return w.result(counts, id, e, nowNs, n, allowed, sl), nil
 }
 
 func floorMod(a int64, n int) int {

@@ -138,12 +138,13 @@ func (lo *Local) allowWindow(e *localEntry, now time.Time, n int64) Result {
 		}
 	}
 	if n > w.q { // can never pass: not counted
-		return w.result(counts, id, el, nowNs, n, false)
+		return w.result(counts, id, el, nowNs, n, false, -1)
 	}
 	counts[w.n] += n
-	allowed := w.fits(counts, el)
+	sl, allowed := w.slack(counts, el)
 	if !allowed && lo.l.OnReject == Refund {
 		counts[w.n] -= n
+		sl = -1
 	}
 	// The current sub-window's slot is the one before slot (wrapped).
 	cur := slot - 1
@@ -153,7 +154,7 @@ func (lo *Local) allowWindow(e *localEntry, now time.Time, n int64) Result {
 	if e.sids[cur] <= id { // a lagging clock must not overwrite a newer slot
 		e.sids[cur], e.vals[cur] = id, counts[w.n]
 	}
-	return w.result(counts, id, el, nowNs, n, allowed)
+	return w.result(counts, id, el, nowNs, n, allowed, sl)
 }
 
 // Undo implements Allower.
