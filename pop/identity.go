@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/textproto"
 	"strings"
 )
 
@@ -54,12 +55,12 @@ type APIKeySource struct {
 // Extract returns the API key of r, or "".
 func (s APIKeySource) Extract(r *http.Request) string {
 	if s.Header != "" {
-		if v := strings.TrimSpace(r.Header.Get(s.Header)); v != "" {
+		if v := strings.TrimSpace(headerGet(r.Header, s.Header)); v != "" {
 			return v
 		}
 	}
 	if s.Bearer {
-		if v := r.Header.Get("Authorization"); len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
+		if v := headerGet(r.Header, "Authorization"); len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
 			if k := strings.TrimSpace(v[7:]); k != "" {
 				return k
 			}
@@ -69,6 +70,18 @@ func (s APIKeySource) Extract(r *http.Request) string {
 		if v := r.URL.Query().Get(s.Query); v != "" {
 			return v
 		}
+	}
+	return ""
+}
+
+// headerGet is h.Get(name) without canonicalising (and allocating) when
+// name is already canonical, as the parser leaves it.
+func headerGet(h http.Header, name string) string {
+	if v := h[name]; len(v) > 0 {
+		return v[0]
+	}
+	if c := textproto.CanonicalMIMEHeaderKey(name); c != name {
+		return h.Get(c)
 	}
 	return ""
 }

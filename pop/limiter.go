@@ -277,7 +277,7 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 		tier = p.spec.TierSource
 	}
 	if s.file.UserHeader != "" {
-		id.User = r.Header.Get(s.file.UserHeader)
+		id.User = headerGet(r.Header, s.file.UserHeader)
 	}
 	rs := p.tiers[tier]
 	var buf [12]string

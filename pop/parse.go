@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"net/textproto"
 	"os"
 	"strconv"
 	"strings"
@@ -205,7 +206,7 @@ func (p *parser) file_(n *yaml.Node) *File {
 			p.fields(v, k, []string{"header", "bearer", "query"}, func(k2 string, v2 *yaml.Node) {
 				switch k2 {
 				case "header":
-					f.APIKey.Header = p.str(v2, join(k, k2))
+					f.APIKey.Header = textproto.CanonicalMIMEHeaderKey(p.str(v2, join(k, k2)))
 				case "bearer":
 					f.APIKey.Bearer = p.bool(v2, join(k, k2))
 				case "query":
@@ -213,7 +214,7 @@ func (p *parser) file_(n *yaml.Node) *File {
 				}
 			})
 		case "user_header":
-			f.UserHeader = p.str(v, k)
+			f.UserHeader = textproto.CanonicalMIMEHeaderKey(p.str(v, k))
 		case "prefilter":
 			f.Prefilter = p.prefilter(v, k)
 		case "keys":

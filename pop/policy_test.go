@@ -14,7 +14,7 @@ func TestParseExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Headers != HeadersBoth || len(f.TrustedProxies) != 3 || !f.APIKey.Bearer || f.APIKey.Header != "X-API-Key" || f.APIKey.Query != "api_key" {
+	if f.Headers != HeadersBoth || len(f.TrustedProxies) != 3 || !f.APIKey.Bearer || f.APIKey.Header != "X-Api-Key" || f.APIKey.Query != "api_key" {
 		t.Errorf("top level: %+v", f)
 	}
 	if f.Prefilter == nil || f.Prefilter.Quantity != 2000 || f.Prefilter.Burst != 4000 {
