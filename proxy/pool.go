@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -24,10 +23,11 @@ type PoolConfig struct {
 	// server_connections); default 1.
 	Connections int
 	// Timeout bounds every request, from its arrival at the proxy to its
-	// reply, and every connect (Twemproxy's timeout); default 1s.
+	// reply, and every connect and write (Twemproxy's timeout); default 1s.
 	Timeout time.Duration
-	// QueueLen is the number of requests that may wait for each
-	// connection's writer; default 4096. Do blocks when it is full.
+	// QueueLen is kept for compatibility and ignored: requests wait in a
+	// connection's write buffer while a write is in progress, bounded by
+	// the clients' pipelines (ServerConfig.MaxPipeline).
 	QueueLen int
 	// OnFailure, when set, is called once per I/O failure of the shard (a
 	// failed connect, a broken or timed-out connection), and OnRecover once
@@ -50,32 +50,28 @@ func (c PoolConfig) timeout() time.Duration {
 	return time.Second
 }
 
-func (c PoolConfig) queueLen() int {
-	if c.QueueLen > 0 {
-		return c.QueueLen
-	}
-	return 4096
-}
-
 const (
-	maxBatch      = 64 << 10 // bytes written per flush to a shard
-	readBufSize   = 64 << 10
-	pendingPerCon = 4096
+	readBufSize  = 64 << 10 // a connection's reply buffer (grows for large values)
+	maxSpareBuf  = 256 << 10
+	maxReplyLine = 64 << 10 // a reply line longer than this is a bad reply
 )
 
-// Pool is a Backend for one memcached: a few connections, each with a
-// writer goroutine that drains its queue and writes a batch of requests
-// with one syscall, and a reader goroutine that matches replies to requests
-// in FIFO order. Connections are dialled lazily and redialled after a
-// failure; when a connection fails, every request pending on it finishes
-// with the error at once. Pool is safe for concurrent use.
+// Pool is a Backend for one memcached: a few pipelined connections.
+//
+// Do appends the request's wire form to its connection's write buffer
+// under a mutex and wakes the connection's writer goroutine only when it
+// sleeps; the writer writes everything accumulated with one syscall, so
+// requests of many clients share a write. Each live connection has one
+// reader goroutine that parses replies in bulk from a large buffer and
+// finishes the pending calls in FIFO order, with no channel operation per
+// request. Connections are dialled lazily and redialled after a failure;
+// when a connection fails, every request pending on it finishes with the
+// error at once. Pool is safe for concurrent use.
 type Pool struct {
 	cfg     PoolConfig
 	conns   []*poolConn
-	mu      sync.RWMutex // held shared by Do, exclusively by Close
-	closed  bool
-	closing chan struct{}
-	wg      sync.WaitGroup
+	closed  atomic.Bool
+	wg      sync.WaitGroup // readers
 	failing atomic.Bool
 }
 
@@ -89,10 +85,10 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	if cfg.Addr == "" {
 		return nil, errors.New("proxy: pool needs an address")
 	}
-	p := &Pool{cfg: cfg, closing: make(chan struct{})}
+	p := &Pool{cfg: cfg}
 	p.conns = make([]*poolConn, cfg.connections())
 	for i := range p.conns {
-		pc := &poolConn{p: p, queue: make(chan *Call, cfg.queueLen())}
+		pc := &poolConn{p: p, kick: make(chan struct{}, 1)}
 		p.conns[i] = pc
 		p.wg.Add(1)
 		go pc.run()
@@ -103,41 +99,50 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 // Addr returns the shard's address.
 func (p *Pool) Addr() string { return p.cfg.Addr }
 
-// Do queues c on connection c.Conn mod Connections.
+// Do appends c to connection c.Conn mod Connections' write buffer and
+// wakes that connection's writer if it sleeps; it does not block.
 func (p *Pool) Do(c *Call) {
 	if c.Start.IsZero() {
 		c.Start = time.Now()
 	}
-	p.mu.RLock()
-	if p.closed {
-		p.mu.RUnlock()
+	pc := p.conns[c.Conn%uint64(len(p.conns))]
+	pc.mu.Lock()
+	if pc.closed {
+		pc.mu.Unlock()
 		c.Finish(ErrBackendClosed)
 		return
 	}
-	pc := p.conns[c.Conn%uint64(len(p.conns))]
-	select {
-	case pc.queue <- c:
-	case <-p.closing:
-		c.Finish(ErrBackendClosed)
+	pc.wbuf = c.Req.AppendWire(pc.wbuf)
+	pc.queued = append(pc.queued, c)
+	wake := pc.idle
+	pc.idle = false
+	pc.mu.Unlock()
+	if wake {
+		pc.kick <- struct{}{}
 	}
-	p.mu.RUnlock()
 }
 
 // Close closes every connection; pending calls finish with
 // ErrBackendClosed.
 func (p *Pool) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if p.closed.Swap(true) {
 		return nil
 	}
-	close(p.closing)
-	p.closed = true
-	p.mu.Unlock()
-	p.wg.Wait()
 	for _, pc := range p.conns {
-		pc.failQueued(ErrBackendClosed)
+		pc.mu.Lock()
+		pc.closed = true
+		s := pc.sess
+		wake := pc.idle
+		pc.idle = false
+		pc.mu.Unlock()
+		if wake {
+			pc.kick <- struct{}{}
+		}
+		if s != nil {
+			s.setErr(ErrBackendClosed)
+		}
 	}
+	p.wg.Wait()
 	return nil
 }
 
@@ -181,120 +186,161 @@ func (p *Pool) ok() {
 	}
 }
 
+// poolConn is one pipelined connection slot: the write buffer, the
+// current session, and whether its writer sleeps.
 type poolConn struct {
-	p     *Pool
-	queue chan *Call
-	wbuf  []byte
+	p *Pool
+
+	mu     sync.Mutex
+	wbuf   []byte  // wire form of queued
+	queued []*Call // appended, not yet written
+	idle   bool    // the writer waits for kick
+	kick   chan struct{}
+	closed bool
+	sess   *session // live or broken; nil before the first dial
+
+	spareBuf   []byte // the other write buffer (owned by the writer)
+	spareCalls []*Call
+	wdeadline  time.Time // last write deadline set (writer only)
 }
 
-func (pc *poolConn) failQueued(err error) {
-	for {
-		select {
-		case c := <-pc.queue:
-			c.Finish(err)
-		default:
-			return
-		}
-	}
-}
-
-// run is the connection's writer: it dials on demand and writes batches.
+// run is the connection's writer: it sleeps until requests are queued,
+// then writes everything queued with one syscall per batch, dialling
+// first if needed.
 func (pc *poolConn) run() {
-	defer pc.p.wg.Done()
 	p := pc.p
+	defer p.wg.Done()
+	pc.mu.Lock()
 	for {
-		var first *Call
-		select {
-		case first = <-pc.queue:
-		case <-p.closing:
-			pc.failQueued(ErrBackendClosed)
+		for len(pc.queued) == 0 && !pc.closed {
+			pc.idle = true
+			pc.mu.Unlock()
+			<-pc.kick
+			pc.mu.Lock()
+		}
+		if pc.closed {
+			queued := pc.queued
+			pc.queued = nil
+			pc.mu.Unlock()
+			for _, c := range queued {
+				c.Finish(ErrBackendClosed)
+			}
 			return
 		}
-		d := net.Dialer{Timeout: p.cfg.timeout()}
-		nc, err := d.Dial("tcp", p.cfg.Addr)
-		if err != nil {
-			err = fmt.Errorf("connect %s: %w", p.cfg.Addr, err)
-			p.fail(err)
-			first.Finish(err)
-			pc.failQueued(err)
-			continue
+		buf, calls := pc.wbuf, pc.queued
+		pc.wbuf, pc.queued = pc.spareBuf[:0], pc.spareCalls[:0]
+		s := pc.sess
+		pc.mu.Unlock()
+
+		if s == nil || s.broken.Load() {
+			var err error
+			if s, err = pc.dial(); err != nil {
+				for _, c := range calls {
+					c.Finish(err)
+				}
+				pc.recycle(buf, calls)
+				continue
+			}
 		}
-		if tc, ok := nc.(*net.TCPConn); ok {
-			_ = tc.SetNoDelay(true)
+		if s.push(calls) {
+			now := time.Now()
+			if dl := now.Add(s.timeout); dl.Sub(pc.wdeadline) > s.timeout/4 {
+				_ = s.nc.SetWriteDeadline(dl)
+				pc.wdeadline = dl
+			}
+			if _, err := s.nc.Write(buf); err != nil {
+				err = fmt.Errorf("write %s: %w", p.cfg.Addr, err)
+				if s.setErr(err) {
+					p.fail(err)
+				}
+			}
 		}
-		s := &session{
-			nc:      nc,
-			pending: make(chan *Call, pendingPerCon),
-			broken:  make(chan struct{}),
-			timeout: p.cfg.timeout(),
-			p:       p,
-		}
-		done := make(chan struct{})
-		go func() { s.read(); close(done) }()
-		pc.write(s, first)
+		pc.recycle(buf, calls)
+	}
+}
+
+// recycle keeps the written batch's storage for the next one and takes
+// pc.mu again.
+func (pc *poolConn) recycle(buf []byte, calls []*Call) {
+	clear(calls)
+	if cap(buf) > maxSpareBuf {
+		buf = nil
+	}
+	pc.mu.Lock()
+	pc.spareBuf, pc.spareCalls = buf[:0], calls[:0]
+}
+
+// dial connects a new session and starts its reader; the caller is the
+// writer. It fails with ErrBackendClosed when the pool closed meanwhile.
+func (pc *poolConn) dial() (*session, error) {
+	p := pc.p
+	d := net.Dialer{Timeout: p.cfg.timeout()}
+	nc, err := d.Dial("tcp", p.cfg.Addr)
+	if err != nil {
+		err = fmt.Errorf("connect %s: %w", p.cfg.Addr, err)
+		p.fail(err)
+		return nil, err
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	s := &session{nc: nc, timeout: p.cfg.timeout(), p: p}
+	pc.mu.Lock()
+	if pc.closed {
+		pc.mu.Unlock()
 		_ = nc.Close()
-		close(s.pending)
-		<-done
-		select {
-		case <-p.closing:
-			pc.failQueued(ErrBackendClosed)
-			return
-		default:
-		}
+		return nil, ErrBackendClosed
 	}
+	pc.sess = s
+	pc.wdeadline = time.Time{}
+	p.wg.Add(1)
+	pc.mu.Unlock()
+	go s.read()
+	return s, nil
 }
 
-// write sends batches on s until the session breaks or the pool closes.
-func (pc *poolConn) write(s *session, c *Call) {
-	p := pc.p
-	for {
-		buf := pc.wbuf[:0]
-	batch:
-		for {
-			buf = c.Req.AppendWire(buf)
-			s.pending <- c
-			if len(buf) >= maxBatch {
-				break
-			}
-			select {
-			case c = <-pc.queue:
-			default:
-				break batch
-			}
-		}
-		_ = s.nc.SetWriteDeadline(time.Now().Add(s.timeout))
-		_, err := s.nc.Write(buf)
-		if cap(buf) <= 4*maxBatch {
-			pc.wbuf = buf[:0]
-		}
-		if err != nil {
-			err = fmt.Errorf("write %s: %w", p.cfg.Addr, err)
-			if s.setErr(err) {
-				p.fail(err)
-			}
-			return
-		}
-		select {
-		case c = <-pc.queue:
-		case <-s.broken:
-			return
-		case <-p.closing:
-			s.setErr(ErrBackendClosed)
-			return
-		}
-	}
-}
-
-// session is one live connection: the reader matches replies to pending.
+// session is one live connection: calls written on it wait in pending
+// until the reader matches their replies.
 type session struct {
 	nc      net.Conn
-	pending chan *Call
 	timeout time.Duration
 	p       *Pool
 
+	mu      sync.Mutex
+	pending []*Call // written (or being written), in order
+	dead    bool    // the reader has exited; push fails calls
+	spare   []*Call // the reader's previous batch, for reuse
+
+	broken atomic.Bool
 	once   sync.Once
-	err    error
-	broken chan struct{}
+	err    error // set before broken
+}
+
+// push appends calls to pending before they are written, so that the
+// reader can match their replies. When the session is dead it finishes
+// them with its error and reports false.
+func (s *session) push(calls []*Call) bool {
+	s.mu.Lock()
+	if s.dead {
+		s.mu.Unlock()
+		for _, c := range calls {
+			c.Finish(s.err)
+		}
+		return false
+	}
+	s.pending = append(s.pending, calls...)
+	s.mu.Unlock()
+	return true
+}
+
+// take swaps the pending calls out for the reader; batch is reused.
+func (s *session) take(batch []*Call) []*Call {
+	clear(batch)
+	s.mu.Lock()
+	out := s.pending
+	s.pending = batch[:0]
+	s.mu.Unlock()
+	return out
 }
 
 // setErr breaks the session with err; it reports whether this call was
@@ -303,43 +349,133 @@ func (s *session) setErr(err error) (first bool) {
 	s.once.Do(func() {
 		first = true
 		s.err = err
-		close(s.broken)
+		s.broken.Store(true)
 		_ = s.nc.Close()
 	})
 	return first
 }
 
+// read is the session's reader: it reads replies into one buffer, matches
+// every complete reply in it to the pending calls in order, and finishes
+// them; the read deadline is the oldest pending call's Start + timeout.
 func (s *session) read() {
-	br := bufio.NewReaderSize(s.nc, readBufSize)
+	defer s.p.wg.Done()
+	buf := make([]byte, readBufSize)
+	r, w := 0, 0
+	var cur []*Call // calls taken from pending; cur[i:] are unanswered
+	i := 0
 	var lastDeadline time.Time
-	for c := range s.pending {
-		select {
-		case <-s.broken:
-			c.Finish(s.err)
-			continue
-		default:
+	var err error
+	for err == nil {
+		answered := false
+		for r < w {
+			if i == len(cur) {
+				cur, i = s.take(cur), 0
+				if len(cur) == 0 {
+					err = fmt.Errorf("%w: %q with no request pending", ErrBadReply, firstLine(buf[r:w]))
+					break
+				}
+			}
+			c := cur[i]
+			n, rerr := replyLen(buf[r:w], c.Req)
+			if rerr == ErrIncomplete {
+				if n > len(buf) {
+					nb := make([]byte, n)
+					w = copy(nb, buf[r:w])
+					buf, r = nb, 0
+				}
+				break
+			}
+			if rerr != nil {
+				err = rerr
+				break
+			}
+			c.Reply = append(c.Reply, buf[r:r+n]...)
+			r += n
+			cur[i] = nil
+			i++
+			answered = true
+			c.Finish(nil)
 		}
-		dl := c.Start.Add(s.timeout)
+		if answered {
+			s.p.ok()
+		}
+		if err != nil {
+			break
+		}
+		if r == w {
+			r, w = 0, 0
+			if len(buf) > 4*readBufSize {
+				buf = make([]byte, readBufSize)
+			}
+		} else if w == len(buf) {
+			w = copy(buf, buf[r:w])
+			r = 0
+			if w == len(buf) {
+				nb := make([]byte, 2*len(buf))
+				copy(nb, buf[:w])
+				buf = nb
+			}
+		}
+		if i == len(cur) {
+			cur, i = s.take(cur), 0
+		}
+		var dl time.Time
+		if i < len(cur) {
+			dl = cur[i].Start.Add(s.timeout)
+		} else {
+			// Idle: a call pushed while we wait gets its deadline
+			// checked when this one expires (it is never later than
+			// the call's own).
+			dl = time.Now().Add(s.timeout)
+		}
 		if d := dl.Sub(lastDeadline); d > time.Millisecond || d < -time.Millisecond {
 			_ = s.nc.SetReadDeadline(dl)
 			lastDeadline = dl
 		}
-		if err := readReply(br, c); err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				err = ErrTimeout
-			} else if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				err = fmt.Errorf("%s closed the connection", s.p.cfg.Addr)
-			}
-			if s.setErr(err) {
-				s.p.fail(err)
-			}
-			c.Finish(s.err)
-			continue
+		var m int
+		m, err = s.nc.Read(buf[w:])
+		w += m
+		if err != nil && m > 0 {
+			err = nil // process the data first; the error comes back
 		}
-		s.p.ok()
-		c.Finish(nil)
+		var ne net.Error
+		if err != nil && errors.As(err, &ne) && ne.Timeout() && !s.broken.Load() {
+			if i == len(cur) {
+				cur, i = s.take(cur), 0
+			}
+			if i == len(cur) || time.Now().Before(cur[i].Start.Add(s.timeout)) {
+				err = nil // idle, or the head call has time left
+				lastDeadline = time.Time{}
+				continue
+			}
+			err = ErrTimeout
+		}
 	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		err = fmt.Errorf("%s closed the connection", s.p.cfg.Addr)
+	}
+	if s.setErr(err) {
+		s.p.fail(err)
+	}
+	s.mu.Lock()
+	s.dead = true
+	rest := s.pending
+	s.pending = nil
+	s.mu.Unlock()
+	for _, c := range cur[i:] {
+		c.Finish(s.err)
+	}
+	for _, c := range rest {
+		c.Finish(s.err)
+	}
+}
+
+func firstLine(b []byte) []byte {
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		b = b[:i+1]
+	}
+	return b[:min(len(b), 80)]
 }
 
 var (
@@ -347,37 +483,50 @@ var (
 	valuePref = []byte("VALUE ")
 )
 
-// readReply appends one complete memcached reply to c.Reply.
-func readReply(br *bufio.Reader, c *Call) error {
-	if !c.Req.Cmd.IsRetrieval() {
-		line, err := br.ReadSlice('\n')
-		if err != nil {
-			return err
-		}
-		c.Reply = append(c.Reply, line...)
-		return nil
+// replyLen returns the length of the complete memcached reply to req at
+// the start of buf. When buf holds only part of it, err is ErrIncomplete
+// and n is the total length needed when known (a value's length is read),
+// else 0. A reply that cannot be one is ErrBadReply. It is a pure
+// function of buf and req.Cmd.
+func replyLen(buf []byte, req *Request) (n int, err error) {
+	if req.Cmd.IsMeta() {
+		return metaReplyLen(buf, req)
 	}
+	if !req.Cmd.IsRetrieval() {
+		nl := bytes.IndexByte(buf, '\n')
+		if nl < 0 {
+			if len(buf) > maxReplyLine {
+				return 0, fmt.Errorf("%w: line too long", ErrBadReply)
+			}
+			return 0, ErrIncomplete
+		}
+		return nl + 1, nil
+	}
+	off := 0
 	for {
-		line, err := br.ReadSlice('\n')
-		if err != nil {
-			return err
+		nl := bytes.IndexByte(buf[off:], '\n')
+		if nl < 0 {
+			if len(buf)-off > maxReplyLine {
+				return 0, fmt.Errorf("%w: line too long", ErrBadReply)
+			}
+			return 0, ErrIncomplete
 		}
-		c.Reply = append(c.Reply, line...)
+		line := buf[off : off+nl+1]
 		if !bytes.HasPrefix(line, valuePref) {
-			return nil // END, or an error line
+			return off + len(line), nil // END, or an error line
 		}
-		n, ok := valueLen(line)
+		v, ok := valueLen(line)
 		if !ok {
-			return fmt.Errorf("%w: %q", ErrBadReply, line)
+			return 0, fmt.Errorf("%w: %q", ErrBadReply, line)
 		}
-		old := len(c.Reply)
-		c.Reply = slices.Grow(c.Reply, n+2)[:old+n+2]
-		if _, err := io.ReadFull(br, c.Reply[old:]); err != nil {
-			return err
+		end := off + len(line) + v + 2
+		if end > len(buf) {
+			return end, ErrIncomplete
 		}
-		if !bytes.HasSuffix(c.Reply, []byte("\r\n")) {
-			return fmt.Errorf("%w: value not ended by CRLF", ErrBadReply)
+		if buf[end-2] != '\r' || buf[end-1] != '\n' {
+			return 0, fmt.Errorf("%w: value not ended by CRLF", ErrBadReply)
 		}
+		off = end
 	}
 }
 
@@ -395,7 +544,7 @@ func valueLen(line []byte) (int, bool) {
 	for end < len(f) && f[end] >= '0' && f[end] <= '9' {
 		end++
 	}
-	if end == 0 {
+	if end == 0 || end > 10 {
 		return 0, false
 	}
 	n, err := strconv.Atoi(string(f[:end]))
