@@ -1,12 +1,14 @@
 package counter_test
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/poplimit/poplimit/bench"
 	"github.com/poplimit/poplimit/counter"
 )
 
@@ -211,5 +213,56 @@ func TestValidate(t *testing.T) {
 	lim, _ := counter.New(counter.NewMemoryStore(), counter.Limit{Quantity: 1, Window: time.Second})
 	if _, err := lim.AllowN(ctx, "bad key", t0, 1); !errors.Is(err, counter.ErrBadKey) {
 		t.Fatalf("bad key: %v", err)
+	}
+}
+
+// TestStoreTimeout: a memcached that stops answering (SIGSTOP) turns into
+// an error within the configured timeout, and the store works again once
+// it resumes (no poisoned pooled connection).
+func TestStoreTimeout(t *testing.T) {
+	mc := bench.MemcachedForTest(t, 1)
+	stores := map[string]counter.Store{
+		"gomemcache": counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
+			Servers: []string{mc[0].Addr}, Timeout: 200 * ms})),
+		"pipe": counter.NewPipeStore(counter.PipeConfig{Addr: mc[0].Addr, Timeout: 200 * ms}),
+	}
+	for name, st := range stores {
+		t.Run(name, func(t *testing.T) {
+			k := uniqueKey(t)
+			if err := st.Add(ctx, k, []byte("1"), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if err := mc[0].Pause(); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			_, err := st.Incr(ctx, k, 1)
+			elapsed := time.Since(start)
+			if rerr := mc[0].Resume(); rerr != nil {
+				t.Fatal(rerr)
+			}
+			if err == nil || errors.Is(err, counter.ErrNotFound) {
+				t.Fatalf("paused memcached: err = %v", err)
+			}
+			if elapsed > 3*time.Second {
+				t.Fatalf("error after %v, timeout 200ms", elapsed)
+			}
+			// The stalled reply may still arrive on the old connection;
+			// a new call must not read it.
+			for i := 0; i < 3; i++ {
+				v, err := st.Incr(ctx, k, 1)
+				if err != nil {
+					t.Fatalf("after resume: %v", err)
+				}
+				if v < 2 {
+					t.Fatalf("after resume: value %d", v)
+				}
+			}
+			cctx, cancel := context.WithCancel(ctx)
+			cancel()
+			if _, err := st.Incr(cctx, k, 1); !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled context: %v", err)
+			}
+		})
 	}
 }
