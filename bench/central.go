@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"time"
 )
 
@@ -114,6 +115,15 @@ func RunCentral(ctx context.Context, env *Env, cfg CentralConfig) (*CentralRepor
 	rep := &CentralReport{RTTms: float64(cfg.RTT) / float64(time.Millisecond), Workers: "edge processes (HTTP)"}
 	if _, ok := local.(*Inproc); ok {
 		rep.Workers = "in-process workers"
+	}
+	// Warm up: open the workers' connections before anything is timed.
+	for _, t := range []Target{local, central} {
+		var wg sync.WaitGroup
+		for g := 0; g < 32; g++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); t.Do(ctx, g, &Client{ID: "warmup"}, &api) }()
+		}
+		wg.Wait()
 	}
 	lats := map[string]*Latency{"per-PoP": NewLatency(), "central": NewLatency()}
 	for round := 1; round <= cfg.Rounds; round++ {
