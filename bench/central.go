@@ -28,6 +28,8 @@ type CentralConfig struct {
 	Workers int
 	// OutDir receives the CDF chart; "" writes none.
 	OutDir string
+	// ChartFormat is "png" (default) or "svg".
+	ChartFormat string
 	// Seed; default 1.
 	Seed uint64
 	// Progress is called with requests done and total per run.
@@ -153,7 +155,7 @@ func RunCentral(ctx context.Context, env *Env, cfg CentralConfig) (*CentralRepor
 		if err := mkdir(cfg.OutDir); err != nil {
 			return rep, err
 		}
-		rep.Chart = filepath.Join(cfg.OutDir, "central-latency-cdf.png")
+		rep.Chart = filepath.Join(cfg.OutDir, "central-latency-cdf"+ChartExt(cfg.ChartFormat))
 		if err := ChartCDF(rep.Chart, fmt.Sprintf("Decision latency: per-PoP store vs central store %v away", cfg.RTT),
 			[]string{"per-PoP store", "central store"}, []*Latency{lats["per-PoP"], lats["central"]}); err != nil {
 			return rep, err

@@ -15,6 +15,15 @@ import (
 
 const chartW, chartH = 8 * vg.Inch, 4 * vg.Inch
 
+// ChartExt returns the file extension for a chart format: ".svg" for
+// "svg", ".png" otherwise (the default).
+func ChartExt(format string) string {
+	if format == "svg" {
+		return ".svg"
+	}
+	return ".png"
+}
+
 // ClientSeries is one client's admitted rate over time, for
 // ChartAdmitted.
 type ClientSeries struct {

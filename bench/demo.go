@@ -20,6 +20,10 @@ type DemoConfig struct {
 	Shards, Proxies, Workers int
 	// OutDir receives the report and charts; default "out".
 	OutDir string
+	// ChartFormat is "png" (default) or "svg".
+	ChartFormat string
+	// Arrivals of legitimate and abusive users; default Poisson.
+	Arrivals Arrivals
 	// Algorithm of the limits; default sliding window.
 	Algorithm counter.Algorithm
 	// Progress is called with requests done and the total.
@@ -86,7 +90,7 @@ type DemoResult struct {
 func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error) {
 	cfg = cfg.withDefaults()
 	tr, err := Generate(WorkloadConfig{
-		Seed: cfg.Seed, Duration: cfg.Duration, Legit: 8, Abusive: 2, Stuffers: 4, LegitMax: 0.5,
+		Seed: cfg.Seed, Duration: cfg.Duration, Legit: 8, Abusive: 2, Stuffers: 4, LegitMax: 0.5, Arrivals: cfg.Arrivals,
 		API:   Route{Path: "/api", Quantity: 50, Window: time.Second, Refund: true},
 		Login: Route{Path: "/login", Quantity: 5, Window: time.Second, FailClosed: true},
 	})
@@ -137,7 +141,7 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 	if len(rep.Records) > 0 && after >= before {
 		res.RoundTrips = float64(after-before) / float64(len(rep.Records))
 	}
-	if err := res.writeReport(cfg.OutDir, rep); err != nil {
+	if err := res.writeReport(cfg.OutDir, ChartExt(cfg.ChartFormat), rep); err != nil {
 		return res, err
 	}
 	return res, nil
@@ -274,11 +278,11 @@ func chartClients(tr *Trace) []int {
 	return out
 }
 
-func (r *DemoResult) writeReport(dir string, rep *Replay) error {
+func (r *DemoResult) writeReport(dir, ext string, rep *Replay) error {
 	bucket := time.Second
-	admitted := filepath.Join(dir, "demo-admitted.png")
-	cdf := filepath.Join(dir, "demo-latency-cdf.png")
-	timeline := filepath.Join(dir, "demo-timeline.png")
+	admitted := filepath.Join(dir, "demo-admitted"+ext)
+	cdf := filepath.Join(dir, "demo-latency-cdf"+ext)
+	timeline := filepath.Join(dir, "demo-timeline"+ext)
 	if err := mkdir(dir); err != nil {
 		return err
 	}

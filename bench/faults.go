@@ -42,6 +42,8 @@ type FaultsConfig struct {
 	APIUsers, LoginUsers int
 	// OutDir receives the timeline chart and report; "" writes none.
 	OutDir string
+	// ChartFormat is "png" (default) or "svg".
+	ChartFormat string
 	// Seed; default 1.
 	Seed uint64
 	// Progress is called with requests done and total.
@@ -239,7 +241,7 @@ func RunFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, 
 	}
 	rep.Results = results
 	if cfg.OutDir != "" {
-		if err := rep.write(cfg.OutDir, replay); err != nil {
+		if err := rep.write(cfg.OutDir, ChartExt(cfg.ChartFormat), replay); err != nil {
 			return rep, err
 		}
 	}
@@ -430,11 +432,11 @@ func (r *FaultsReport) Tables() []*Table {
 	return []*Table{t}
 }
 
-func (r *FaultsReport) write(dir string, rep *Replay) error {
+func (r *FaultsReport) write(dir, ext string, rep *Replay) error {
 	if err := mkdir(dir); err != nil {
 		return err
 	}
-	r.Chart = filepath.Join(dir, "faults-timeline.png")
+	r.Chart = filepath.Join(dir, "faults-timeline"+ext)
 	bucket := 250 * time.Millisecond
 	if err := ChartTimeline(r.Chart, "Requests by outcome; dashed lines: fault start and repair", rep.Series(bucket, nil), bucket, r.Spans); err != nil {
 		return fmt.Errorf("bench: chart: %w", err)

@@ -76,10 +76,11 @@ func accuracyCommand() *cli.Command {
 				if err := os.MkdirAll(c.String("out"), 0o755); err != nil {
 					return err
 				}
-				if err := bench.ChartPrecision(filepath.Join(c.String("out"), "accuracy-precision.png"), rep.Rows); err != nil {
+				name := "accuracy-precision" + bench.ChartExt(c.String("chart-format"))
+				if err := bench.ChartPrecision(filepath.Join(c.String("out"), name), rep.Rows); err != nil {
 					return err
 				}
-				charts = append(charts, "accuracy-precision.png")
+				charts = append(charts, name)
 			}
 			return saveReport(c, "accuracy", "popbench accuracy", rep, rep.Tables(), charts)
 		},

@@ -31,7 +31,7 @@ func centralCommand() *cli.Command {
 			prog, done := progress(c, "central")
 			rep, err := bench.RunCentral(c.Context, env, bench.CentralConfig{
 				RTT: c.Duration("rtt"), Duration: c.Duration("duration"), Rounds: c.Int("rounds"), Users: c.Int("users"),
-				Workers: c.Int("workers"), InProcess: c.Bool("inprocess"), OutDir: c.String("out"), Seed: c.Uint64("seed"),
+				Workers: c.Int("workers"), InProcess: c.Bool("inprocess"), OutDir: c.String("out"), ChartFormat: c.String("chart-format"), Seed: c.Uint64("seed"),
 				Progress: prog,
 			})
 			done()

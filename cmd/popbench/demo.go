@@ -21,11 +21,20 @@ func demoCommand() *cli.Command {
 			&cli.IntFlag{Name: "proxies", Value: 1},
 			&cli.IntFlag{Name: "workers", Value: 4},
 			&cli.StringFlag{Name: "algorithm", Usage: "sliding, fixed or token", Value: "sliding"},
+			&cli.StringFlag{Name: "arrivals", Usage: "poisson or bursty (on/off) arrivals", Value: "poisson"},
 		),
 		Action: func(c *cli.Context) error {
 			alg, err := bench.ParseAlgorithm(c.String("algorithm"))
 			if err != nil {
 				return err
+			}
+			arrivals := bench.Poisson
+			switch c.String("arrivals") {
+			case "poisson":
+			case "bursty":
+				arrivals = bench.Bursty
+			default:
+				return fmt.Errorf("--arrivals %q: want poisson or bursty", c.String("arrivals"))
 			}
 			env, err := newEnv(c, true)
 			if err != nil {
@@ -36,7 +45,7 @@ func demoCommand() *cli.Command {
 			res, err := bench.RunDemo(c.Context, env, bench.DemoConfig{
 				Duration: c.Duration("duration"), Seed: c.Uint64("seed"), Shards: c.Int("shards"),
 				Proxies: c.Int("proxies"), Workers: c.Int("workers"), OutDir: c.String("out"),
-				Algorithm: alg, Progress: prog,
+				Algorithm: alg, Progress: prog, ChartFormat: c.String("chart-format"), Arrivals: arrivals,
 			})
 			done()
 			if err != nil {

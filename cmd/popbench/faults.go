@@ -31,7 +31,7 @@ func faultsCommand() *cli.Command {
 			prog, done := progress(c, "faults")
 			rep, err := bench.RunFaults(c.Context, env, bench.FaultsConfig{
 				Scenarios: list(c.String("scenarios")), Fault: c.Duration("fault"), Settle: c.Duration("settle"),
-				SlowDelay: c.Duration("slow-delay"), InProcess: c.Bool("inprocess"), OutDir: c.String("out"),
+				SlowDelay: c.Duration("slow-delay"), InProcess: c.Bool("inprocess"), OutDir: c.String("out"), ChartFormat: c.String("chart-format"),
 				Seed: c.Uint64("seed"), Progress: prog,
 			})
 			done()

@@ -62,6 +62,7 @@ func commonFlags(extra ...cli.Flag) []cli.Flag {
 		&cli.BoolFlag{Name: "json", Usage: "print JSON instead of tables"},
 		&cli.StringFlag{Name: "store", Usage: "shards: memcached, embedded (mcproxy's in-process shards) or auto", Value: "auto"},
 		&cli.StringFlag{Name: "out", Usage: "directory for reports and charts", Value: "out"},
+		&cli.StringFlag{Name: "chart-format", Usage: "charts as png or svg", Value: "png"},
 		&cli.BoolFlag{Name: "quiet", Usage: "no status lines or progress bar"},
 	}, extra...)
 }
