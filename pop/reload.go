@@ -2,6 +2,7 @@ package pop
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"io"
 	"net/http"
@@ -43,19 +44,29 @@ func (l *Limiter) WatchFile(ctx context.Context, path string) (<-chan struct{}, 
 }
 
 func (l *Limiter) watchLoop(ctx context.Context, w *fsnotify.Watcher, abs string) {
-	base := filepath.Base(abs)
+	// Any event in the directory may change what abs resolves to (editors
+	// rename over it; Kubernetes swaps a "..data" symlink), so every event
+	// arms the debounce and the file is reloaded when its content changed.
+	sum := func() (s [32]byte, ok bool) {
+		b, err := os.ReadFile(abs)
+		if err != nil {
+			return s, false
+		}
+		return sha256.Sum256(b), true
+	}
+	// Unknown at first: the first event reloads whatever is there (a
+	// no-op for unchanged policies, whose caches are kept).
+	var last [32]byte
 	var debounce <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case ev, ok := <-w.Events:
+		case _, ok := <-w.Events:
 			if !ok {
 				return
 			}
-			if filepath.Base(ev.Name) == base {
-				debounce = time.After(50 * time.Millisecond)
-			}
+			debounce = time.After(50 * time.Millisecond)
 		case err, ok := <-w.Errors:
 			if !ok {
 				return
@@ -63,9 +74,11 @@ func (l *Limiter) watchLoop(ctx context.Context, w *fsnotify.Watcher, abs string
 			l.cfg.logger().Warn("policy watch error", "err", err)
 		case <-debounce:
 			debounce = nil
-			if _, err := os.Stat(abs); err != nil {
-				continue // mid-replace; the Create will follow
+			cur, ok := sum()
+			if !ok || cur == last {
+				continue // mid-replace (the next event re-arms), or unchanged
 			}
+			last = cur
 			_ = l.LoadFile(abs)
 		}
 	}

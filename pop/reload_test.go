@@ -125,3 +125,40 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestWatchFollowsSymlinkSwap: Kubernetes ConfigMap style, the watched
+// name is a symlink into a "..data" directory that is replaced atomically.
+func TestWatchFollowsSymlinkSwap(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, doc string) {
+		os.MkdirAll(filepath.Join(dir, name), 0o755)
+		os.WriteFile(filepath.Join(dir, name, "policy.yml"), []byte(doc), 0o644)
+	}
+	write("..v1", policyDoc("open"))
+	os.Symlink("..v1", filepath.Join(dir, "..data"))
+	path := filepath.Join(dir, "policy.yml")
+	os.Symlink(filepath.Join("..data", "policy.yml"), path)
+	clk := newTestClock(t0)
+	l, _ := New(storeConfig(newFlakyStore(clk.Now)))
+	if err := l.LoadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done, err := l.WatchFile(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); <-done }()
+	write("..v2", strings.Replace(policyDoc("open"), "tier: free}", "tier: pro}", 1))
+	os.Symlink("..v2", filepath.Join(dir, "..data_tmp"))
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for l.Decide(context.Background(), req("GET", "/api/a", "X-API-Key", "secret-free-key"), t0).Tier != "pro" {
+		if time.Now().After(deadline) {
+			t.Fatal("symlink swap not picked up")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
