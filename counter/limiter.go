@@ -293,7 +293,10 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 		switch {
 		case err == nil:
 			batched = true
-		case !errors.Is(err, ErrNotSupported):
+		case errors.Is(err, ErrNotSupported), errors.Is(err, ErrContention):
+			// Not batchable, or the item vanished between add and incr
+			// (nothing counted): take the unbatched path.
+		default:
 			return Result{}, err
 		}
 	}
