@@ -101,6 +101,12 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad hash tag", "p:\n  hash_tag: \"{\"\n  servers:\n   - 127.0.0.1:1:1\n"},
 		{"bad hash", "p:\n  hash: sha9\n  servers:\n   - 127.0.0.1:1:1\n"},
 		{"bad listen", "p:\n  listen: nowhere\n  servers:\n   - 127.0.0.1:1:1\n"},
+		{"bad socket mode", "p:\n  listen: /tmp/mc.sock 0999\n  servers:\n   - 127.0.0.1:1:1\n"},
+		{"bad client_connections", "p:\n  client_connections: many\n  servers:\n   - 127.0.0.1:1:1\n"},
+		{"negative client_connections", "p:\n  client_connections: -1\n  servers:\n   - 127.0.0.1:1:1\n"},
+		{"bad client_timeout", "p:\n  client_timeout: -5\n  servers:\n   - 127.0.0.1:1:1\n"},
+		{"same listen", "p:\n  listen: 127.0.0.1:7\n  servers:\n   - 127.0.0.1:1:1\nq:\n  listen: 127.0.0.1:7\n  servers:\n   - 127.0.0.1:2:1\n"},
+		{"same name", "p:\n  listen: 127.0.0.1:7\n  servers:\n   - 127.0.0.1:1:1\np:\n  listen: 127.0.0.1:8\n  servers:\n   - 127.0.0.1:2:1\n"},
 		{"empty", ""},
 	}
 	for _, tt := range tests {
@@ -108,6 +114,69 @@ func TestParseConfigErrors(t *testing.T) {
 			_, err := ParseConfig([]byte(tt.yml), slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)))
 			if !errors.Is(err, ErrConfig) {
 				t.Errorf("err = %v, want ErrConfig", err)
+			}
+		})
+	}
+}
+
+// TestParseConfigOperations: Unix socket listen, client_connections and
+// client_timeout, several pools in file order.
+func TestParseConfigOperations(t *testing.T) {
+	yml := `web:
+  listen: /run/mcproxy/web.sock 0666
+  client_connections: 100
+  client_timeout: 30000
+  servers:
+   - 127.0.0.1:11211:1
+api:
+  listen: 127.0.0.1:22122
+  servers:
+   - 127.0.0.1:11212:1
+`
+	var logs bytes.Buffer
+	pools, err := ParseConfig([]byte(yml), slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if logs.Len() != 0 {
+		t.Errorf("warnings: %s", logs.String())
+	}
+	if len(pools) != 2 || pools[0].Name != "web" || pools[1].Name != "api" {
+		t.Fatalf("pools %+v", pools)
+	}
+	w := pools[0]
+	if w.Listen != "/run/mcproxy/web.sock 0666" || w.ClientConnections != 100 || w.ClientTimeout != 30*time.Second {
+		t.Errorf("web = %+v", w)
+	}
+	if pools[1].ClientConnections != 0 || pools[1].ClientTimeout != 0 {
+		t.Errorf("api limits %+v, want none", pools[1])
+	}
+}
+
+func TestPoolSpecSameRouting(t *testing.T) {
+	base := PoolSpec{Name: "p", Listen: "127.0.0.1:1", Distribution: shard.DistKetama,
+		Servers: []shard.Server{{Addr: "a:1"}, {Addr: "b:1"}}}
+	tests := []struct {
+		name string
+		edit func(*PoolSpec)
+		same bool
+	}{
+		{"identical", func(*PoolSpec) {}, true},
+		{"client limits", func(p *PoolSpec) { p.ClientConnections, p.ClientTimeout = 5, time.Second }, true},
+		{"listen", func(p *PoolSpec) { p.Listen = "127.0.0.1:2" }, true},
+		{"server added", func(p *PoolSpec) { p.Servers = append(p.Servers, shard.Server{Addr: "c:1"}) }, false},
+		{"server weight", func(p *PoolSpec) { p.Servers = []shard.Server{{Addr: "a:1", Weight: 2}, {Addr: "b:1"}} }, false},
+		{"timeout", func(p *PoolSpec) { p.Timeout = time.Second }, false},
+		{"hash", func(p *PoolSpec) { p.Hash = "md5" }, false},
+		{"eject", func(p *PoolSpec) { p.AutoEjectHosts = true }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := base
+			q.Servers = append([]shard.Server(nil), base.Servers...)
+			tt.edit(&q)
+			if got := base.sameRouting(q); got != tt.same {
+				t.Errorf("sameRouting = %v, want %v", got, tt.same)
 			}
 		})
 	}
