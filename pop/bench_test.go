@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poplimit/poplimit/bench"
 	"github.com/poplimit/poplimit/counter"
@@ -38,6 +39,10 @@ func benchLimiter(b *testing.B, store counter.Store, quantity int) *pop.Limiter 
 }
 
 func benchLimiterLease(b *testing.B, store counter.Store, quantity int, lease bool) *pop.Limiter {
+	return benchLimiterCfg(b, store, quantity, lease, nil)
+}
+
+func benchLimiterCfg(b *testing.B, store counter.Store, quantity int, lease bool, m *pop.Metrics) *pop.Limiter {
 	b.Helper()
 	l, err := pop.New(pop.Config{
 		NewShared: func(lim counter.Limit) (counter.Allower, error) { return counter.New(store, lim) },
@@ -47,6 +52,7 @@ func benchLimiterLease(b *testing.B, store counter.Store, quantity int, lease bo
 		// decisions/s); store-failures/op reports any that still do.
 		StoreDeadline: time.Second,
 		Logger:        slog.New(slog.DiscardHandler),
+		Metrics:       m,
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -110,9 +116,17 @@ func BenchmarkDecide(b *testing.B) {
 	for _, bc := range []struct {
 		name     string
 		quantity int
-	}{{"admitted", 1 << 30}, {"mitigated", 1}} {
+		metrics  bool
+	}{{"admitted", 1 << 30, false}, {"admitted-metrics", 1 << 30, true}, {"mitigated", 1, false}} {
 		b.Run(bc.name, func(b *testing.B) {
-			l := benchLimiter(b, counter.NewMemoryStore(), bc.quantity)
+			var m *pop.Metrics
+			if bc.metrics {
+				var err error
+				if m, err = pop.NewMetrics(prometheus.NewRegistry()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			l := benchLimiterCfg(b, counter.NewMemoryStore(), bc.quantity, false, m)
 			reqs := requests(1024, 100, 2)
 			now := time.Now()
 			for _, r := range reqs { // block every identity once
