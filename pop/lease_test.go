@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/poplimit/poplimit/counter"
 )
 
 // leasePolicy: one fixed-window limit per API key, leased or not.
@@ -136,5 +134,4 @@ func TestLeaseServesLocally(t *testing.T) {
 			t.Fatalf("clear key in store key %q", k)
 		}
 	}
-	_ = counter.Refund
 }

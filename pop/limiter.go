@@ -2,7 +2,6 @@ package pop
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -362,7 +361,7 @@ func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []stri
 		return Decision{Reason: ReasonMitigated, Binding: b, All: e.all}
 	}
 	if !l.breaker.Allow(now) {
-		return l.fallback(ctx, p, rs, keys, now, ErrBreakerOpen)
+		return l.fallback(ctx, p, rs, keys, now)
 	}
 	sctx, cancel := context.WithTimeout(ctx, l.cfg.storeDeadline())
 	start := l.clock()
@@ -376,7 +375,7 @@ func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []stri
 	}
 	l.breaker.Observe(now, err)
 	if err != nil {
-		return l.fallback(ctx, p, rs, keys, now, err)
+		return l.fallback(ctx, p, rs, keys, now)
 	}
 	if !d.Allowed && d.Binding.Result.RetryAfter > 0 {
 		p.mit.put(mitKey, now, now.Add(d.Binding.Result.RetryAfter), mitEntry{at: now.UnixNano(), binding: d.Binding, all: d.All, tier: rs.tier})
@@ -478,7 +477,7 @@ func share(lr LimitResult) float64 {
 }
 
 // fallback applies the policy's fail mode when the store is unavailable.
-func (l *Limiter) fallback(ctx context.Context, p *policy, rs *rules, keys []string, now time.Time, cause error) Decision {
+func (l *Limiter) fallback(ctx context.Context, p *policy, rs *rules, keys []string, now time.Time) Decision {
 	switch p.spec.FailMode {
 	case FailClosed:
 		return Decision{Reason: ReasonFailClosed, Status: http.StatusServiceUnavailable,
@@ -500,6 +499,5 @@ func (l *Limiter) fallback(ctx context.Context, p *policy, rs *rules, keys []str
 		d := l.verdict(all, ReasonFailLocal)
 		return d
 	}
-	_ = errors.Is(cause, ErrBreakerOpen)
 	return Decision{Allowed: true, Reason: ReasonFailOpen}
 }

@@ -34,8 +34,6 @@ var (
 	// ErrNoPolicy is returned when a Limiter is used before a snapshot was
 	// loaded.
 	ErrNoPolicy = errors.New("pop: no policy loaded")
-	// ErrBreakerOpen is the store error recorded while the breaker is open.
-	ErrBreakerOpen = errors.New("pop: store circuit breaker open")
 	// ErrConfig reports an unusable Config.
 	ErrConfig = errors.New("pop: bad config")
 )
