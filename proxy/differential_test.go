@@ -244,6 +244,13 @@ func (tc *transcriptConn) run(st transcriptStep) ([]byte, error) {
 			return out, nil
 		}
 		out = append(out, line...)
+		if f := strings.Fields(string(line)); len(f) > 0 && metaStatus[f[0]] {
+			for _, t := range f[1:] {
+				if len(t) > 1 && t[0] == 'c' && t != "c0" {
+					tc.lastCAS = t[1:]
+				}
+			}
+		}
 		if f := strings.Fields(string(line)); len(f) >= 2 && f[0] == "VA" {
 			n, err := strconv.Atoi(f[1])
 			if err != nil {
@@ -424,6 +431,16 @@ func normaliseCAS(replies [][]byte) [][]byte {
 			line := r[:nl+1]
 			r = r[nl+1:]
 			f := strings.Fields(string(line))
+			if len(f) > 0 && metaStatus[f[0]] {
+				b = append(b, normaliseMetaCAS(f, ranks)...)
+				if f[0] == "VA" && len(f) > 1 {
+					if n, err := strconv.Atoi(f[1]); err == nil && n+2 <= len(r) {
+						b = append(b, r[:n+2]...)
+						r = r[n+2:]
+					}
+				}
+				continue
+			}
 			if len(f) != 5 || f[0] != "VALUE" {
 				b = append(b, line...)
 				continue
@@ -445,6 +462,46 @@ func normaliseCAS(replies [][]byte) [][]byte {
 		out[i] = b
 	}
 	return out
+}
+
+// metaStatus holds the status codes of meta replies whose flags may carry
+// a CAS unique ("c<unique>").
+var metaStatus = map[string]bool{"HD": true, "VA": true, "EN": true, "NS": true, "EX": true, "NF": true}
+
+// normaliseMetaCAS rewrites a meta reply line's "c<unique>" flag (other
+// than c0) as "<c key#n>", ranked like normaliseCAS's VALUE uniques; key is
+// the line's k flag, or "-" without one.
+func normaliseMetaCAS(f []string, ranks map[string]map[string]int) []byte {
+	key := "-"
+	for _, t := range f[1:] {
+		if strings.HasPrefix(t, "k") {
+			key = t[1:]
+		}
+	}
+	var b []byte
+	for i, t := range f {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		if i == 0 || len(t) < 2 || t[0] != 'c' || t == "c0" {
+			b = append(b, t...)
+			continue
+		}
+		if _, err := strconv.ParseUint(t[1:], 10, 64); err != nil {
+			b = append(b, t...)
+			continue
+		}
+		if ranks[key] == nil {
+			ranks[key] = map[string]int{}
+		}
+		rank, ok := ranks[key][t[1:]]
+		if !ok {
+			rank = len(ranks[key]) + 1
+			ranks[key][t[1:]] = rank
+		}
+		b = fmt.Appendf(b, "<c %s#%d>", key, rank)
+	}
+	return append(b, "\r\n"...)
 }
 
 // firstDiff returns the index of the first byte where a and b differ.

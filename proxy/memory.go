@@ -123,7 +123,10 @@ type MemoryWrite struct {
 	// negative value makes the item expire at once. Ignored by append and
 	// prepend, which keep the existing item's.
 	Exptime int64
-	// CAS is the unique a MemCAS write must match; other modes ignore it.
+	// CAS is the unique a MemCAS write must match. An append or prepend
+	// with a non-zero CAS must match it too (memcached's meta ms with MA or
+	// MP and C); the text protocol's append and prepend send none. Other
+	// modes ignore it.
 	CAS uint64
 }
 
@@ -138,6 +141,7 @@ type memEntry struct {
 	size       int64
 	tokenSent  bool      // meta: an mg won this item's token (N); later mg show Z
 	keyBinary  bool      // meta: stored by an ms with b; k shows the key in base64
+	fetched    bool      // read by get, gat, mg since stored (memcached's ITEM_FETCHED; me shows it)
 	prev, next *memEntry // prev is more recently used
 }
 
@@ -195,6 +199,7 @@ func (s *MemoryStore) Get(key string, now time.Time) (MemoryItem, bool) {
 	if e == nil {
 		return MemoryItem{}, false
 	}
+	e.fetched = true
 	s.bump(e, now.Unix())
 	return e.snapshot(), true
 }
@@ -213,6 +218,7 @@ func (s *MemoryStore) Touch(key string, exptime int64, now time.Time) (MemoryIte
 		return MemoryItem{}, false
 	}
 	e.exptime = s.realtime(exptime, sec)
+	e.fetched = true
 	s.bump(e, sec)
 	return e.snapshot(), true
 }
@@ -275,6 +281,9 @@ func (s *MemoryStore) Store(w MemoryWrite, now time.Time) (MemoryResult, uint64,
 	case MemAppend, MemPrepend:
 		if old == nil {
 			return MemNotStored, 0, nil
+		}
+		if w.CAS != 0 && w.CAS != old.cas {
+			return MemExists, 0, nil // meta ms MA/MP with C
 		}
 		e.flags, e.exptime = old.flags, old.exptime
 		e.size = memItemSize(len(w.Key), e.flags, len(old.value)+len(w.Value))

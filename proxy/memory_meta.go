@@ -5,11 +5,11 @@ package proxy
 //
 //   - mg: b c f k O q s t v N (vivify: an empty item, reported W, then Z
 //     to later mg) T (touch) u (accepted; LRU order is not modelled);
-//   - ms: b c k O q F T C M (S E A P R; C with A or P is not checked);
+//   - ms: b c k O q F T C M (S E A P R);
 //   - md: b k O q C;
 //   - ma: b c k O q t v N J D T C M (I + D -);
-//   - me: answers EN or ME with exp, la, cas, fetch=no, cls (from
-//     memcached's default slab classes) and size.
+//   - me: answers EN or ME with exp, la, cas, fetch (set by get, gat, mg),
+//     cls (memcached's default slab classes) and size.
 //
 // The flags memcached accepts and ignores for a command (mg F, ma f, ...)
 // are ignored too. The others that memcached knows (h l R for mg, I for ms
@@ -169,6 +169,7 @@ func (b *MemoryBackend) metaGet(dst, key []byte, r *Request, mf *metaFlags, now 
 		dst = append(append(dst, e.value...), "\r\n"...)
 	}
 	if !mf.seen['u'] {
+		e.fetched = true
 		s.bump(e, sec)
 	}
 	return dst, true
@@ -336,7 +337,11 @@ func (b *MemoryBackend) metaDebug(dst, key []byte, binary bool, now time.Time) [
 	dst = strconv.AppendInt(append(dst, " exp="...), exp, 10)
 	dst = strconv.AppendInt(append(dst, " la="...), sec-e.atime, 10)
 	dst = strconv.AppendUint(append(dst, " cas="...), e.cas, 10)
-	dst = append(dst, " fetch=no cls="...)
+	if e.fetched {
+		dst = append(dst, " fetch=yes cls="...)
+	} else {
+		dst = append(dst, " fetch=no cls="...)
+	}
 	dst = strconv.AppendInt(dst, int64(memSlabClass(e.size)), 10)
 	dst = strconv.AppendInt(append(dst, " size="...), e.size, 10)
 	return append(dst, "\r\n"...)
