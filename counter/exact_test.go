@@ -208,18 +208,25 @@ func TestWorkerProcess(t *testing.T) {
 }
 
 // proxyOrDirect builds and starts cmd/mcproxy in front of the shards when
-// it builds, else returns the first shard.
+// it builds, else returns the first shard. COUNTER_TEST_MCPROXY names a
+// prebuilt mcproxy binary; COUNTER_TEST_DIRECT skips the proxy.
 func proxyOrDirect(t *testing.T, shards []*bench.Memcached) (addr, via string) {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		return shards[0].Addr, "direct: no go tool to build cmd/mcproxy"
+	if os.Getenv("COUNTER_TEST_DIRECT") != "" {
+		return shards[0].Addr, "direct to memcached: COUNTER_TEST_DIRECT is set"
 	}
-	bin := filepath.Join(t.TempDir(), "mcproxy")
-	build := exec.Command(goBin, "build", "-o", bin, "github.com/poplimit/poplimit/cmd/mcproxy")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Logf("cmd/mcproxy does not build, going direct: %v\n%s", err, out)
-		return shards[0].Addr, "direct to memcached: cmd/mcproxy does not build"
+	bin := os.Getenv("COUNTER_TEST_MCPROXY") // a prebuilt binary
+	if bin == "" {
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			return shards[0].Addr, "direct: no go tool to build cmd/mcproxy"
+		}
+		bin = filepath.Join(t.TempDir(), "mcproxy")
+		build := exec.Command(goBin, "build", "-o", bin, "github.com/poplimit/poplimit/cmd/mcproxy")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Logf("cmd/mcproxy does not build, going direct: %v\n%s", err, out)
+			return shards[0].Addr, "direct to memcached: cmd/mcproxy does not build"
+		}
 	}
 	port, err := bench.FreePort()
 	if err != nil {
