@@ -142,7 +142,15 @@ func (l *leaser) take(ctx context.Context, key string, now time.Time, n int64) (
 		return counter.Result{}, false, err
 	}
 	le.seenAt, le.seen = now, r
-	if !r.Allowed && b > n && l.a.Limit().OnReject == counter.Refund {
+	lim := l.a.Limit()
+	retry := !r.Allowed && b > n && lim.OnReject == counter.Refund
+	if !r.Allowed && b > n && lim.OnReject == counter.Count && lim.Algorithm != counter.TokenBucket {
+		// A window limit in Count mode kept the refused batch in its
+		// count: take it back, so that only the request itself is judged
+		// (and counted) below, as without leases.
+		retry = l.a.Undo(ctx, key, now, b) == nil
+	}
+	if retry {
 		// Not enough for a batch: ask for the request alone.
 		b = n
 		if r, err = l.a.AllowN(ctx, key, now, n); err != nil {
