@@ -40,7 +40,8 @@ type ProxyLoadConfig struct {
 	Duration time.Duration
 	// Keys is the size of the key space, drawn uniformly; default 10000.
 	Keys int
-	// KeyPrefix starts every key; default "pb:".
+	// KeyPrefix starts every key; default "pb:<mix>:" ("pb:getset:" for
+	// mget), so incr counters never meet getset's non-numeric values.
 	KeyPrefix string
 	// Seed seeds the per-connection key and operation choices; default 1.
 	Seed uint64
@@ -58,7 +59,15 @@ type ProxyLoadConfig struct {
 func (c ProxyLoadConfig) mix() string       { return orDefault(c.Mix, MixIncr) }
 func (c ProxyLoadConfig) conns() int        { return positiveOr(c.Conns, 64) }
 func (c ProxyLoadConfig) keys() int         { return positiveOr(c.Keys, 10000) }
-func (c ProxyLoadConfig) keyPrefix() string { return orDefault(c.KeyPrefix, "pb:") }
+func (c ProxyLoadConfig) keyPrefix() string {
+	switch {
+	case c.KeyPrefix != "":
+		return c.KeyPrefix
+	case c.mix() == MixMGet:
+		return "pb:" + MixGetSet + ":" // read what getset writes
+	}
+	return "pb:" + c.mix() + ":"
+}
 func (c ProxyLoadConfig) duration() time.Duration {
 	if c.Duration > 0 {
 		return c.Duration
