@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -128,6 +129,10 @@ type ProxyConfig struct {
 	DrainTimeout time.Duration
 	// Now is the clock of the stats (uptime, timestamp); default time.Now.
 	Now func() time.Time
+	// ClientConnections and ClientTimeout apply to pools whose spec
+	// leaves them zero (e.g. command-line defaults under a YAML file).
+	ClientConnections int
+	ClientTimeout     time.Duration
 }
 
 // Proxy runs the pools of one configuration, each with its own listener,
@@ -266,6 +271,15 @@ func (p *Proxy) Reload(specs []PoolSpec) (err error) {
 	}
 	if len(specs) == 0 {
 		return fmt.Errorf("%w: no pools", ErrConfig)
+	}
+	specs = slices.Clone(specs)
+	for i := range specs {
+		if specs[i].ClientConnections == 0 {
+			specs[i].ClientConnections = p.cfg.ClientConnections
+		}
+		if specs[i].ClientTimeout == 0 {
+			specs[i].ClientTimeout = p.cfg.ClientTimeout
+		}
 	}
 	for i, s := range specs {
 		if err := s.Validate(); err != nil {

@@ -3,8 +3,13 @@
 // YAML file to package proxy.
 //
 //	mcproxy --listen 127.0.0.1:22121 --shard 127.0.0.1:11211 --shard 127.0.0.1:11212
-//	mcproxy --config testdata/mcproxy.yml
-//	mcproxy --embedded 3
+//	mcproxy --config testdata/mcproxy.yml            (several pools; SIGHUP or a file change reloads)
+//	mcproxy --listen unix:/run/mcproxy.sock --embedded 3
+//
+// Operations: Prometheus metrics, /healthz and Twemproxy's stats JSON on
+// --admin (loopback by default); nutcracker's raw stats port with
+// --stats-port; graceful shutdown on SIGTERM/SIGINT within
+// --shutdown-timeout; logs through log/slog (--log-format, --log-level).
 package main
 
 import (
@@ -13,12 +18,16 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/proxy"
@@ -26,15 +35,35 @@ import (
 )
 
 // version is the mcproxy release.
-const version = "0.2.0"
+const version = "0.3.0"
+
+// DefaultAdmin is the default admin (metrics, health, stats) address.
+const DefaultAdmin = "127.0.0.1:22222"
+
+// poolFlags are the flags that describe the one pool built from flags;
+// with --config the file sets them per pool.
+var poolFlags = []string{"listen", "hash-tag", "distribution", "hash", "timeout", "server-connections", "auto-eject", "failure-limit", "retry-timeout"}
 
 func main() {
-	app := &cli.App{
+	if err := newApp().Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "mcproxy:", err)
+		os.Exit(1)
+	}
+}
+
+func newApp() *cli.App {
+	return &cli.App{
 		Name:    "mcproxy",
 		Usage:   "consistent-hashing memcached proxy (Twemproxy compatible)",
 		Version: version,
+		Description: "Serves the memcached text and meta protocols and forwards each key to its shard.\n" +
+			"Pools come from --shard flags (one pool) or a nutcracker YAML file (--config, any number of pools).\n" +
+			"With --config, SIGHUP and changes of the file reload it without dropping client connections:\n" +
+			"shards added or removed and settings changed; requests in flight finish on the old shards;\n" +
+			"an invalid file is rejected with a logged reason and the running configuration stays.\n" +
+			"SIGTERM/SIGINT: stop accepting, answer what was read, close within --shutdown-timeout.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "listen", Value: proxy.DefaultListen, Usage: "listen address (loopback by default)"},
+			&cli.StringFlag{Name: "listen", Value: proxy.DefaultListen, Usage: "listen address: host:port (loopback by default), or a Unix socket unix:/path/mc.sock[ mode] (e.g. \"unix:/run/mc.sock 0666\")"},
 			&cli.StringSliceFlag{Name: "shard", Usage: "memcached shard host:port[:weight [name]] (repeat)"},
 			&cli.StringFlag{Name: "hash-tag", Value: "{}", Usage: "two-character hash tag; \"\" hashes whole keys"},
 			&cli.StringFlag{Name: "distribution", Value: shard.DistConsistent, Usage: "consistent (xxhash) or ketama (Twemproxy's)"},
@@ -44,79 +73,189 @@ func main() {
 			&cli.BoolFlag{Name: "auto-eject", Usage: "eject failing shards (auto_eject_hosts)"},
 			&cli.IntFlag{Name: "failure-limit", Value: 2, Usage: "consecutive failures that eject a shard"},
 			&cli.DurationFlag{Name: "retry-timeout", Value: 30 * time.Second, Usage: "time an ejected shard stays out before a probe"},
-			&cli.StringFlag{Name: "config", Usage: "Twemproxy nutcracker.yml file (instead of --shard)"},
+			&cli.StringFlag{Name: "config", Usage: "Twemproxy nutcracker.yml file (instead of --shard); reloaded on SIGHUP and on change"},
+			&cli.BoolFlag{Name: "watch", Value: true, Usage: "with --config, reload when the file changes (SIGHUP always reloads)"},
 			&cli.IntFlag{Name: "embedded", Usage: "serve N in-process memory shards instead of memcached"},
 			&cli.IntFlag{Name: "max-item-size", Value: 1 << 20, Usage: "largest value in bytes"},
+			&cli.IntFlag{Name: "client-connections", Usage: "most concurrent clients per pool, beyond: SERVER_ERROR and close (0: no limit; with --config, for pools without client_connections)"},
+			&cli.DurationFlag{Name: "client-idle-timeout", Usage: "close clients idle this long (0: never; with --config, for pools without client_timeout)"},
+			&cli.StringFlag{Name: "admin", Value: DefaultAdmin, Usage: "HTTP address of /metrics (Prometheus), /healthz and /stats.json (Twemproxy stats); \"\" disables"},
+			&cli.IntFlag{Name: "stats-port", Usage: "also serve the Twemproxy stats JSON on this raw TCP port, like nutcracker -s (0: off)"},
+			&cli.StringFlag{Name: "stats-addr", Value: "127.0.0.1", Usage: "address of --stats-port, like nutcracker -a"},
+			&cli.DurationFlag{Name: "shutdown-timeout", Value: 5 * time.Second, Usage: "on SIGTERM, how long in-flight requests may take before connections are closed"},
+			&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, Usage: "on reload, how long replaced shards may take to answer their in-flight requests"},
+			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json (log/slog, to stderr)"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn or error"},
 		},
 		Action: run,
 	}
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "mcproxy:", err)
-		os.Exit(1)
+}
+
+// newLogger builds the slog logger of --log-format and --log-level.
+func newLogger(format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text", "":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
 func run(c *cli.Context) error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log, err := newLogger(c.String("log-format"), c.String("log-level"))
+	if err != nil {
+		return err
+	}
+	slog.SetDefault(log)
+	path := c.String("config")
 	pools, err := poolsFromFlags(c, log)
 	if err != nil {
 		return err
 	}
-	embedded := c.Int("embedded")
-	limits := proxy.Limits{MaxItemSize: c.Int("max-item-size")}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-
-	type running struct {
-		srv *proxy.Server
-		rt  *proxy.Router
+	pcfg := proxy.ProxyConfig{
+		Logger:            log,
+		ClientConnections: c.Int("client-connections"),
+		ClientTimeout:     c.Duration("client-idle-timeout"),
+		Limits:            proxy.Limits{MaxItemSize: c.Int("max-item-size")},
+		DrainTimeout:      c.Duration("drain-timeout"),
 	}
-	var all []running
-	errc := make(chan error, len(pools))
-	for _, p := range pools {
-		rc := p.RouterConfig()
-		rc.Logger = log
-		if embedded > 0 {
-			rc.NewBackend = func(i int, s shard.Server, _ proxy.BackendHooks) (proxy.Backend, error) {
-				return proxy.NewMemoryBackend(proxy.MemoryConfig{})
+	if c.Int("embedded") > 0 {
+		pcfg.NewBackend = func(string, int, shard.Server, proxy.BackendHooks) (proxy.Backend, error) {
+			return proxy.NewMemoryBackend(proxy.MemoryConfig{})
+		}
+	}
+	p := proxy.NewProxy(pcfg)
+	if err := p.Reload(pools); err != nil {
+		return err
+	}
+	shutdown := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), c.Duration("shutdown-timeout"))
+		defer cancel()
+		err := p.Shutdown(ctx)
+		if errors.Is(err, context.DeadlineExceeded) {
+			log.Warn("mcproxy: shutdown timeout, closed the remaining client connections", "timeout", c.Duration("shutdown-timeout"))
+			return nil
+		}
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stops []func()
+	defer func() {
+		for _, f := range stops {
+			f()
+		}
+	}()
+	if addr := c.String("admin"); addr != "" {
+		stop, err := serveAdmin(p, addr, log)
+		switch {
+		case err == nil:
+			stops = append(stops, stop)
+		case c.IsSet("admin"):
+			_ = shutdown()
+			return err
+		default: // the default port may be taken by another mcproxy
+			log.Error("mcproxy: no admin endpoint (metrics, health); set --admin", "err", err)
+		}
+	}
+	if port := c.Int("stats-port"); port > 0 {
+		ln, err := net.Listen("tcp", net.JoinHostPort(c.String("stats-addr"), strconv.Itoa(port)))
+		if err != nil {
+			_ = shutdown()
+			return fmt.Errorf("--stats-port: %w", err)
+		}
+		done := make(chan struct{})
+		go func() { defer close(done); _ = p.ServeStats(ln, version) }()
+		log.Info("mcproxy: stats port", "addr", ln.Addr().String())
+		stops = append(stops, func() { _ = ln.Close(); <-done })
+	}
+
+	reload := make(chan string, 1)
+	request := func(why string) {
+		select {
+		case reload <- why:
+		default: // one pending reload reads the newest file anyway
+		}
+	}
+	if path != "" && c.Bool("watch") {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := proxy.WatchFile(ctx, path, 0, func() { request("file changed") }); err != nil {
+				log.Error("mcproxy: cannot watch the config file; SIGHUP still reloads", "path", path, "err", err)
+			}
+		}()
+		stops = append(stops, func() { cancel(); <-done })
+	}
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	failed := make(chan error, 1)
+	go func() { failed <- p.Wait(ctx) }()
+	for {
+		select {
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				request("SIGHUP")
+				continue
+			}
+			log.Info("mcproxy: shutting down", "signal", s.String())
+			return shutdown()
+		case why := <-reload:
+			if path == "" {
+				log.Warn("mcproxy: nothing to reload without --config", "trigger", why)
+				continue
+			}
+			log.Info("mcproxy: reloading", "path", path, "trigger", why)
+			if err := p.ReloadFile(path); err == nil {
+				log.Info("mcproxy: config reloaded", "path", path, "pools", len(p.Pools()))
+			}
+		case err := <-failed:
+			if err != nil {
+				log.Error("mcproxy: a listener failed", "err", err)
+				_ = shutdown()
+				return err
 			}
 		}
-		rt, err := proxy.NewRouter(rc)
-		if err != nil {
-			return err
-		}
-		srv, err := proxy.NewServer(proxy.ServerConfig{Router: rt, Limits: limits, Logger: log})
-		if err != nil {
-			_ = rt.Close()
-			return err
-		}
-		ln, err := net.Listen("tcp", p.ListenAddr())
-		if err != nil {
-			_ = rt.Close()
-			return err
-		}
-		log.Info("mcproxy: listening", "pool", p.Name, "addr", ln.Addr().String(), "shards", len(p.Servers), "distribution", rc.Distribution, "hash_tag", p.HashTag)
-		all = append(all, running{srv, rt})
-		go func() { errc <- srv.Serve(ln) }()
 	}
+}
 
-	var serveErr error
-	select {
-	case <-ctx.Done():
-		log.Info("mcproxy: shutting down")
-	case serveErr = <-errc:
+// serveAdmin serves the admin endpoints on addr; the returned func stops
+// the server.
+func serveAdmin(p *proxy.Proxy, addr string, log *slog.Logger) (func(), error) {
+	reg := prometheus.NewRegistry()
+	for _, col := range []prometheus.Collector{p, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(col); err != nil {
+			return nil, err
+		}
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for _, r := range all {
-		_ = r.srv.Shutdown(sctx)
-		_ = r.rt.Close()
+	h, err := proxy.AdminHandler(proxy.AdminConfig{Proxy: p, Registry: reg, Version: version})
+	if err != nil {
+		return nil, err
 	}
-	if serveErr != nil && !errors.Is(serveErr, proxy.ErrServerClosed) {
-		return serveErr
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--admin: %w", err)
 	}
-	return nil
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	log.Info("mcproxy: admin", "addr", ln.Addr().String(), "paths", "/metrics /healthz /stats.json")
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, nil
 }
 
 // poolsFromFlags builds the pools from --config, or from --shard and the
@@ -126,7 +265,7 @@ func poolsFromFlags(c *cli.Context, log *slog.Logger) ([]proxy.PoolSpec, error) 
 		if len(c.StringSlice("shard")) > 0 {
 			return nil, errors.New("--config and --shard are exclusive")
 		}
-		for _, f := range []string{"listen", "hash-tag", "distribution", "hash", "timeout", "server-connections", "auto-eject", "failure-limit", "retry-timeout"} {
+		for _, f := range poolFlags {
 			if c.IsSet(f) {
 				log.Warn("mcproxy: flag ignored with --config (the file sets it per pool)", "flag", "--"+f)
 			}
@@ -139,7 +278,7 @@ func poolsFromFlags(c *cli.Context, log *slog.Logger) ([]proxy.PoolSpec, error) 
 	}
 	p := proxy.PoolSpec{
 		Name:               "flags",
-		Listen:             c.String("listen"),
+		Listen:             strings.TrimPrefix(c.String("listen"), "tcp:"),
 		Hash:               c.String("hash"),
 		Distribution:       c.String("distribution"),
 		HashTag:            c.String("hash-tag"),
@@ -148,6 +287,8 @@ func poolsFromFlags(c *cli.Context, log *slog.Logger) ([]proxy.PoolSpec, error) 
 		AutoEjectHosts:     c.Bool("auto-eject"),
 		ServerFailureLimit: c.Int("failure-limit"),
 		ServerRetryTimeout: c.Duration("retry-timeout"),
+		ClientConnections:  c.Int("client-connections"),
+		ClientTimeout:      c.Duration("client-idle-timeout"),
 	}
 	if n := c.Int("embedded"); n > 0 {
 		if len(c.StringSlice("shard")) > 0 {

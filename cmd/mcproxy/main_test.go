@@ -21,15 +21,37 @@ import (
 	"github.com/poplimit/poplimit/bench"
 )
 
-// buildMcproxy builds the binary once per test run.
+var (
+	buildOnce sync.Once
+	buildBin  string
+	buildErr  error
+	buildOut  []byte
+)
+
+// buildMcproxy builds the binary once per test run (TestMain removes it).
 func buildMcproxy(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "mcproxy")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "mcproxy-test")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildBin = filepath.Join(dir, "mcproxy")
+		buildOut, buildErr = exec.Command("go", "build", "-o", buildBin, ".").CombinedOutput()
+	})
+	if buildErr != nil {
+		t.Fatalf("go build: %v\n%s", buildErr, buildOut)
 	}
-	return bin
+	return buildBin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildBin != "" {
+		_ = os.RemoveAll(filepath.Dir(buildBin))
+	}
+	os.Exit(code)
 }
 
 // syncBuffer is a bytes.Buffer safe for the process's writes and the
