@@ -56,9 +56,9 @@ type ProxyLoadConfig struct {
 	CPUPids []int
 }
 
-func (c ProxyLoadConfig) mix() string       { return orDefault(c.Mix, MixIncr) }
-func (c ProxyLoadConfig) conns() int        { return positiveOr(c.Conns, 64) }
-func (c ProxyLoadConfig) keys() int         { return positiveOr(c.Keys, 10000) }
+func (c ProxyLoadConfig) mix() string { return orDefault(c.Mix, MixIncr) }
+func (c ProxyLoadConfig) conns() int  { return positiveOr(c.Conns, 64) }
+func (c ProxyLoadConfig) keys() int   { return positiveOr(c.Keys, 10000) }
 func (c ProxyLoadConfig) keyPrefix() string {
 	switch {
 	case c.KeyPrefix != "":
