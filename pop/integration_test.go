@@ -236,7 +236,7 @@ policies:
   - {name: local, routes: ["GET /local"], identity: [api_key], tier: t, fail_mode: local}
 `
 
-// Done-when 4: with mcproxy killed, each fail mode behaves as configured
+// Done-when 4 (deadline 50ms, breaker: 3 failures, open 5s): with mcproxy killed, each fail mode behaves as configured
 // within one store deadline, with zero store calls while the breaker is
 // open; traffic recovers when mcproxy returns.
 func TestIntegrationFailModesProxyKilled(t *testing.T) {
@@ -244,12 +244,14 @@ func TestIntegrationFailModesProxyKilled(t *testing.T) {
 	px, shards := onePoP(t, mcBin, 3)
 	policy := writePolicy(t, t.TempDir(), failDoc)
 	e := startEdge(t, edgeBin, upstream(t), px.addr, policy,
-		"--workers-per-pop", "4", "--store-deadline", "50ms", "--breaker-failures", "3", "--breaker-open", "3s")
+		"--workers-per-pop", "4", "--store-deadline", "50ms", "--breaker-failures", "3", "--breaker-open", "5s")
 	base := "http://" + e.addr
 	for _, r := range []string{"/open", "/closed", "/local"} {
-		if code, _ := get(t, base+r, "warm"); code != 200 {
-			t.Fatalf("%s before the failure: %d", r, code)
-		}
+		// On a loaded machine a first call may miss the 50ms deadline.
+		waitUntil(t, r+" admitted before the failure", func() bool {
+			code, _ := get(t, base+r, "warm")
+			return code == 200
+		})
 	}
 	px.kill()
 
