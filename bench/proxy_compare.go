@@ -268,6 +268,13 @@ func startMcproxyForCompare(ctx context.Context, cfg ProxyCompareConfig, dir str
 		}
 		detail += "--listen --shard x3 (its default ring and pool settings)"
 	}
+	// Its admin endpoint on a free port, as nutcracker gets a stats port
+	// (the default port may be taken by another mcproxy).
+	adminPort, err := FreePort()
+	if err != nil {
+		return nil, "", err
+	}
+	args = append(args, "--admin", net.JoinHostPort("127.0.0.1", strconv.Itoa(adminPort)))
 	args = append(args, cfg.McproxyArgs...)
 	p, err := StartProc(SystemMcproxy, bin, args, filepath.Join(dir, "mcproxy.log"))
 	if err != nil {

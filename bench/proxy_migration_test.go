@@ -78,7 +78,12 @@ func TestTwemproxyMigration(t *testing.T) {
 			if err := os.WriteFile(cfgPath, []byte(pool.YAML()), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			mc, err := StartProc("mcproxy", bin, []string{"--config", cfgPath}, filepath.Join(dir, "mcproxy.log"))
+			adminPort, err := FreePort()
+			if err != nil {
+				t.Fatal(err)
+			}
+			mc, err := StartProc("mcproxy", bin, []string{"--config", cfgPath,
+				"--admin", net.JoinHostPort("127.0.0.1", strconv.Itoa(adminPort))}, filepath.Join(dir, "mcproxy.log"))
 			if err != nil {
 				t.Fatal(err)
 			}
