@@ -326,7 +326,7 @@ func TestIntegrationTierChangeReachesAllWorkers(t *testing.T) {
 	up := upstream(t)
 	var workers []*edgeProc
 	for i := 0; i < 4; i++ {
-		workers = append(workers, startEdge(t, edgeBin, up, px.addr, policy, "--workers-per-pop", "4"))
+		workers = append(workers, startEdge(t, edgeBin, up, px.addr, policy, "--workers-per-pop", "4", "--store-deadline", "1s"))
 	}
 	// Spend the free tier.
 	for _, w := range workers {
