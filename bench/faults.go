@@ -32,8 +32,8 @@ type FaultsConfig struct {
 	// Settle is how long each scenario is observed after the repair;
 	// default 4s. Recovery requires a clean last second.
 	Settle time.Duration
-	// SlowDelay is the one-way delay of the slowed shard; default 150ms
-	// (a 300ms round trip, over the workers' 200ms store deadline).
+	// SlowDelay is the one-way delay of the slowed shard; default 300ms
+	// (a 600ms round trip, over the workers' 400ms store deadline).
 	SlowDelay time.Duration
 	// HTTP uses edge workers (default when they build); else in-process.
 	InProcess bool
@@ -64,7 +64,7 @@ func (c FaultsConfig) withDefaults() FaultsConfig {
 		c.Settle = 4 * time.Second
 	}
 	if c.SlowDelay <= 0 {
-		c.SlowDelay = 150 * time.Millisecond
+		c.SlowDelay = 300 * time.Millisecond
 	}
 	if c.APIUsers <= 0 {
 		c.APIUsers = 20
@@ -153,19 +153,19 @@ func RunFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, 
 	}
 	tr.sort()
 	pc := PoPConfig{Name: "faults", Shards: 3, Proxies: 1, RelayShards: true,
-		ProxyArgs: []string{"--auto-eject", "--failure-limit", "3", "--retry-timeout", "1s", "--timeout", "250ms"}}
+		ProxyArgs: []string{"--auto-eject", "--failure-limit", "3", "--retry-timeout", "1s", "--timeout", "300ms"}}
 	if !cfg.InProcess && env.HasEdge() {
 		pc.Edges, pc.WorkersPerPoP = 4, 4
 		pc.Policy = PolicyYAML(tr.Routes, 0, 1)
 		// Deadlines generous enough that a loaded 2-core machine does not
 		// look like a fault; the faults themselves exceed them.
-		pc.EdgeArgs = []string{"--store-deadline", "200ms", "--breaker-failures", "5", "--breaker-open", "250ms"}
+		pc.EdgeArgs = []string{"--store-deadline", "400ms", "--breaker-failures", "5", "--breaker-open", "250ms"}
 	}
 	p, err := env.Launch(ctx, pc)
 	if err != nil {
 		return nil, err
 	}
-	target, in, err := env.Workers(p, tr.Routes, 4, 64, InprocConfig{Timeout: 200 * time.Millisecond})
+	target, in, err := env.Workers(p, tr.Routes, 4, 64, InprocConfig{Timeout: 400 * time.Millisecond})
 	if err != nil {
 		return nil, err
 	}
@@ -226,13 +226,17 @@ func RunFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, 
 	base := &FaultResult{RepairS: cfg.Warmup.Seconds()}
 	scoreFault(base, replay, cfg.Warmup/2, cfg.Warmup, samples, 1)
 	rep.BaselineErrorPct = base.errPct
-	threshold := max(0.05, 2*base.errPct/100)
 	for i, r := range results {
 		if r == nil {
 			r = &FaultResult{Scenario: cfg.Scenarios[i], Skipped: "did not start (run cut short)"}
 			results[i] = r
 		}
 		from := cfg.Warmup + time.Duration(i)*span
+		// The noise floor: the run's baseline, or the second before this
+		// fault if the machine got busier since.
+		pre := &FaultResult{RepairS: from.Seconds()}
+		scoreFault(pre, replay, from-time.Second, from, samples, 1)
+		threshold := max(0.05, 2*max(base.errPct, pre.errPct)/100)
 		scoreFault(r, replay, from, from+span, samples, threshold)
 		if r.Skipped == "" {
 			rep.Spans = append(rep.Spans, Span{Label: r.Scenario, From: secondsDur(r.StartS), To: secondsDur(r.RepairS),
@@ -336,7 +340,8 @@ func runFault(ctx context.Context, p *PoP, name string, cfg FaultsConfig, start 
 // scoreFault fills r from the requests sent in [from, to) and the worker
 // error samples. Time is cut in 250ms buckets; a bucket is bad when its
 // errors (client-visible plus worker store errors) exceed threshold (a
-// fraction: 5%, or twice the baseline error rate if higher) of its
+// fraction: 5%, or twice the error rate of the baseline or of the second
+// before the fault, if higher) of its
 // requests: a shared machine misses a store deadline now and then, which
 // is noise, not a fault; a dead shard of three fails a third of them. Recovered means the last second
 // has no bad bucket; RecoverMs runs from the repair to the end of the last

@@ -18,7 +18,7 @@ func faultsCommand() *cli.Command {
 			&cli.StringFlag{Name: "scenarios", Usage: "comma-separated: shard-kill, shard-hang, shard-slow, proxy-restart, reload", Value: "shard-kill,shard-hang,shard-slow,reload,proxy-restart"},
 			&cli.DurationFlag{Name: "fault", Usage: "how long each fault lasts", Value: 2 * time.Second},
 			&cli.DurationFlag{Name: "settle", Usage: "observation after each repair (≥ 1s)", Value: 4 * time.Second},
-			&cli.DurationFlag{Name: "slow-delay", Usage: "one-way delay of the slowed shard", Value: 150 * time.Millisecond},
+			&cli.DurationFlag{Name: "slow-delay", Usage: "one-way delay of the slowed shard", Value: 300 * time.Millisecond},
 			&cli.BoolFlag{Name: "inprocess", Usage: "in-process workers instead of edge processes"},
 			&cli.Uint64Flag{Name: "seed", Value: 1},
 		),
