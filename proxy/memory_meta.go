@@ -36,6 +36,9 @@ func (b *MemoryBackend) executeMeta(dst []byte, r *Request, now time.Time) []byt
 	var dec [MaxKeyLen]byte
 	if r.Base64 {
 		n := decodeMetaKey(dec[:], key)
+		if n == 0 && r.Cmd == CmdMe {
+			return append(append(dst, ErrBadFormat.Reply...), "\r\n"...)
+		}
 		if n == 0 {
 			return append(append(dst, ErrMetaDecodingKey.Reply...), "\r\n"...)
 		}
@@ -168,7 +171,7 @@ func (b *MemoryBackend) metaGet(dst, key []byte, r *Request, mf *metaFlags, now 
 	if mf.value {
 		dst = append(append(dst, e.value...), "\r\n"...)
 	}
-	if !mf.seen['u'] {
+	if !mf.has('u') {
 		e.fetched = true
 		s.bump(e, sec)
 	}
@@ -255,7 +258,7 @@ func (b *MemoryBackend) metaArith(dst, key []byte, r *Request, mf *metaFlags, no
 	defer s.mu.Unlock()
 	sec := s.clock(now)
 	delta := uint64(1)
-	if mf.seen['D'] {
+	if mf.has('D') {
 		delta = mf.delta
 	}
 	incr := mf.mode != 'D' && mf.mode != '-'

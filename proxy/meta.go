@@ -55,8 +55,11 @@ type metaFlags struct {
 	clientFlags                                  uint32
 	cas, delta, initial                          uint64
 	opaqueTooLong                                bool
-	seen                                         [127]bool
+	seen                                         [2]uint64 // bit per flag byte < 128
 }
+
+// has reports whether flag o was given.
+func (mf *metaFlags) has(o byte) bool { return o < 128 && mf.seen[o>>6]&(1<<(o&63)) != 0 }
 
 // nextMetaFlag returns the next flag token of flags and the rest.
 func nextMetaFlag(flags []byte) (tok, rest []byte) {
@@ -81,10 +84,10 @@ func preparseMeta(key, flags []byte, def *ReplyError) (mf metaFlags, err *ReplyE
 			break
 		}
 		o := t[0]
-		if o >= 127 || mf.seen[o] {
+		if o >= 127 || mf.has(o) {
 			return mf, ErrMetaDuplicateFlag
 		}
-		mf.seen[o] = true
+		mf.seen[o>>6] |= 1 << (o & 63)
 		arg := t[1:]
 		switch o {
 		case 'b':

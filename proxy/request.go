@@ -3,7 +3,8 @@
 //
 //   - request.go, parse.go: the parsed Request and Parse, a pure function over
 //     a byte buffer (memcached 1.6 text protocol, with memcached's replies for
-//     bad input);
+//     bad input); meta.go: the meta protocol (mg ms md ma mn me) within it,
+//     and meta_server.go: how the proxy answers meta requests;
 //   - route.go: hash tag → shard, through shard's ring snapshot;
 //   - backend.go, pool.go: the Backend interface and the pipelined connection
 //     pool to a memcached shard;
