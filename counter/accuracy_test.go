@@ -169,7 +169,7 @@ func TestSlidingAccuracy(t *testing.T) {
 		time.Duration(s.DurationMs)*ms, s.Quantity, time.Duration(s.WindowMs)*ms)
 	precisions := []int{1, 4, 12, 60}
 	if raceEnabled { // the race detector makes the full replay ~10× slower
-		precisions, tr = []int{1, 60}, tr[:len(tr)/4]
+		precisions, tr = []int{1, 60}, tr[:len(tr)/8]
 		t.Logf("race detector on: first %d requests only", len(tr))
 	}
 	wrong := map[int]float64{}

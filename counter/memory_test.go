@@ -68,7 +68,10 @@ func TestBytesPerLimiter(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	const limiters = 5000
+	limiters := 5000
+	if raceEnabled {
+		limiters = 1000
+	}
 	for _, tc := range []struct {
 		name  string
 		limit counter.Limit
@@ -107,7 +110,7 @@ func TestBytesPerLimiter(t *testing.T) {
 				}
 			}
 			used, chunks := slabUse(t, mc[0].Addr)
-			per := (used - base) / limiters
+			per := (used - base) / int64(limiters)
 			t.Logf("%s: %d bytes of slab memory per limiter (%d items each; classes in use %v), key e.g. %q",
 				tc.name, per, steps, chunks, counter.Key("ip", "203.0.19.136"))
 			if tc.max > 0 && per > tc.max {
