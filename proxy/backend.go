@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -74,7 +75,11 @@ type Call struct {
 	shard  int
 	router *Router
 	done   chan struct{}
-	req    Request // storage for Req when the proxy builds sub-requests
+	// wake, when set, is the client writer's wakeup, signalled by Finish
+	// after finished is set (see clientio.go).
+	wake     chan struct{}
+	finished atomic.Bool
+	req      Request // storage for Req when the proxy builds sub-requests
 }
 
 // NewCall returns an empty Call ready for Do.
@@ -86,7 +91,15 @@ func NewCall() *Call {
 // exactly once per Do.
 func (c *Call) Finish(err error) {
 	c.Err = err
+	wake := c.wake // c may be reused once finished is set
 	c.done <- struct{}{}
+	c.finished.Store(true)
+	if wake != nil {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Wait blocks until Finish has been called.
@@ -103,5 +116,7 @@ func (c *Call) reset() {
 	c.Err = nil
 	c.shard = 0
 	c.router = nil
+	c.wake = nil
+	c.finished.Store(false)
 	c.req.Reset()
 }

@@ -24,7 +24,7 @@ func (cc *clientConn) dispatchMeta(e *entry, req *Request, base []byte, n int) {
 	if req.Cmd == CmdMn {
 		e.kind = kindLocal
 		e.local = append(e.local, mnLine...)
-		cc.entries <- e
+		cc.queue(e)
 		return
 	}
 	e.raw = append(e.raw[:0], base[:n]...)
@@ -49,7 +49,7 @@ func (cc *clientConn) dispatchMeta(e *entry, req *Request, base []byte, n int) {
 		e.kind = kindSingle
 		r.do(i, cc.newCall(e, &e.req))
 	}
-	cc.entries <- e
+	cc.queue(e)
 }
 
 // hashKey returns the key the shard is chosen by: e.req's key, decoded

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -216,6 +217,10 @@ func (pc *poolConn) run() {
 			pc.idle = true
 			pc.mu.Unlock()
 			<-pc.kick
+			// Let the other runnable goroutines (client readers with
+			// requests parsed) queue theirs first: one write then
+			// carries the requests of many clients.
+			runtime.Gosched()
 			pc.mu.Lock()
 		}
 		if pc.closed {

@@ -72,6 +72,7 @@ func (cc *clientConn) newCall(e *entry, req *Request) *Call {
 	c := callPool.Get().(*Call)
 	c.Req = req
 	c.Conn = cc.id
+	c.wake = cc.wake
 	c.Start = cc.s.now()
 	e.calls = append(e.calls, c)
 	return c
@@ -83,6 +84,9 @@ func (cc *clientConn) replyError(req *Request, re *ReplyError) {
 	e.kind = kindLocal
 	e.noreply = req.Noreply
 	e.local = append(append(e.local, re.Reply...), "\r\n"...)
+	if re == ErrTooLarge && req.Cmd == CmdMs && len(req.Keys) == 1 {
+		cc.metaUnlink(e, req)
+	}
 	if re == ErrTooLarge && req.Cmd == CmdSet && len(req.Keys) == 1 {
 		// memcached unlinks the old value of a set it cannot store.
 		e.raw = append(e.raw[:0], req.Keys[0]...)
@@ -94,7 +98,7 @@ func (cc *clientConn) replyError(req *Request, re *ReplyError) {
 			r.do(i, cc.newCall(e, &e.req))
 		}
 	}
-	cc.entries <- e
+	cc.queue(e)
 }
 
 // dispatch copies the parsed request out of the read buffer, routes it and
@@ -105,16 +109,20 @@ func (cc *clientConn) dispatch(req *Request, base []byte, n int) {
 	s.st.cmds[req.Cmd].Add(1)
 	e := getEntry()
 	e.noreply = req.Noreply
+	if req.Cmd.IsMeta() {
+		cc.dispatchMeta(e, req, base, n)
+		return
+	}
 	switch req.Cmd {
 	case CmdVersion:
 		e.kind = kindLocal
 		e.local = append(e.local, s.version...)
-		cc.entries <- e
+		cc.queue(e)
 		return
 	case CmdStats:
 		e.kind = kindLocal
 		e.local = s.appendStats(e.local)
-		cc.entries <- e
+		cc.queue(e)
 		return
 	}
 	// Copy the request's bytes and rebase its slices onto the copy (they
@@ -158,7 +166,7 @@ func (cc *clientConn) dispatch(req *Request, base []byte, n int) {
 		e.kind = kindSingle
 		r.do(i, cc.newCall(e, &e.req))
 	}
-	cc.entries <- e
+	cc.queue(e)
 }
 
 // dispatchMulti splits a many-key retrieval by shard.
@@ -236,7 +244,7 @@ func (s *Server) respond(bw *bufio.Writer, e *entry) {
 			e.local = appendServerError(e.local, c.Err)
 			out = e.local
 		} else {
-			out = c.Reply
+			out = metaReply(&e.req, c.Reply)
 		}
 	case kindBroadcast:
 		out = okLine

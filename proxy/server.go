@@ -148,6 +148,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			nc:      nc,
 			id:      s.nextID.Add(1),
 			entries: make(chan *entry, s.cfg.maxPipeline()),
+			wake:    make(chan struct{}, 1),
 		}
 		s.mu.Lock()
 		if s.closed {
@@ -204,7 +205,8 @@ type clientConn struct {
 	s       *Server
 	nc      net.Conn
 	id      uint64
-	entries chan *entry
+	entries chan *entry   // in client order; send with queue
+	wake    chan struct{} // wakes the writer (clientio.go)
 	stopped atomic.Bool
 	active  atomic.Int64 // s.cl.tick at the last read (idle timeout)
 }
@@ -226,6 +228,7 @@ const (
 func (cc *clientConn) readLoop() {
 	s := cc.s
 	defer s.wg.Done()
+	defer cc.signal()
 	defer close(cc.entries)
 	lim := s.cfg.Limits
 	buf := make([]byte, clientBufSize)
@@ -303,18 +306,43 @@ func (cc *clientConn) writeLoop() {
 	}()
 	bw := bufio.NewWriterSize(cc.nc, writeBufSize)
 	broken := false
-	for e := range cc.entries {
+	flush := func() {
+		if !broken && bw.Buffered() > 0 {
+			if err := bw.Flush(); err != nil {
+				broken = true
+				_ = cc.nc.Close() // unblocks the reader
+			}
+		}
+	}
+	for {
+		// Sleep on wake only (flushing first): the entry at the head is
+		// answered when its calls have finished.
+		var e *entry
+		var ok bool
+		select {
+		case e, ok = <-cc.entries:
+		default:
+			flush()
+			<-cc.wake
+			continue
+		}
+		if !ok {
+			break
+		}
+		for _, c := range e.calls {
+			for !c.finished.Load() {
+				flush()
+				<-cc.wake
+			}
+		}
 		s.respond(bw, e)
 		releaseEntry(e)
 		if broken {
 			bw.Reset(io.Discard)
 			continue
 		}
-		if len(cc.entries) == 0 || bw.Buffered() >= writeBufSize {
-			if err := bw.Flush(); err != nil {
-				broken = true
-				_ = cc.nc.Close() // unblocks the reader
-			}
+		if bw.Buffered() >= writeBufSize {
+			flush()
 		}
 	}
 	if !broken {
