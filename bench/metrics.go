@@ -3,7 +3,9 @@ package bench
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -117,4 +119,86 @@ func (m Metrics) Sum(name, key, value string) float64 {
 		}
 	}
 	return t
+}
+
+// SlabClass is one slab class of memcached's "stats slabs".
+type SlabClass struct {
+	ID         int
+	ChunkSize  int64
+	UsedChunks int64
+}
+
+// SlabStats reads "stats slabs" from a memcached address.
+func SlabStats(addr string, timeout time.Duration) ([]SlabClass, error) {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := c.Write([]byte("stats slabs\r\n")); err != nil {
+		return nil, err
+	}
+	var buf []byte
+	br := bufio.NewReader(c)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return nil, err
+		}
+		buf = append(buf, line...)
+		if strings.TrimRight(line, "\r\n") == "END" {
+			return ParseSlabStats(buf)
+		}
+	}
+}
+
+// ParseSlabStats parses the reply to "stats slabs" ("STAT 5:chunk_size 240"
+// lines up to "END"); the classes come back sorted by id.
+func ParseSlabStats(reply []byte) ([]SlabClass, error) {
+	byID := map[int]*SlabClass{}
+	var ids []int
+	for _, line := range strings.Split(string(reply), "\n") {
+		line = strings.TrimRight(line, "\r")
+		if line == "END" {
+			break
+		}
+		f := strings.Fields(line)
+		if len(f) != 3 || f[0] != "STAT" {
+			if line == "" {
+				continue
+			}
+			return nil, fmt.Errorf("bench: stats slabs: bad line %q", line)
+		}
+		idStr, field, ok := strings.Cut(f[1], ":")
+		if !ok {
+			continue // active_slabs, total_malloced
+		}
+		id, err := strconv.Atoi(idStr)
+		if err != nil {
+			return nil, fmt.Errorf("bench: stats slabs: bad class %q", f[1])
+		}
+		v, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil {
+			continue // not every field is an integer
+		}
+		c := byID[id]
+		if c == nil {
+			c = &SlabClass{ID: id}
+			byID[id] = c
+			ids = append(ids, id)
+		}
+		switch field {
+		case "chunk_size":
+			c.ChunkSize = v
+		case "used_chunks":
+			c.UsedChunks = v
+		}
+	}
+	sort.Ints(ids)
+	out := make([]SlabClass, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, *byID[id])
+	}
+	return out, nil
 }

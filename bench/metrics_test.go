@@ -53,3 +53,33 @@ func TestStoreCommands(t *testing.T) {
 		t.Fatalf("memcached: %d", n)
 	}
 }
+
+func TestParseSlabStats(t *testing.T) {
+	reply := "STAT 5:chunk_size 240\r\nSTAT 5:used_chunks 10\r\nSTAT 2:chunk_size 96\r\nSTAT 2:used_chunks 3\r\nSTAT 2:mem_requested 200\r\nSTAT active_slabs 2\r\nSTAT total_malloced 2097152\r\nEND\r\n"
+	got, err := ParseSlabStats([]byte(reply))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []SlabClass{{ID: 2, ChunkSize: 96, UsedChunks: 3}, {ID: 5, ChunkSize: 240, UsedChunks: 10}}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("got %+v", got)
+	}
+	if _, err := ParseSlabStats([]byte("garbage here now\r\nEND\r\n")); err == nil {
+		t.Fatal("garbage accepted")
+	}
+}
+
+func FuzzParseSlabStats(f *testing.F) {
+	f.Add([]byte("STAT 5:chunk_size 240\r\nSTAT 5:used_chunks 10\r\nSTAT active_slabs 1\r\nEND\r\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		classes, err := ParseSlabStats(b)
+		if err != nil {
+			return
+		}
+		for i := 1; i < len(classes); i++ {
+			if classes[i].ID <= classes[i-1].ID {
+				t.Fatalf("classes not sorted: %+v", classes)
+			}
+		}
+	})
+}

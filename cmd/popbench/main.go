@@ -13,6 +13,7 @@
 //	popbench faults                    # shard kill/hang/slow, reload, mcproxy restart
 //	popbench pops                      # one client over 3 PoPs
 //	popbench central --rtt 80ms        # per-PoP vs central store latency
+//	popbench memory                    # bytes per limiter (memcached's stats slabs)
 //	popbench proxy --compare           # memcached vs nutcracker vs mcproxy
 //
 // Wiring only: the engine is package bench.
@@ -53,7 +54,7 @@ func main() {
 // commands lists the subcommands (proxy is in proxy.go).
 func commands() []*cli.Command {
 	return []*cli.Command{demoCommand(), loadCommand(), accuracyCommand(), faultsCommand(),
-		popsCommand(), centralCommand(), proxyCommand()}
+		popsCommand(), centralCommand(), memoryCommand(), proxyCommand()}
 }
 
 // commonFlags are accepted by every subcommand.

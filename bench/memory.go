@@ -1,0 +1,209 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/poplimit/poplimit/counter"
+)
+
+// MemoryConfig configures RunMemory. Zero means default.
+type MemoryConfig struct {
+	// Limiters written per configuration; default 10,000. A sliding window
+	// of precision N costs N+1 decisions per limiter, so the count is
+	// capped at 200,000/(N+1).
+	Limiters int
+	// Precisions of the sliding window; default 1, 4, 12, 60. Fixed window
+	// and token bucket are always measured.
+	Precisions []int
+	// Window of every limit; default 60s.
+	Window time.Duration
+	// Parallel decisions in flight; default 16.
+	Parallel int
+	// Progress is called with limiters done and total per configuration.
+	Progress func(done, total int)
+}
+
+// MemoryRow is memcached's own accounting for one configuration.
+type MemoryRow struct {
+	Algorithm string `json:"algorithm"`
+	Precision int    `json:"precision"`
+	Limiters  int    `json:"limiters"`
+	// Items is memcached's curr_items over the shards; ItemsPerLimiter is
+	// Items / Limiters (the steady state: every window the algorithm keeps
+	// alive has been written).
+	Items           int64   `json:"items"`
+	ItemsPerLimiter float64 `json:"items_per_limiter"`
+	// BytesPerItem is memcached's "bytes" stat / curr_items: key, value
+	// and item header as memcached counts them.
+	BytesPerItem float64 `json:"bytes_per_item"`
+	// SlabBytesPerLimiter is the slab memory used (chunk size × chunks in
+	// use, from "stats slabs") per limiter: what a limiter really costs.
+	SlabBytesPerLimiter float64 `json:"slab_bytes_per_limiter"`
+	// ChunkSizes lists the slab classes in use (bytes per chunk).
+	ChunkSizes []int64 `json:"chunk_sizes"`
+}
+
+// MemoryReport is the result of RunMemory.
+type MemoryReport struct {
+	PoP  string       `json:"pop"`
+	Rows []*MemoryRow `json:"rows"`
+}
+
+// RunMemory writes limiters through a PoP of 3 real memcached shards and
+// mcproxy (a fresh PoP per configuration) and reads memcached's own
+// accounting: items, bytes, slab chunks. It needs real memcached.
+func RunMemory(ctx context.Context, env *Env, cfg MemoryConfig) (*MemoryReport, error) {
+	if env.Store != StoreMemcached {
+		return nil, fmt.Errorf("%w: memory accounting needs real memcached shards", ErrNoPoP)
+	}
+	if cfg.Limiters <= 0 {
+		cfg.Limiters = 10000
+	}
+	if len(cfg.Precisions) == 0 {
+		cfg.Precisions = []int{1, 4, 12, 60}
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = time.Minute
+	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 16
+	}
+	type conf struct {
+		alg  counter.Algorithm
+		prec int
+	}
+	confs := []conf{{counter.FixedWindow, 1}, {counter.TokenBucket, 1}}
+	for _, p := range cfg.Precisions {
+		confs = append(confs, conf{counter.SlidingWindow, p})
+	}
+	rep := &MemoryReport{}
+	for i, c := range confs {
+		p, err := env.Launch(ctx, PoPConfig{Name: fmt.Sprintf("memory%d", i), Shards: 3, Proxies: 1})
+		if err != nil {
+			return nil, err
+		}
+		rep.PoP = p.Describe()
+		row, err := measureMemory(ctx, p, c.alg, c.prec, cfg)
+		p.Close()
+		if err != nil {
+			return nil, err
+		}
+		rep.Rows = append(rep.Rows, row)
+	}
+	return rep, nil
+}
+
+func measureMemory(ctx context.Context, p *PoP, alg counter.Algorithm, prec int, cfg MemoryConfig) (*MemoryRow, error) {
+	route := Route{Path: "/api", Quantity: 1000, Window: cfg.Window}
+	servers, direct := p.WorkerServers()
+	in, err := NewInproc([]Route{route}, InprocConfig{Servers: servers, Direct: direct, Workers: 4, Algorithm: alg, Precision: prec})
+	if err != nil {
+		return nil, err
+	}
+	steps := 1 // decisions per limiter
+	sub := cfg.Window
+	if alg == counter.SlidingWindow {
+		steps = prec + 1
+		sub = cfg.Window / time.Duration(prec)
+	}
+	n := min(cfg.Limiters, 200000/steps)
+	// Real time: memcached expires items on its own clock; every write
+	// of a limiter happens now, at instants one sub-window apart.
+	base := time.Now()
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	done := 0
+	for g := 0; g < cfg.Parallel; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				id := "m" + strconv.Itoa(i)
+				for s := 0; s < steps; s++ {
+					if _, err := in.Decide(ctx, i+s, id, route.Path, base.Add(time.Duration(s-steps+1)*sub)); err != nil {
+						mu.Lock()
+						if firstErr == nil {
+							firstErr = err
+						}
+						mu.Unlock()
+					}
+				}
+				mu.Lock()
+				done++
+				if cfg.Progress != nil && done%1000 == 0 {
+					cfg.Progress(done, n)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if firstErr != nil {
+		return nil, fmt.Errorf("bench: memory: %w", firstErr)
+	}
+	row := &MemoryRow{Algorithm: AlgorithmName(alg), Precision: prec, Limiters: n}
+	if alg != counter.SlidingWindow {
+		row.Precision = 0
+	}
+	var bytes, slab int64
+	chunks := map[int64]bool{}
+	for _, s := range p.Shards {
+		st, err := ServerStats(s.Direct, 2*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		row.Items += atoi(st["curr_items"])
+		bytes += atoi(st["bytes"])
+		sl, err := SlabStats(s.Direct, 2*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range sl {
+			if c.UsedChunks > 0 {
+				slab += c.ChunkSize * c.UsedChunks
+				chunks[c.ChunkSize] = true
+			}
+		}
+	}
+	for c := range chunks {
+		row.ChunkSizes = append(row.ChunkSizes, c)
+	}
+	row.ItemsPerLimiter = float64(row.Items) / float64(n)
+	if row.Items > 0 {
+		row.BytesPerItem = float64(bytes) / float64(row.Items)
+	}
+	row.SlabBytesPerLimiter = float64(slab) / float64(n)
+	return row, nil
+}
+
+func atoi(s string) int64 {
+	v, _ := strconv.ParseInt(s, 10, 64)
+	return v
+}
+
+// Tables returns the human view.
+func (r *MemoryReport) Tables() []*Table {
+	t := &Table{Title: "Bytes per limiter, memcached's own accounting (" + r.PoP + ")",
+		Header: []string{"algorithm", "N", "limiters", "items/limiter", "bytes/item", "slab bytes/limiter", "chunk sizes"}}
+	for _, x := range r.Rows {
+		prec := "-"
+		if x.Precision > 0 {
+			prec = strconv.Itoa(x.Precision)
+		}
+		t.Add(x.Algorithm, prec, x.Limiters, x.ItemsPerLimiter, x.BytesPerItem, x.SlabBytesPerLimiter, fmt.Sprint(x.ChunkSizes))
+	}
+	return []*Table{t}
+}
