@@ -20,7 +20,7 @@ func TestCommandsRegistered(t *testing.T) {
 			t.Errorf("%s lacks usage or action", c.Name)
 		}
 	}
-	for _, want := range []string{"demo", "load", "accuracy", "faults", "pops", "central", "proxy"} {
+	for _, want := range []string{"demo", "load", "accuracy", "faults", "pops", "central", "memory", "proxy"} {
 		if !seen[want] {
 			t.Errorf("command %s missing", want)
 		}
