@@ -59,9 +59,10 @@ const (
 //	b<win>.<q>.<burst>  token bucket: one item holding the GCRA
 //	                    theoretical arrival time (unix ns, decimal)
 //
-// e.g. "r{ip|203.0.113.7}s1kw.14xqmmo" (minute window). Limits with the
-// same algorithm and window share counters on the same identity: give two
-// such limits different identity parts (e.g. the limit name).
+// e.g. "r{ip|203.0.113.7}s1aao.htkj0" (a minute window at 2026-11-29
+// 21:00 UTC). Limits with the same algorithm and window share counters on
+// the same identity: give two such limits different identity parts (e.g.
+// the limit name).
 func Key(parts ...string) string {
 	var b strings.Builder
 	b.Grow(len(keyPrefix) + 2 + 16*len(parts))

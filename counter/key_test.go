@@ -3,6 +3,7 @@ package counter_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/poplimit/poplimit/counter"
 )
@@ -86,4 +87,19 @@ func FuzzKey(f *testing.F) {
 			t.Fatalf("limiter rejected key %q: %v", k, err)
 		}
 	})
+}
+
+// TestWindowKeyScheme pins the documented key of a minute sliding window.
+func TestWindowKeyScheme(t *testing.T) {
+	cs := counter.NewCountingStore(frozenMemoryStore())
+	lim, _ := counter.New(noBatch{cs}, counter.Limit{Quantity: 5, Window: time.Minute})
+	at := time.Date(2026, 11, 29, 21, 0, 0, 0, time.UTC)
+	key := counter.Key("ip", "203.0.113.7")
+	if _, err := lim.AllowN(ctx, key, at, 1); err != nil {
+		t.Fatal(err)
+	}
+	vals, _ := cs.GetMulti(ctx, []string{"r{ip|203.0.113.7}s1aao.htkj0", "r{ip|203.0.113.7}s1aao.htkiz"})
+	if len(vals) != 1 || string(vals["r{ip|203.0.113.7}s1aao.htkj0"]) != "1" {
+		t.Fatalf("store holds %q", vals)
+	}
 }
