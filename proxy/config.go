@@ -58,7 +58,7 @@ type PoolSpec struct {
 // conflicts reports whether p and q would listen on the same address
 // (port 0, "any free port", never conflicts).
 func (p PoolSpec) conflicts(q PoolSpec) bool {
-	return p.listen() == q.listen() && !strings.HasSuffix(p.listen(), ":0")
+	return listenKey(p.listen()) == listenKey(q.listen()) && !strings.HasSuffix(p.listen(), ":0")
 }
 
 // sameRouting reports whether p and q route and reach shards identically

@@ -46,6 +46,16 @@ func ParseListen(spec string) (network, addr string, mode os.FileMode, err error
 	return "unix", f[0], mode, nil
 }
 
+// listenKey identifies the socket a listen spec opens: the same key means
+// the same socket, whatever the spelling or the Unix socket's mode.
+func listenKey(spec string) string {
+	network, addr, _, err := ParseListen(spec)
+	if err != nil {
+		return spec
+	}
+	return network + " " + addr
+}
+
 // Listen opens a listener for a listen spec (see ParseListen). A Unix
 // socket file left behind by a dead process (nothing accepts on it) is
 // removed first; the socket's mode is set when given. Closing the

@@ -198,3 +198,27 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func contextTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
 }
+
+// TestReloadUnixSocketMode: changing only the mode of a pool's socket keeps
+// the socket (and its clients) and applies the mode.
+func TestReloadUnixSocketMode(t *testing.T) {
+	noLeaks(t)
+	sock := filepath.Join(t.TempDir(), "mc.sock")
+	s := spec("sock", "e0")
+	s.Listen = sock + " 0600"
+	p := newTestProxy(t, proxy.ProxyConfig{NewBackend: memoryBackend}, []proxy.PoolSpec{s})
+	c := dialMC(t, "unix", sock)
+	if rep, err := c.do("version\r\n"); err != nil {
+		t.Fatalf("%q %v", rep, err)
+	}
+	s.Listen = "unix:" + sock + " 0660"
+	if err := p.Reload([]proxy.PoolSpec{s}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o660 {
+		t.Errorf("mode after reload: %v %v", fi.Mode(), err)
+	}
+	if rep, err := c.do("version\r\n"); err != nil {
+		t.Fatalf("client after reload: %q %v", rep, err)
+	}
+}

@@ -311,7 +311,7 @@ func (p *Proxy) Reload(specs []PoolSpec) (err error) {
 	for i, s := range specs {
 		st := step{spec: s}
 		for _, lp := range p.pools {
-			if lp.spec.Name == s.Name && lp.spec.listen() == s.listen() {
+			if lp.spec.Name == s.Name && listenKey(lp.spec.listen()) == listenKey(s.listen()) {
 				st.old = lp
 			}
 		}
@@ -353,6 +353,11 @@ func (p *Proxy) Reload(specs []PoolSpec) (err error) {
 				"shards", len(st.spec.Servers), "distribution", st.spec.Distribution, "hash_tag", st.spec.HashTag)
 		} else {
 			lp.srv.SetClientLimits(st.spec.ClientConnections, st.spec.ClientTimeout)
+			if network, path, mode, _ := ParseListen(st.spec.listen()); network == "unix" && mode != 0 && st.spec.listen() != lp.spec.listen() {
+				if err := os.Chmod(path, mode); err != nil {
+					p.log.Warn("mcproxy: cannot change the socket's mode", "pool", st.spec.Name, "path", path, "err", err)
+				}
+			}
 			if st.rt != nil {
 				old := lp.srv.SetRouter(st.rt)
 				p.drain(lp, old)
