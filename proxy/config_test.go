@@ -181,3 +181,22 @@ func TestPoolSpecSameRouting(t *testing.T) {
 		})
 	}
 }
+
+func TestParseConfigOpsExample(t *testing.T) {
+	data, err := os.ReadFile("../testdata/mcproxy-ops.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	pools, err := ParseConfig(data, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if logs.Len() != 0 {
+		t.Errorf("warnings: %s", logs.String())
+	}
+	if len(pools) != 2 || pools[0].Listen != "/tmp/mcproxy-counters.sock 0666" || pools[0].ClientConnections != 4096 ||
+		pools[0].ClientTimeout != 300*time.Second || pools[1].Name != "sessions" {
+		t.Fatalf("pools %+v", pools)
+	}
+}
