@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"errors"
 	"testing"
 	"time"
 )
@@ -76,4 +78,43 @@ func TestMemSlabClass(t *testing.T) {
 			t.Errorf("size %d: class %d, want %d", tt.size, got, tt.cls)
 		}
 	}
+}
+
+// FuzzMemoryMeta: whatever meta requests the parser accepts, the memory
+// backend never panics, and each reply is exactly one reply as the pool's
+// reader frames it (metaReplyLen), so an embedded shard and a memcached
+// shard are interchangeable behind the proxy.
+func FuzzMemoryMeta(f *testing.F) {
+	for _, s := range []string{
+		"mg foo v k O1 q\r\n", "ms k 2 T0 F5 q c k\r\nhi\r\nmg k v c f s t k\r\n", "ma k N0 J13 v q\r\nma k v t c\r\n",
+		"md Zm9v b q k\r\n", "me k\r\nmn\r\n", "mg k N30 v\r\nmg k v\r\n", "ms k 1 MA C0\r\nx\r\nma k MD D3 v\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, buf []byte) {
+		b, err := NewMemoryBackend(MemoryConfig{MaxBytes: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim := Limits{MaxLine: 512, MaxItemSize: 1024}
+		for off, steps := 0, 0; off < len(buf) && steps < 50; steps++ {
+			var r Request
+			n, err := Parse(buf[off:], lim, &r)
+			if err != nil && !errors.As(err, new(*ReplyError)) {
+				return
+			}
+			off += n
+			if err != nil || !r.Cmd.IsMeta() {
+				continue
+			}
+			reply := b.Execute(nil, &r, memT0.Add(time.Duration(steps)*time.Second))
+			m, rerr := metaReplyLen(reply, &r)
+			if rerr != nil || m != len(reply) {
+				t.Fatalf("%q: reply %q framed as %d bytes (%v)", r.AppendWire(nil), reply, m, rerr)
+			}
+			if r.Quiet && !bytes.HasSuffix(reply, mnLine) {
+				t.Fatalf("quiet %q: reply %q without MN", r.Line, reply)
+			}
+		}
+	})
 }
