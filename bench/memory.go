@@ -34,7 +34,9 @@ type MemoryRow struct {
 	Limiters  int    `json:"limiters"`
 	// Items is memcached's curr_items over the shards; ItemsPerLimiter is
 	// Items / Limiters (the steady state: every window the algorithm keeps
-	// alive has been written).
+	// alive has been written). A token bucket's item lives only until its
+	// bucket is full again (TTL = theoretical arrival time − now + 1s), so
+	// its count drops below one per limiter as items expire during the run.
 	Items           int64   `json:"items"`
 	ItemsPerLimiter float64 `json:"items_per_limiter"`
 	// BytesPerItem is memcached's "bytes" stat / curr_items: key, value
