@@ -535,7 +535,7 @@ func clip(b []byte) string {
 // serveEmbeddedForTest starts an mcproxy Server on a loopback port with n
 // in-process memory shards (what mcproxy --embedded n runs) and stops it
 // when the test ends; it returns the address and the backends.
-func serveEmbeddedForTest(t *testing.T, n int) (string, []*MemoryBackend) {
+func serveEmbeddedForTest(t testing.TB, n int) (string, []*MemoryBackend) {
 	t.Helper()
 	backends := make([]*MemoryBackend, n)
 	servers := make([]shard.Server, n)
@@ -555,7 +555,7 @@ func serveEmbeddedForTest(t *testing.T, n int) (string, []*MemoryBackend) {
 
 // serveProxyForTest starts an mcproxy Server with rc (hash tag "{}") on a
 // loopback port and stops it when the test ends; it returns the address.
-func serveProxyForTest(t *testing.T, rc RouterConfig) string {
+func serveProxyForTest(t testing.TB, rc RouterConfig) string {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rc.HashTag, rc.Logger = shard.DefaultHashTag, quiet
