@@ -53,8 +53,13 @@ func (p *Proxy) snapshot() []poolSnap {
 			allShards:    rt.Len(),
 		}
 		ps.serverConnsConfigured = max(lp.spec.ServerConnections, 1)
+		seen := make(map[string]bool, rt.Len())
 		for i, sv := range rt.m.Servers() {
 			label := serverLabel(sv)
+			if seen[label] { // two servers with one address: keep series apart
+				label += "#" + strconv.Itoa(i)
+			}
+			seen[label] = true
 			ss := shardSnap{label: label, addr: sv.Addr, live: rt.m.Live(i)}
 			ss.ejectedAt = rt.m.Health(i).Stats().EjectedAt
 			ss.t = lp.retired[label]

@@ -288,3 +288,14 @@ func nutcrackerStats(t *testing.T, yml string) map[string]any {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestMetricsDuplicateServer: a pool listing one address twice (ketama
+// allows it) still scrapes: the series are kept apart.
+func TestMetricsDuplicateServer(t *testing.T) {
+	noLeaks(t)
+	p := newTestProxy(t, proxy.ProxyConfig{NewBackend: memoryBackend}, []proxy.PoolSpec{spec("dup", "e0", "e0")})
+	reg := prometheusRegistry(t, p)
+	if _, err := reg.Gather(); err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+}
