@@ -82,7 +82,9 @@ const maxTokens = 8 // tokens kept for non-retrieval commands; more is ERROR any
 
 // Parse parses the first request in buf into req (reset first; req.Keys'
 // capacity is reused, so a steady state allocates nothing) and returns the
-// number of bytes it spans. It is a pure function of buf and lim.
+// number of bytes it spans. It is a pure function of buf and lim. Meta
+// commands (mg ms md ma mn me) are parsed as memcached 1.6.18 does, see
+// meta.go; they never set req.Noreply (see Request.Quiet).
 //
 // Results:
 //   - err == nil: req is a valid request of n bytes.
@@ -92,7 +94,8 @@ const maxTokens = 8 // tokens kept for non-retrieval commands; more is ERROR any
 //     and the connection stays open; skip n bytes, which may exceed
 //     len(buf) (a too large value's data block is swallowed unread). For
 //     ErrTooLarge, req.Cmd and req.Keys are set: memcached also deletes the
-//     key of a too large set.
+//     key of a too large set or ms (req.Base64 tells how an ms key is
+//     written).
 //   - err is ErrLineTooLong, ErrBinaryProtocol or ErrQuit: close the
 //     connection.
 func Parse(buf []byte, lim Limits, req *Request) (n int, err error) {
