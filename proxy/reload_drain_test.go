@@ -1,9 +1,13 @@
 package proxy_test
 
 import (
+	"errors"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/poplimit/poplimit/proxy"
 	"github.com/poplimit/poplimit/shard"
@@ -89,5 +93,52 @@ func TestReloadFinishesInFlightOnOldShards(t *testing.T) {
 	waitUntil(t, "old shard closed after draining", func() bool { _, closed := hold.state(); return closed })
 	if strings.Contains(string(p.StatsJSON("t")), `"hold"`) {
 		t.Errorf("stats still list the removed shard")
+	}
+}
+
+// TestProxyShutdownAnswersInFlight: Shutdown stops accepting at once,
+// answers the request a shard is still working on, then closes.
+func TestProxyShutdownAnswersInFlight(t *testing.T) {
+	noLeaks(t)
+	hold := &holdBackend{}
+	p := proxy.NewProxy(proxy.ProxyConfig{NewBackend: func(string, int, shard.Server, proxy.BackendHooks) (proxy.Backend, error) {
+		return hold, nil
+	}})
+	if err := p.Reload([]proxy.PoolSpec{spec("alpha", "hold")}); err != nil {
+		t.Fatal(err)
+	}
+	addr := p.Addr("alpha").String()
+	c := dialMC(t, "tcp", addr)
+	if _, err := c.c.Write([]byte("get a\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "call held", func() bool { n, _ := hold.state(); return n == 1 })
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := contextTimeout(10 * time.Second)
+		defer cancel()
+		done <- p.Shutdown(ctx)
+	}()
+	waitUntil(t, "listener closed", func() bool {
+		nc, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = nc.Close()
+		}
+		return err != nil
+	})
+	hold.release()
+	_ = c.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	rest, err := io.ReadAll(c.br)
+	if err != nil || string(rest) != "END\r\n" {
+		t.Fatalf("in-flight reply then close: %q %v", rest, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if _, closed := hold.state(); !closed {
+		t.Errorf("shard not closed by Shutdown")
+	}
+	if err := p.Reload([]proxy.PoolSpec{spec("alpha", "hold")}); !errors.Is(err, proxy.ErrServerClosed) {
+		t.Errorf("Reload after Shutdown: %v", err)
 	}
 }

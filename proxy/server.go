@@ -36,8 +36,10 @@ type ServerConfig struct {
 	// "SERVER_ERROR too many client connections" and closed. Zero means
 	// no limit. SetClientLimits changes it on a running Server.
 	MaxClients int
-	// ClientIdleTimeout closes a client connection that has sent nothing
-	// and has no request in flight for this long; zero means never.
+	// ClientIdleTimeout stops reading from a client that has sent nothing
+	// for this long (checked every quarter of it) and closes the
+	// connection once the replies already due are written; zero means
+	// never.
 	ClientIdleTimeout time.Duration
 }
 
