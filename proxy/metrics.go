@@ -25,6 +25,7 @@ type poolSnap struct {
 
 type shardSnap struct {
 	label, addr string
+	conns       int // open connections, or configured when unknown
 	live        bool
 	ejectedAt   time.Time
 	inFlight    uint64
@@ -60,7 +61,10 @@ func (p *Proxy) snapshot() []poolSnap {
 				label += "#" + strconv.Itoa(i)
 			}
 			seen[label] = true
-			ss := shardSnap{label: label, addr: sv.Addr, live: rt.m.Live(i)}
+			ss := shardSnap{label: label, addr: sv.Addr, live: rt.m.Live(i), conns: ps.serverConnsConfigured}
+			if oc, ok := rt.backends[i].(openConner); ok {
+				ss.conns = oc.OpenConns()
+			}
 			ss.ejectedAt = rt.m.Health(i).Stats().EjectedAt
 			ss.t = lp.retired[label]
 			cur := rt.totals(i)
@@ -86,6 +90,12 @@ func (p *Proxy) snapshot() []poolSnap {
 	return out
 }
 
+// openConner is implemented by backends that can report their open
+// connections; metrics fall back to the configured server_connections.
+type openConner interface {
+	OpenConns() int
+}
+
 var (
 	shardLabels = []string{"pool", "shard"}
 	poolLabels  = []string{"pool"}
@@ -96,7 +106,7 @@ var (
 	descShardEjects   = prometheus.NewDesc("mcproxy_shard_ejections_total", "Times the shard was ejected from the ring (auto_eject_hosts).", shardLabels, nil)
 	descShardLive     = prometheus.NewDesc("mcproxy_shard_live", "1 while the shard is on the ring, 0 while ejected.", shardLabels, nil)
 	descShardInFlight = prometheus.NewDesc("mcproxy_shard_in_flight", "Calls sent to the shard and not answered yet.", shardLabels, nil)
-	descShardConns    = prometheus.NewDesc("mcproxy_shard_server_connections", "Pipelined connections per shard (server_connections; configured, dialled lazily).", shardLabels, nil)
+	descShardConns    = prometheus.NewDesc("mcproxy_shard_server_connections", "Open connections to the shard when its backend reports them (OpenConns), else server_connections as configured.", shardLabels, nil)
 	descShardLatency  = prometheus.NewDesc("mcproxy_shard_latency_seconds", "Time from reading a request to its shard reply being ready, per call.", shardLabels, nil)
 	descClientConns   = prometheus.NewDesc("mcproxy_client_connections", "Open client connections.", poolLabels, nil)
 	descClientTotal   = prometheus.NewDesc("mcproxy_client_connections_total", "Client connections accepted.", poolLabels, nil)
@@ -151,7 +161,7 @@ func (p *Proxy) Collect(ch chan<- prometheus.Metric) {
 			}
 			gauge(descShardLive, live, l...)
 			gauge(descShardInFlight, float64(ss.inFlight), l...)
-			gauge(descShardConns, float64(ps.serverConnsConfigured), l...)
+			gauge(descShardConns, float64(ss.conns), l...)
 			buckets := make(map[float64]uint64, latBuckets-1)
 			var cum uint64
 			for k := 0; k < latBuckets-1; k++ {

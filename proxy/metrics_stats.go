@@ -22,7 +22,8 @@ import (
 // Meanings in mcproxy: client_eof counts closed client connections (EOF or
 // not), client_err protocol errors, forward_error calls failed at a shard
 // (SERVER_ERROR), server_err failures other than timeouts, server_timedout
-// timeouts, server_connections the configured connections per shard,
+// timeouts, server_connections the open connections when the backend
+// reports them (else the configured server_connections),
 // responses calls answered, in_queue calls in flight. fragments,
 // server_eof and the byte and queue-byte counts are not tracked and are 0.
 func (p *Proxy) StatsJSON(version string) []byte {
@@ -81,7 +82,7 @@ func (p *Proxy) StatsJSON(version string) []byte {
 			num("server_eof", 0, false)
 			num("server_err", ss.t.errors-ss.t.timeouts, false)
 			num("server_timedout", ss.t.timeouts, false)
-			num("server_connections", uint64(ps.serverConnsConfigured), false)
+			num("server_connections", uint64(max(ss.conns, 0)), false)
 			num("server_ejected_at", ejectedAt, false)
 			num("requests", ss.t.requests, false)
 			num("request_bytes", 0, false)
