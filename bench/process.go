@@ -156,7 +156,7 @@ func (p *Proc) Resume() error {
 func (p *Proc) Restart(ctx context.Context, ready func() error) error {
 	p.Kill()
 	var err error
-	for attempt := 0; attempt < 20; attempt++ { // the port may linger a moment
+	for attempt := 0; attempt < 5; attempt++ { // the port may linger a moment
 		if err = p.start(); err != nil {
 			return err
 		}
