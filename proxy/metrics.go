@@ -18,6 +18,7 @@ type poolSnap struct {
 	rejected, idled       uint64
 	protocolErrs, srvErrs uint64
 	maxClients            int
+	draining              int
 	shards                []shardSnap
 	liveShards, allShards int
 	serverConnsConfigured int
@@ -52,6 +53,7 @@ func (p *Proxy) snapshot() []poolSnap {
 			srvErrs:      lp.srv.st.serverErrors.Load(),
 			maxClients:   int(lp.srv.cl.max.Load()),
 			allShards:    rt.Len(),
+			draining:     len(lp.draining),
 		}
 		ps.serverConnsConfigured = max(lp.spec.ServerConnections, 1)
 		seen := make(map[string]bool, rt.Len())
@@ -115,6 +117,7 @@ var (
 	descClientMax     = prometheus.NewDesc("mcproxy_client_connections_limit", "client_connections (0: no limit).", poolLabels, nil)
 	descProtoErrors   = prometheus.NewDesc("mcproxy_protocol_errors_total", "Requests answered ERROR/CLIENT_ERROR, or that closed the connection.", poolLabels, nil)
 	descServerErrors  = prometheus.NewDesc("mcproxy_server_errors_total", "SERVER_ERROR replies sent to clients.", poolLabels, nil)
+	descDraining      = prometheus.NewDesc("mcproxy_pool_draining_routers", "Shard sets replaced by a reload that still finish their in-flight requests.", poolLabels, nil)
 	descLiveShards    = prometheus.NewDesc("mcproxy_pool_live_shards", "Shards on the ring.", poolLabels, nil)
 	descReloads       = prometheus.NewDesc("mcproxy_reloads_total", "Configuration loads by result (ok, error).", []string{"result"}, nil)
 	descReloadOK      = prometheus.NewDesc("mcproxy_config_last_reload_successful", "1 if the last configuration load succeeded.", nil, nil)
@@ -126,7 +129,7 @@ func (p *Proxy) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descShardRequests, descShardErrors, descShardTimeouts,
 		descShardEjects, descShardLive, descShardInFlight, descShardConns, descShardLatency,
 		descClientConns, descClientTotal, descClientReject, descClientIdle, descClientMax,
-		descProtoErrors, descServerErrors, descLiveShards, descReloads, descReloadOK, descUptime} {
+		descProtoErrors, descServerErrors, descLiveShards, descDraining, descReloads, descReloadOK, descUptime} {
 		ch <- d
 	}
 }
@@ -149,6 +152,7 @@ func (p *Proxy) Collect(ch chan<- prometheus.Metric) {
 		gauge(descClientConns, float64(ps.clientConns), ps.name)
 		gauge(descClientMax, float64(ps.maxClients), ps.name)
 		gauge(descLiveShards, float64(ps.liveShards), ps.name)
+		gauge(descDraining, float64(ps.draining), ps.name)
 		for _, ss := range ps.shards {
 			l := []string{ps.name, ss.label}
 			counter(descShardRequests, ss.t.requests, l...)

@@ -208,6 +208,21 @@ func (p *Proxy) Pools() []PoolSpec {
 	return out
 }
 
+// Draining returns the number of Routers replaced by reloads that are
+// still finishing their calls (see Router.Drain).
+func (p *Proxy) Draining() int {
+	p.mu.Lock()
+	pools := p.pools
+	p.mu.Unlock()
+	n := 0
+	for _, lp := range pools {
+		lp.mu.Lock()
+		n += len(lp.draining)
+		lp.mu.Unlock()
+	}
+	return n
+}
+
 // Server returns the named pool's Server, or nil.
 func (p *Proxy) Server(pool string) *Server {
 	p.mu.Lock()

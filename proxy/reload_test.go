@@ -177,6 +177,11 @@ func TestReloadAddAndRemoveShardUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitOps(500)
+	// Once the old shard sets have drained, the removed shard is not used
+	// at all: stopping it costs nothing.
+	waitUntil(t, "old shards drained", func() bool { return p.Draining() == 0 })
+	ms[1].Stop()
+	waitOps(500)
 	close(stop)
 	wg.Wait()
 	if f := fails.Load(); f > 0 {
