@@ -138,8 +138,34 @@ func (m *Memcached) Stop() {
 }
 
 // Pause stops the process with SIGSTOP: it keeps its port but answers nothing
-// (a hung shard). Resume undoes it.
-func (m *Memcached) Pause() error { return m.cmd.Process.Signal(syscall.SIGSTOP) }
+// (a hung shard). It returns once the kernel reports the process stopped, so
+// a request sent after Pause is never answered before Resume.
+func (m *Memcached) Pause() error {
+	if err := m.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	return waitProcState(m.cmd.Process.Pid, 'T', 2*time.Second)
+}
+
+// waitProcState polls /proc/PID/stat until the process is in state.
+func waitProcState(pid int, state byte, timeout time.Duration) error {
+	path := fmt.Sprintf("/proc/%d/stat", pid)
+	deadline := time.Now().Add(timeout)
+	for {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		// The state follows the parenthesised command name: "pid (comm) S ...".
+		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && b[i+2] == state {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: process %d not in state %c after %v", pid, state, timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
 
 // Resume continues a paused process.
 func (m *Memcached) Resume() error { return m.cmd.Process.Signal(syscall.SIGCONT) }

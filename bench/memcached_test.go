@@ -21,3 +21,19 @@ func TestMemcachedStartStop(t *testing.T) {
 	}
 	ms[0].Stop() // idempotent
 }
+
+func TestMemcachedPauseResume(t *testing.T) {
+	m := MemcachedForTest(t, 1)[0]
+	if err := m.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Ping(m.Addr, 100*time.Millisecond); err == nil {
+		t.Fatal("paused memcached answered")
+	}
+	if err := m.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Ping(m.Addr, time.Second); err != nil {
+		t.Fatalf("resumed memcached: %v", err)
+	}
+}
