@@ -115,6 +115,7 @@ func TestMetricsHealthAndStats(t *testing.T) {
 	if err := ms[1].Pause(); err != nil {
 		t.Fatal(err)
 	}
+	waitUntil(t, "memcached stopped", func() bool { return processStopped(ms[1].Pid()) })
 	rep, err := c.do("get " + key + "\r\n")
 	if rerr := ms[1].Resume(); rerr != nil {
 		t.Fatal(rerr)
@@ -298,4 +299,24 @@ func TestMetricsDuplicateServer(t *testing.T) {
 	if _, err := reg.Gather(); err != nil {
 		t.Fatalf("gather: %v", err)
 	}
+}
+
+// processStopped reports whether every thread of pid is stopped (SIGSTOP is
+// delivered asynchronously).
+func processStopped(pid int) bool {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return false
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+			return false
+		}
+	}
+	return true
 }
