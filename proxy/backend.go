@@ -78,6 +78,7 @@ type Call struct {
 	// wake, when set, is the client writer's wakeup, signalled by Finish
 	// after finished is set (see clientio.go).
 	wake     chan struct{}
+	owner    *clientConn // instead of wake: Finish answers what it can
 	finished atomic.Bool
 	req      Request // storage for Req when the proxy builds sub-requests
 }
@@ -91,10 +92,12 @@ func NewCall() *Call {
 // exactly once per Do.
 func (c *Call) Finish(err error) {
 	c.Err = err
-	wake := c.wake // c may be reused once finished is set
+	wake, owner := c.wake, c.owner // c may be reused once finished is set
 	c.done <- struct{}{}
 	c.finished.Store(true)
-	if wake != nil {
+	if owner != nil {
+		owner.drain()
+	} else if wake != nil {
 		select {
 		case wake <- struct{}{}:
 		default:
@@ -117,6 +120,7 @@ func (c *Call) reset() {
 	c.shard = 0
 	c.router = nil
 	c.wake = nil
+	c.owner = nil
 	c.finished.Store(false)
 	c.req.Reset()
 }

@@ -1,12 +1,62 @@
 package proxy
 
+import (
+	"net"
+	"sync"
+	"syscall"
+)
+
 // The client connection's hot path, tuned for syscalls and goroutine
-// wakeups per request (see server.go for the loops):
+// wakeups per request (see server.go for the loops).
 //
-//   - the writer goroutine sleeps on clientConn.wake, not on the entries
-//     channel: Call.Finish wakes it, and queue wakes it only for an entry
-//     that is ready now (answered locally, or a call already finished), so
-//     a request answered by a backend costs one writer wakeup, not two.
+// When the connection exposes its socket (TCP, Unix), replies are written
+// by whoever completes them: Call.Finish, running on a backend's reader
+// goroutine (or the client's reader, for a local answer), takes the
+// client's output lock, answers every entry at the head of the client's
+// queue whose calls have all finished, and writes the bytes with one
+// non-blocking write. Only when the socket is full (a slow client) does
+// the client's writer goroutine wake up, to finish the write blocking
+// while later replies accumulate behind it, bounded by maxOutBuffered.
+// A request answered by a backend thus costs no wakeup of a client
+// goroutine besides the reader's own.
+//
+// Otherwise the writer goroutine answers every entry, and sleeps on
+// clientConn.wake: Call.Finish wakes it, and queue wakes it only for an
+// entry that is ready now, so one wakeup per request, not two.
+
+// maxOutBuffered is how many reply bytes may wait for a slow client
+// before entries stop being answered (and the reader, once the pipeline
+// is full, stops reading).
+const maxOutBuffered = 256 << 10
+
+// clientOut is a client connection's output state, under mu.
+type clientOut struct {
+	mu    sync.Mutex
+	buf   []byte // answered, not yet written
+	spare []byte
+	head  *entry // taken from entries, not yet answered
+	busy  bool   // the writer goroutine is writing buf (blocking)
+	eof   bool   // entries is closed and drained
+	dead  bool   // a write failed: replies are dropped
+}
+
+// Write appends p (respond writes replies into the output buffer).
+func (o *clientOut) Write(p []byte) (int, error) {
+	o.buf = append(o.buf, p...)
+	return len(p), nil
+}
+
+func rawConn(nc net.Conn) syscall.RawConn {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
+}
 
 // queue hands e to the writer in order; it blocks while the client's
 // pipeline is full. Every entry must reach the writer through queue.
@@ -16,19 +66,24 @@ func (cc *clientConn) queue(e *entry) {
 	many := len(e.calls) > len(calls)
 	cc.entries <- e
 	// e may be answered and reused from here on; the copied Calls may
-	// be reused too, which only makes the check below signal spuriously
-	// or not at all for an entry the writer already answered.
-	if n == 0 || many {
-		cc.signal()
+	// be reused too, which only makes the check below act spuriously or
+	// not at all for an entry already answered.
+	ready := n == 0 || many
+	// A call that finished before e was queued found nothing to answer
+	// (or woke the writer for nothing): act for it now.
+	for _, c := range calls[:n] {
+		if ready || c.finished.Load() {
+			ready = true
+			break
+		}
+	}
+	if !ready {
 		return
 	}
-	// A call that finished before e was queued may have woken the
-	// writer while it found nothing to answer: wake it again.
-	for _, c := range calls[:n] {
-		if c.finished.Load() {
-			cc.signal()
-			return
-		}
+	if cc.rc != nil {
+		cc.drain()
+	} else {
+		cc.signal()
 	}
 }
 
@@ -38,4 +93,125 @@ func (cc *clientConn) signal() {
 	case cc.wake <- struct{}{}:
 	default:
 	}
+}
+
+// drain answers the ready head entries and writes them without blocking;
+// see the comment at the top of the file.
+func (cc *clientConn) drain() {
+	o := &cc.out
+	o.mu.Lock()
+	cc.answerReady()
+	if len(o.buf) > 0 && !o.busy && !o.dead {
+		cc.writeNow()
+	}
+	if o.eof && o.head == nil && !o.busy {
+		cc.signal() // the writer closes the connection
+	}
+	o.mu.Unlock()
+}
+
+// answerReady moves the replies of the head entries whose calls have all
+// finished into the output buffer; out.mu is held.
+func (cc *clientConn) answerReady() {
+	o := &cc.out
+	for {
+		if o.head == nil {
+			if o.eof {
+				return
+			}
+			select {
+			case e, ok := <-cc.entries:
+				if !ok {
+					o.eof = true
+					return
+				}
+				o.head = e
+			default:
+				return
+			}
+		}
+		if o.busy && len(o.buf) >= maxOutBuffered {
+			return
+		}
+		e := o.head
+		for _, c := range e.calls {
+			if !c.finished.Load() {
+				return
+			}
+		}
+		o.head = nil
+		cc.s.respond(o, e)
+		releaseEntry(e)
+		if o.dead {
+			o.buf = o.buf[:0]
+		}
+	}
+}
+
+// writeNow writes the output buffer with one non-blocking write; what the
+// socket does not take is left to the writer goroutine. out.mu is held.
+func (cc *clientConn) writeNow() {
+	o := &cc.out
+	var n int
+	var werr error
+	err := cc.rc.Write(func(fd uintptr) bool {
+		for {
+			n, werr = syscall.Write(int(fd), o.buf)
+			if werr != syscall.EINTR {
+				return true // never wait here
+			}
+		}
+	})
+	switch {
+	case err == nil && werr == nil && n == len(o.buf):
+		o.buf = o.buf[:0]
+	case err != nil || (werr != nil && werr != syscall.EAGAIN):
+		o.dead = true
+		o.buf = o.buf[:0]
+		_ = cc.nc.Close() // unblocks the reader
+	default:
+		if n > 0 {
+			o.buf = o.buf[:copy(o.buf, o.buf[n:])]
+		}
+		o.busy = true
+		cc.signal()
+	}
+}
+
+// writeDirect is the writer goroutine with a raw socket: it finishes
+// writes the socket could not take at once, and closes the connection
+// once the reader has stopped and every entry is answered.
+func (cc *clientConn) writeDirect() {
+	o := &cc.out
+	for {
+		<-cc.wake
+		o.mu.Lock()
+		for {
+			cc.answerReady()
+			if len(o.buf) == 0 || o.dead {
+				o.buf = o.buf[:0]
+				o.busy = false
+				break
+			}
+			o.busy = true
+			buf := o.buf
+			o.buf = o.spare[:0]
+			o.mu.Unlock()
+			_, err := cc.nc.Write(buf)
+			o.mu.Lock()
+			if cap(buf) <= maxOutBuffered {
+				o.spare = buf[:0]
+			}
+			if err != nil {
+				o.dead = true
+				_ = cc.nc.Close() // unblocks the reader
+			}
+		}
+		done := o.eof && o.head == nil
+		o.mu.Unlock()
+		if done {
+			break
+		}
+	}
+	_ = cc.nc.Close()
 }

@@ -1,8 +1,8 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -72,7 +72,11 @@ func (cc *clientConn) newCall(e *entry, req *Request) *Call {
 	c := callPool.Get().(*Call)
 	c.Req = req
 	c.Conn = cc.id
-	c.wake = cc.wake
+	if cc.rc != nil {
+		c.owner = cc
+	} else {
+		c.wake = cc.wake
+	}
 	c.Start = cc.s.now()
 	e.calls = append(e.calls, c)
 	return c
@@ -229,7 +233,7 @@ func (cc *clientConn) dispatchMulti(e *entry) {
 }
 
 // respond waits for e's calls and writes its reply.
-func (s *Server) respond(bw *bufio.Writer, e *entry) {
+func (s *Server) respond(bw io.Writer, e *entry) {
 	for _, c := range e.calls {
 		c.Wait()
 		c.router.finished(c)
@@ -279,7 +283,7 @@ var (
 
 // writeMerged writes the VALUE blocks of a split retrieval in client key
 // order; see entryKind for the failure rule.
-func (s *Server) writeMerged(bw *bufio.Writer, e *entry) {
+func (s *Server) writeMerged(bw io.Writer, e *entry) {
 	for _, c := range e.calls {
 		if c.Err != nil {
 			e.local = appendServerError(e.local, c.Err)

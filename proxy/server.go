@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -151,6 +152,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			id:      s.nextID.Add(1),
 			entries: make(chan *entry, s.cfg.maxPipeline()),
 			wake:    make(chan struct{}, 1),
+			rc:      rawConn(nc),
 		}
 		s.mu.Lock()
 		if s.closed {
@@ -207,8 +209,10 @@ type clientConn struct {
 	s       *Server
 	nc      net.Conn
 	id      uint64
-	entries chan *entry   // in client order; send with queue
-	wake    chan struct{} // wakes the writer (clientio.go)
+	entries chan *entry     // in client order; send with queue
+	wake    chan struct{}   // wakes the writer (clientio.go)
+	rc      syscall.RawConn // nil: the writer goroutine answers everything
+	out     clientOut       // with rc: replies answered by whoever completes them
 	stopped atomic.Bool
 	active  atomic.Int64 // s.cl.tick at the last read (idle timeout)
 }
@@ -306,6 +310,10 @@ func (cc *clientConn) writeLoop() {
 		delete(s.conns, cc)
 		s.mu.Unlock()
 	}()
+	if cc.rc != nil {
+		cc.writeDirect()
+		return
+	}
 	bw := bufio.NewWriterSize(cc.nc, writeBufSize)
 	broken := false
 	flush := func() {
