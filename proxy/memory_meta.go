@@ -119,11 +119,15 @@ func (b *MemoryBackend) metaGet(dst, key []byte, r *Request, mf *metaFlags, now 
 			e, created = ne, true
 		}
 	}
+	start := len(dst)
 	if e == nil {
 		dst = append(dst, "EN"...)
 		for t, rest := nextMetaFlag(r.MetaFlags); t != nil; t, rest = nextMetaFlag(rest) {
 			switch t[0] {
 			case 'O':
+				if len(t) > metaMaxOpaque {
+					return append(append(dst[:start], ErrMetaOpaqueTooLong.Reply...), "\r\n"...), true
+				}
 				dst = append(append(dst, ' '), t...)
 			case 'k':
 				dst = appendMetaKey(append(dst, ' '), key, mf.base64)
@@ -155,6 +159,11 @@ func (b *MemoryBackend) metaGet(dst, key []byte, r *Request, mf *metaFlags, now 
 		case 'f':
 			dst = strconv.AppendUint(append(dst, " f"...), uint64(e.flags), 10)
 		case 'O':
+			if len(t) > metaMaxOpaque {
+				// memcached checks it here, after the flags before it
+				// took effect, and neither bumps nor marks the item.
+				return append(append(dst[:start], ErrMetaOpaqueTooLong.Reply...), "\r\n"...), true
+			}
 			dst = append(append(dst, ' '), t...)
 		case 'k':
 			dst = appendMetaKey(append(dst, ' '), key, e.keyBinary)
@@ -201,7 +210,9 @@ func (b *MemoryBackend) metaSet(dst, key []byte, r *Request, mf *metaFlags, now 
 	if err != nil {
 		return appendMemError(dst, err), true
 	}
-	if res == MemStored && mf.base64 {
+	// memcached's append and prepend build a new item that does not keep
+	// the binary-key mark; other modes store the request's own item.
+	if res == MemStored && mf.base64 && w.Mode != MemAppend && w.Mode != MemPrepend {
 		s := b.store
 		s.mu.Lock()
 		if e := s.items[string(key)]; e != nil && e.cas == cas {
@@ -265,7 +276,10 @@ func (b *MemoryBackend) metaArith(dst, key []byte, r *Request, mf *metaFlags, no
 	e := s.lookup(string(key), sec)
 	var value uint64
 	created := false
+	start := len(dst)
 	switch {
+	case e != nil && len(e.value) == 0: // memcached checks this before the CAS
+		return appendMemError(dst, ErrMemoryNonNumeric), true
 	case e != nil && mf.hasCAS && mf.cas != 0 && e.cas != mf.cas:
 		e = nil
 		dst = append(dst, "EX"...)
@@ -296,6 +310,9 @@ func (b *MemoryBackend) metaArith(dst, key []byte, r *Request, mf *metaFlags, no
 	}
 	for t, rest := nextMetaFlag(r.MetaFlags); t != nil; t, rest = nextMetaFlag(rest) {
 		switch {
+		case t[0] == 'O' && len(t) > metaMaxOpaque:
+			// memcached checks it here, after the arithmetic.
+			return append(append(dst[:start], ErrMetaOpaqueTooLong.Reply...), "\r\n"...), true
 		case t[0] == 'O':
 			dst = append(append(dst, ' '), t...)
 		case t[0] == 'k':

@@ -10,10 +10,11 @@ package proxy
 // a bad one itself, with memcached's error line; a valid one is forwarded
 // verbatim (its line as received, then its data block for ms), so that every
 // flag memcached knows reaches the shard and its reply comes back byte for
-// byte. One difference, by design: memcached checks an opaque longer than 32
-// bytes only while it writes the reply, after mg's N/T or ma's arithmetic
-// have taken effect; the proxy refuses such a request before forwarding it,
-// so nothing happens on the shard.
+// byte. An opaque longer than 32 bytes is the exception: memcached checks it
+// only while it writes the reply of mg and ma, after their N, T or
+// arithmetic have taken effect, so such an mg or ma is forwarded and the
+// shard answers the error (md and ms are refused by the proxy, as nothing
+// happens on the shard for them either).
 
 import (
 	"bytes"
@@ -225,7 +226,7 @@ func parseMeta(buf, line []byte, lim Limits, req *Request, n int) (int, error) {
 	}
 	req.MetaFlags = rest
 	mf, err := preparseMeta(key, rest, ErrBadFormat)
-	if err == nil && mf.opaqueTooLong {
+	if err == nil && mf.opaqueTooLong && req.Cmd == CmdMd {
 		err = ErrMetaOpaqueTooLong
 	}
 	if err == nil && req.Cmd == CmdMa {
