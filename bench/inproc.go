@@ -34,7 +34,22 @@ type InprocConfig struct {
 	OnReject  counter.OnReject
 	// Burst is the token bucket capacity; 0 means the quantity.
 	Burst int64
+	// StoreClient picks the memcached client of each worker: StoreGomemcache
+	// (the default, counter.MemcacheStore) or StorePipe (counter.PipeStore,
+	// pipelined: one round trip per sliding-window decision). StorePipe
+	// talks to one address, so it cannot be combined with Direct over
+	// several shards.
+	StoreClient StoreClient
 }
+
+// StoreClient names a memcached client for InprocConfig.
+type StoreClient string
+
+// Store clients.
+const (
+	StoreGomemcache StoreClient = "gomemcache"
+	StorePipe       StoreClient = "pipe"
+)
 
 // Inproc is a set of in-process workers. It implements Target with
 // time.Now (plus the worker's skew) as the clock, and Decide with any
@@ -60,6 +75,14 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 	if timeout <= 0 {
 		timeout = time.Second
 	}
+	switch cfg.StoreClient {
+	case "", StoreGomemcache, StorePipe:
+	default:
+		return nil, fmt.Errorf("bench: store client %q: want %q or %q", cfg.StoreClient, StoreGomemcache, StorePipe)
+	}
+	if cfg.StoreClient == StorePipe && cfg.Direct && len(cfg.Servers) > 1 {
+		return nil, fmt.Errorf("bench: store client %q speaks to one address, not %d direct shards", StorePipe, len(cfg.Servers))
+	}
 	var shared counter.Store
 	if len(cfg.Servers) == 0 {
 		shared = counter.NewMemoryStore()
@@ -72,8 +95,12 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 			if cfg.Direct {
 				servers = cfg.Servers
 			}
-			st = counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
-				Servers: servers, Timeout: timeout}))
+			if cfg.StoreClient == StorePipe {
+				st = counter.NewPipeStore(counter.PipeConfig{Addr: servers[0], Timeout: timeout})
+			} else {
+				st = counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
+					Servers: servers, Timeout: timeout}))
+			}
 		}
 		w := &inprocWorker{store: counter.NewCountingStore(st), limiters: map[string]*counter.Limiter{}}
 		if len(cfg.Skew) > 0 {
@@ -136,7 +163,8 @@ func (in *Inproc) StoreStats() counter.StoreStats {
 	for _, w := range in.workers {
 		o := w.store.Stats()
 		s = counter.StoreStats{Add: s.Add + o.Add, Incr: s.Incr + o.Incr, Decr: s.Decr + o.Decr,
-			GetMulti: s.GetMulti + o.GetMulti, Gets: s.Gets + o.Gets, CAS: s.CAS + o.CAS, Errors: s.Errors + o.Errors}
+			GetMulti: s.GetMulti + o.GetMulti, Gets: s.Gets + o.Gets, CAS: s.CAS + o.CAS, Batch: s.Batch + o.Batch,
+			Errors: s.Errors + o.Errors}
 	}
 	return s
 }

@@ -6,7 +6,8 @@
 //
 //	edge --listen 127.0.0.1:8080 --upstream http://127.0.0.1:9000 \
 //	     --memcached 127.0.0.1:22121 --policy testdata/policies/example.yml \
-//	     --admin 127.0.0.1:9090 --workers-per-pop 4 --store-deadline 20ms
+//	     --admin 127.0.0.1:9090 --workers-per-pop 4 --store-deadline 20ms \
+//	     --store-client pipe
 //
 // The admin listener serves /metrics (Prometheus), /healthz and POST
 // /reload. The policy file is also reloaded when it changes on disk and on
@@ -55,6 +56,7 @@ func main() {
 			&cli.DurationFlag{Name: "store-deadline", Value: 20 * time.Millisecond, Usage: "deadline of one decision's store calls (also the memcached socket timeout)"},
 			&cli.IntFlag{Name: "breaker-failures", Value: 5, Usage: "consecutive store failures that open the circuit breaker"},
 			&cli.DurationFlag{Name: "breaker-open", Value: 500 * time.Millisecond, Usage: "how long the breaker stays open before a half-open probe"},
+			&cli.StringFlag{Name: "store-client", Value: "pipe", Usage: "memcached client: 'pipe' (counter.PipeStore: pipelined, one round trip per sliding-window decision; one --memcached address, normally mcproxy) or 'gomemcache' (counter.MemcacheStore; several addresses are hashed by gomemcache)"},
 			&cli.StringFlag{Name: "events", Usage: "write rejection events as JSON lines to `FILE` ('-' for stderr); empty disables"},
 		},
 		Action: run,
@@ -76,11 +78,9 @@ func run(c *cli.Context) error {
 	}
 	deadline := c.Duration("store-deadline")
 
-	var store counter.Store
-	if addrs := c.StringSlice("memcached"); len(addrs) > 0 {
-		store = counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{Servers: addrs, Timeout: deadline}))
-	} else {
-		store = counter.NewMemoryStore()
+	store, err := newStore(c.String("store-client"), c.StringSlice("memcached"), deadline)
+	if err != nil {
+		return err
 	}
 
 	reg := prometheus.NewRegistry()
@@ -173,4 +173,21 @@ func run(c *cli.Context) error {
 		err = nil
 	}
 	return err
+}
+
+// newStore builds the shared count's store: an in-process one without
+// addresses, else the named memcached client with timeout as its socket
+// timeout.
+func newStore(client string, addrs []string, timeout time.Duration) (counter.Store, error) {
+	switch {
+	case client != "pipe" && client != "gomemcache":
+		return nil, fmt.Errorf("--store-client %q: want pipe or gomemcache", client)
+	case len(addrs) == 0:
+		return counter.NewMemoryStore(), nil
+	case client == "gomemcache":
+		return counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{Servers: addrs, Timeout: timeout})), nil
+	case len(addrs) > 1:
+		return nil, fmt.Errorf("--store-client pipe speaks to one address (the host's mcproxy), got %d --memcached; use --store-client gomemcache to hash over several", len(addrs))
+	}
+	return counter.NewPipeStore(counter.PipeConfig{Addr: addrs[0], Timeout: timeout}), nil
 }
