@@ -91,18 +91,26 @@ func NewCall() *Call {
 // Finish completes the call with err (nil on success). A backend calls it
 // exactly once per Do.
 func (c *Call) Finish(err error) {
+	if o := c.finish(err); o != nil {
+		o.drain()
+	}
+}
+
+// finish is Finish but for answering the client connection, which it
+// returns (nil when the client's writer was signalled instead): a backend
+// finishing a batch of calls drains each client once.
+func (c *Call) finish(err error) *clientConn {
 	c.Err = err
 	wake, owner := c.wake, c.owner // c may be reused once finished is set
 	c.done <- struct{}{}
 	c.finished.Store(true)
-	if owner != nil {
-		owner.drain()
-	} else if wake != nil {
+	if owner == nil && wake != nil {
 		select {
 		case wake <- struct{}{}:
 		default:
 		}
 	}
+	return owner
 }
 
 // Wait blocks until Finish has been called.

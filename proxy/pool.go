@@ -370,6 +370,7 @@ func (s *session) read() {
 	var cur []*Call // calls taken from pending; cur[i:] are unanswered
 	i := 0
 	var lastDeadline time.Time
+	var owners []*clientConn // clients with calls finished in this batch
 	var err error
 	for err == nil {
 		answered := false
@@ -400,8 +401,17 @@ func (s *session) read() {
 			cur[i] = nil
 			i++
 			answered = true
-			c.Finish(nil)
+			if o := c.finish(nil); o != nil && (len(owners) == 0 || owners[len(owners)-1] != o) {
+				owners = append(owners, o)
+			}
 		}
+		// Answer each client once per batch of replies: one write
+		// carries all of a pipelining client's replies.
+		for k, o := range owners {
+			o.drain()
+			owners[k] = nil
+		}
+		owners = owners[:0]
 		if answered {
 			s.p.ok()
 		}
