@@ -24,8 +24,18 @@ import (
 )
 
 // executeMeta is Execute for the meta commands. Requests that did not come
-// through Parse are validated again.
+// through Parse are validated again. The reply to a quiet request always
+// ends with the MN of the mn sent after it (see Request.Quiet).
 func (b *MemoryBackend) executeMeta(dst []byte, r *Request, now time.Time) []byte {
+	dst = b.executeMetaOne(dst, r, now)
+	if r.Quiet && r.Cmd != CmdMn && r.Cmd != CmdMe {
+		dst = append(dst, mnLine...)
+	}
+	return dst
+}
+
+// executeMetaOne is executeMeta without the MN of a quiet request.
+func (b *MemoryBackend) executeMetaOne(dst []byte, r *Request, now time.Time) []byte {
 	if r.Cmd == CmdMn {
 		return append(dst, mnLine...)
 	}
@@ -71,11 +81,8 @@ func (b *MemoryBackend) executeMeta(dst []byte, r *Request, now time.Time) []byt
 	default:
 		return append(dst, "ERROR\r\n"...)
 	}
-	if r.Quiet {
-		if !shown {
-			dst = dst[:start]
-		}
-		dst = append(dst, mnLine...)
+	if r.Quiet && !shown {
+		dst = dst[:start]
 	}
 	return dst
 }

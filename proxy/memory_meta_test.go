@@ -53,6 +53,7 @@ func TestMemoryBackendMeta(t *testing.T) {
 		{16, "md foo C1 q\r\n", "EX\r\nMN\r\n"},
 		{16, "md foo C11 q\r\n", "MN\r\n"},
 		{16, "mn\r\n", "MN\r\n"},
+		{16, "mg foo h q\r\n", "CLIENT_ERROR invalid flag\r\nMN\r\n"}, // unsupported here, still framed
 	}
 	for _, st := range steps {
 		var r Request
