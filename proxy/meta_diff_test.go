@@ -13,8 +13,8 @@ import (
 // randomMetaSteps builds a reproducible random meta session: n steps of a
 // few pipelined requests over a handful of keys, plain and base64, with
 // random flags (valid ones the memory backend supports, and now and then a
-// bad one). Nothing in it depends on the clock: TTLs are 0 or far away and
-// me is left out.
+// bad one), mixed with text get, set, delete, incr and decr. Nothing in it
+// depends on the clock: TTLs are 0 or far away and me is left out.
 func randomMetaSteps(seed uint64, n int) []transcriptStep {
 	rng := rand.New(rand.NewPCG(seed, 0x6d657461))
 	plain := []string{"a", "bb", "{x}c", "n1", "n2"}
@@ -72,9 +72,12 @@ func randomMetaSteps(seed uint64, n int) []transcriptStep {
 			if b64 {
 				bflag = " b"
 			}
-			op := rng.IntN(9)
-			if op >= 5 && op <= 7 && gotten[plainKey] {
+			op := rng.IntN(11)
+			if (op >= 5 && op <= 7 || op == 10) && gotten[plainKey] {
 				op = 8
+			}
+			if (op == 9 || op == 10) && b64 {
+				op = 0 // text commands take plain keys only
 			}
 			switch op {
 			case 0, 1:
@@ -92,6 +95,19 @@ func randomMetaSteps(seed uint64, n int) []transcriptStep {
 			case 5, 6, 7:
 				fmt.Fprintf(&b, "ma %s%s %s\r\n", k, bflag, flags([]string{"q", "k", "c", "t", "v", opaque(), "N0",
 					fmt.Sprintf("J%d", rng.IntN(50)), fmt.Sprintf("D%d", rng.IntN(300)), pick([]string{"MI", "MD", "M+", "M-"}), "C999999", "T0"}))
+			case 9: // the text protocol on the same items
+				switch rng.IntN(3) {
+				case 0:
+					gotten[plainKey] = true
+					fmt.Fprintf(&b, "get %s\r\n", k)
+				case 1:
+					val := fmt.Sprint(rng.IntN(1000))
+					fmt.Fprintf(&b, "set %s %d 0 %d\r\n%s\r\n", k, rng.IntN(3), len(val), val)
+				default:
+					fmt.Fprintf(&b, "delete %s\r\n", k)
+				}
+			case 10:
+				fmt.Fprintf(&b, "%s %s %d\r\n", pick([]string{"incr", "decr"}), k, rng.IntN(300))
 			default:
 				b.WriteString("mn\r\n")
 			}
