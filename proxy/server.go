@@ -52,9 +52,13 @@ func (c ServerConfig) maxPipeline() int {
 }
 
 // Server serves the memcached text protocol to clients, forwarding through
-// a Router. Each client connection has two goroutines: a reader that parses
-// pipelined requests and dispatches them to backends without waiting, and
-// a writer that answers them in order. Server is safe for concurrent use.
+// a Router. Each client connection has a reader goroutine that parses
+// pipelined requests and dispatches them to backends without waiting.
+// Replies go out in request order: on TCP and Unix sockets, whoever
+// completes a request (a backend's reader) answers the ready ones with a
+// non-blocking write, and the connection's writer goroutine only finishes
+// writes a slow client could not take; on other connections the writer
+// answers everything (see clientio.go). Server is safe for concurrent use.
 type Server struct {
 	cfg     ServerConfig
 	router  atomic.Pointer[Router] // swapped by SetRouter (reload)
