@@ -144,8 +144,9 @@ func BenchmarkDecide(b *testing.B) {
 	}
 }
 
-// BenchmarkFullPath: decisions through library → gomemcache → mcproxy → 3
-// memcached shards, Zipf identities, 64 goroutines in one process. Reports
+// BenchmarkFullPath: decisions through library → memcached client
+// (gomemcache, or counter's pipelining PipeStore) → mcproxy → 3 memcached
+// shards, Zipf identities, 64 goroutines in one process. Reports
 // decisions/s and p50/p99 decision latency (HDR, every decision). The
 // cpu-µs/decision is the CPU time (user+system) of the benchmark process
 // (library, gomemcache, load generator), mcproxy and the three memcached
@@ -158,8 +159,18 @@ func BenchmarkFullPath(b *testing.B) {
 	_, mcBin := binaries(b)
 	ms := bench.MemcachedForTest(b, 3)
 	px := startMcproxy(b, mcBin, "", ms)
-	client := counter.NewMemcacheClient(counter.MemcacheConfig{Servers: []string{px.addr}, Timeout: time.Second})
-	store := counter.NewCountingStore(counter.NewMemcacheStore(client))
+	for _, sc := range []struct {
+		name  string
+		store counter.Store
+	}{
+		{"gomemcache", counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{Servers: []string{px.addr}, Timeout: time.Second}))},
+		{"pipe", counter.NewPipeStore(counter.PipeConfig{Addr: px.addr, Timeout: time.Second})},
+	} {
+		b.Run(sc.name, func(b *testing.B) { fullPath(b, counter.NewCountingStore(sc.store), px, ms) })
+	}
+}
+
+func fullPath(b *testing.B, store *counter.CountingStore, px *proc, ms []*bench.Memcached) {
 	for _, bc := range []struct {
 		name     string
 		quantity int

@@ -245,7 +245,7 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 			return d
 		}
 	}
-	_, pattern := s.mux.Handler(r)
+	pattern := s.route(r)
 	p := s.routes[pattern]
 	if p == nil {
 		return Decision{Allowed: true, Reason: ReasonNoPolicy}
@@ -342,7 +342,13 @@ func (l *Limiter) finish(d *Decision, ip netip.Addr, id Identity) {
 // mode for one identity.
 func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []string, now time.Time) Decision {
 	mitKey := counter.Key(parts...)
-	keys := make([]string, len(rs.limits))
+	var kbuf [4]string // most rules have few limits: no allocation
+	keys := kbuf[:0]
+	if len(rs.limits) <= len(kbuf) {
+		keys = kbuf[:len(rs.limits)]
+	} else {
+		keys = make([]string, len(rs.limits))
+	}
 	for i, r := range rs.limits {
 		if r.distinct {
 			keys[i] = counter.Key(append(parts[:len(parts):len(parts)], "l", r.spec.Limit.Name)...)
@@ -387,10 +393,11 @@ func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []stri
 // count asks the shared count (and the leases) about every limit.
 func (l *Limiter) count(ctx context.Context, rs *rules, keys []string, now time.Time) (Decision, error) {
 	all := make([]LimitResult, len(rs.limits))
-	var checks []counter.Check
-	var idx []int
+	// Stack buffers: most rules have few limits.
+	var cbuf [4]counter.Check
+	var ibuf, lbuf [4]int
+	checks, idx, leased := cbuf[:0], ibuf[:0], lbuf[:0]
 	leasedAll := true
-	var leased []int
 	for i, r := range rs.limits {
 		all[i].Limit = r.spec.Limit
 		if r.lease == nil {
@@ -414,7 +421,21 @@ func (l *Limiter) count(ctx context.Context, rs *rules, keys []string, now time.
 		}
 		leased = append(leased, i)
 	}
-	if len(checks) > 0 {
+	switch len(checks) {
+	case 0:
+	case 1:
+		// AllowAll of one check is that check (nothing to undo when it
+		// refuses): skip its result slice.
+		res, err := checks[0].Allower.AllowN(ctx, checks[0].Key, now, 1)
+		if err != nil {
+			l.giveBack(rs, keys, leased, now)
+			return Decision{}, err
+		}
+		all[idx[0]].Result = res
+		if !res.Allowed {
+			l.giveBack(rs, keys, leased, now)
+		}
+	default:
 		_, results, err := counter.AllowAll(ctx, now, 1, checks...)
 		if err != nil {
 			l.giveBack(rs, keys, leased, now)

@@ -51,46 +51,99 @@ func WriteHeaders(h http.Header, d Decision, mode HeaderMode) {
 		lim = d.Binding.Limit.Quantity
 	}
 	reset := ceilSeconds(res.Reset)
-	// One backing array for every header value slice.
-	vals := make([]string, 5)
-	set := func(i int, k, v string) {
-		vals[i] = v
-		h[k] = vals[i : i+1 : i+1]
+	seed := mode == HeadersBoth || mode == HeadersSeed
+	draft := mode == HeadersBoth || mode == HeadersDraft11
+	// Every value is appended to one buffer, turned into one string and
+	// sliced: two allocations per response (that string and the backing
+	// array of the header value slices) whatever the mode.
+	var arr [192]byte
+	b := arr[:0]
+	var end [5]int // end offset of value i in b; value i starts at end[i-1]
+	if seed {
+		b = strconv.AppendInt(b, lim, 10)
+		end[0] = len(b)
+		b = strconv.AppendInt(b, res.Remaining, 10)
+		end[1] = len(b)
+		b = strconv.AppendInt(b, reset, 10)
+		end[2] = len(b)
 	}
-	if mode == HeadersBoth || mode == HeadersSeed {
-		set(0, "Ratelimit-Limit", strconv.FormatInt(lim, 10))
-		set(1, "Ratelimit-Remaining", strconv.FormatInt(res.Remaining, 10))
-		set(2, "Ratelimit-Reset", strconv.FormatInt(reset, 10))
-	}
-	if mode == HeadersBoth || mode == HeadersDraft11 {
-		var b strings.Builder
-		if d.policyField != "" {
-			set(3, "Ratelimit-Policy", d.policyField)
-		} else {
+	if draft {
+		if d.policyField == "" {
 			all := d.All
 			if len(all) == 0 {
 				all = []LimitResult{d.Binding}
 			}
 			for i, lr := range all {
 				if i > 0 {
-					b.WriteString(", ")
+					b = append(b, ", "...)
 				}
 				q := lr.Result.Limit
 				if q == 0 {
 					q = lr.Limit.Quantity
 				}
-				writePolicyItem(&b, lr.Limit.Name, q, lr.Limit.Window)
+				b = appendPolicyItem(b, lr.Limit.Name, q, lr.Limit.Window)
 			}
-			set(3, "Ratelimit-Policy", b.String())
-			b.Reset()
 		}
-		b.WriteString(sfString(d.Binding.Limit.Name))
-		b.WriteString(";r=")
-		b.WriteString(strconv.FormatInt(res.Remaining, 10))
-		b.WriteString(";t=")
-		b.WriteString(strconv.FormatInt(reset, 10))
-		set(4, "Ratelimit", b.String())
+		end[3] = len(b)
+		b = appendSFString(b, d.Binding.Limit.Name)
+		b = append(b, ";r="...)
+		b = strconv.AppendInt(b, res.Remaining, 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, reset, 10)
+		end[4] = len(b)
 	}
+	str := string(b)
+	val := func(i int) string {
+		if i == 0 {
+			return str[:end[0]]
+		}
+		return str[end[i-1]:end[i]]
+	}
+	// One backing array for every header value slice.
+	vals := make([]string, 5)
+	set := func(i int, k, v string) {
+		vals[i] = v
+		h[k] = vals[i : i+1 : i+1]
+	}
+	if seed {
+		set(0, "Ratelimit-Limit", val(0))
+		set(1, "Ratelimit-Remaining", val(1))
+		set(2, "Ratelimit-Reset", val(2))
+	}
+	if draft {
+		if d.policyField != "" {
+			set(3, "Ratelimit-Policy", d.policyField)
+		} else {
+			set(3, "Ratelimit-Policy", val(3))
+		}
+		set(4, "Ratelimit", val(4))
+	}
+}
+
+// appendPolicyItem appends one draft-11 RateLimit-Policy item.
+func appendPolicyItem(b []byte, name string, q int64, w time.Duration) []byte {
+	b = appendSFString(b, name)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, q, 10)
+	b = append(b, ";w="...)
+	ws := ceilSeconds(w)
+	if ws < 1 {
+		ws = 1
+	}
+	return strconv.AppendInt(b, ws, 10)
+}
+
+// appendSFString appends sfString(s).
+func appendSFString(b []byte, s string) []byte {
+	if s == "" {
+		s = "default"
+	}
+	if !strings.ContainsAny(s, `"\`) {
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
+	return strconv.AppendQuote(b, s)
 }
 
 func writePolicyItem(b *strings.Builder, name string, q int64, w time.Duration) {

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
@@ -16,6 +18,7 @@ import (
 type snapshot struct {
 	file      *File
 	mux       *http.ServeMux
+	rc        routeCache         // memoised mux lookups
 	routes    map[string]*policy // by ServeMux pattern
 	policies  map[string]*policy // by name
 	prefilter counter.Allower    // nil when the file has none
@@ -77,6 +80,50 @@ func withCost(a counter.Allower, cost int64) counter.Allower {
 }
 
 func newRouteMux() *http.ServeMux { return http.NewServeMux() }
+
+// routeCacheEntries bounds a snapshot's route cache.
+const routeCacheEntries = 4096
+
+// routeCache memoises ServeMux lookups by everything the mux reads of a
+// request (method, host, path), because matching allocates. Bounded: once
+// full, new (method, host, path) triples are matched by the mux every time
+// (so a scan of random paths cannot grow memory, and cannot evict the
+// routes cached before it).
+type routeCache struct {
+	mu sync.RWMutex
+	m  map[routeKey]string
+	n  atomic.Int64 // len(m), readable without the lock
+}
+
+type routeKey struct{ method, host, path, rawPath string }
+
+// route is the ServeMux pattern r matches ("" for none).
+func (s *snapshot) route(r *http.Request) string {
+	if r.URL == nil {
+		_, pat := s.mux.Handler(r)
+		return pat
+	}
+	k := routeKey{r.Method, r.Host, r.URL.Path, r.URL.RawPath}
+	s.rc.mu.RLock()
+	pat, ok := s.rc.m[k]
+	s.rc.mu.RUnlock()
+	if ok {
+		return pat
+	}
+	_, pat = s.mux.Handler(r)
+	if s.rc.n.Load() < routeCacheEntries {
+		s.rc.mu.Lock()
+		if s.rc.m == nil {
+			s.rc.m = make(map[routeKey]string)
+		}
+		if len(s.rc.m) < routeCacheEntries {
+			s.rc.m[k] = pat
+			s.rc.n.Store(int64(len(s.rc.m)))
+		}
+		s.rc.mu.Unlock()
+	}
+	return pat
+}
 
 var nopHandler = func(http.ResponseWriter, *http.Request) {}
 
