@@ -190,3 +190,33 @@ func BenchmarkProxyEmbedded(b *testing.B) {
 	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
 	benchRoundTrips(b, p.addr, 16)
 }
+
+// BenchmarkPool: Pool.Do of incr against one real memcached from parallel
+// goroutines (one Call each, reused), the backend path without a client
+// socket: allocations per request and requests per write batch.
+func BenchmarkPool(b *testing.B) {
+	ms := bench.MemcachedForTest(b, 1)
+	p, err := proxy.NewPool(proxy.PoolConfig{Addr: ms[0].Addr, Timeout: 5 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	b.SetParallelism(32)
+	var id atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c := proxy.NewCall()
+		c.Conn = id.Add(1)
+		req := &proxy.Request{Cmd: proxy.CmdIncr, Keys: [][]byte{[]byte("bench:pool:" + strconv.FormatUint(c.Conn, 10))}, Delta: 1}
+		for pb.Next() {
+			c.Req, c.Reply, c.Err, c.Start = req, c.Reply[:0], nil, time.Time{}
+			p.Do(c)
+			c.Wait()
+			if c.Err != nil {
+				b.Error(c.Err)
+				return
+			}
+		}
+	})
+}
