@@ -72,7 +72,8 @@ policies:
 // Done-when 1: three shards, one mcproxy, four edge processes; a client
 // sending 2× its limit spread over the workers is admitted, in total,
 // within 1% of the limit (fixed window and token bucket: the PoP shares one
-// count); the sliding window's admitted count is reported.
+// count); the sliding window's admitted count is reported. Workers 0 and 2
+// use edge's pipelining client, 1 and 3 gomemcache.
 func TestIntegrationPoPSharesOneCount(t *testing.T) {
 	edgeBin, mcBin := binaries(t)
 	px, _ := onePoP(t, mcBin, 3)
@@ -84,7 +85,10 @@ func TestIntegrationPoPSharesOneCount(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		// A generous deadline: this test checks sharing, not latency, on a
 		// shared 2-core machine (a timed-out decision would fail open).
-		e := startEdge(t, edgeBin, up, px.addr, policy, "--workers-per-pop", "4", "--store-deadline", "1s")
+		// Half the workers use each memcached client: both must count in
+		// the same items.
+		client := []string{"pipe", "gomemcache"}[i%2]
+		e := startEdge(t, edgeBin, up, px.addr, policy, "--workers-per-pop", "4", "--store-deadline", "1s", "--store-client", client)
 		edges = append(edges, e)
 		workers = append(workers, e.addr)
 	}
