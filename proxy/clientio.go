@@ -38,6 +38,10 @@ type clientOut struct {
 	busy  bool   // the writer goroutine is writing buf (blocking)
 	eof   bool   // entries is closed and drained
 	dead  bool   // a write failed: replies are dropped
+
+	writeFn func(fd uintptr) bool // one non-blocking write of buf
+	n       int                   // its result
+	werr    error
 }
 
 // Write appends p (respond writes replies into the output buffer).
@@ -152,16 +156,19 @@ func (cc *clientConn) answerReady() {
 // socket does not take is left to the writer goroutine. out.mu is held.
 func (cc *clientConn) writeNow() {
 	o := &cc.out
-	var n int
-	var werr error
-	err := cc.rc.Write(func(fd uintptr) bool {
-		for {
-			n, werr = syscall.Write(int(fd), o.buf)
-			if werr != syscall.EINTR {
-				return true // never wait here
+	if o.writeFn == nil { // once per connection: a closure passed to Write escapes
+		o.writeFn = func(fd uintptr) bool {
+			for {
+				o.n, o.werr = syscall.Write(int(fd), o.buf)
+				if o.werr != syscall.EINTR {
+					return true // never wait here
+				}
 			}
 		}
-	})
+	}
+	err := cc.rc.Write(o.writeFn)
+	n, werr := o.n, o.werr
+	o.werr = nil
 	switch {
 	case err == nil && werr == nil && n == len(o.buf):
 		o.buf = o.buf[:0]
