@@ -1,6 +1,7 @@
 package pop
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +22,49 @@ type Metrics struct {
 	eventsDrop  prometheus.Counter     //
 	eventsOut   prometheus.Counter     //
 	leaseServed *prometheus.CounterVec // policy
+
+	// resolved memoises the children of the counter vectors touched per
+	// decision: WithLabelValues hashes and validates every label on each
+	// call. Bounded by resolvedMax (policy names change only on reload);
+	// past it, lookups go to the vector.
+	resolvedMu sync.RWMutex
+	resolved   map[labelKey]prometheus.Counter
+}
+
+// resolvedMax bounds Metrics.resolved.
+const resolvedMax = 4096
+
+// labelKey names one child of a counter vector (unused labels empty).
+type labelKey struct {
+	vec        *prometheus.CounterVec
+	n          int // number of labels
+	a, b, c, d string
+}
+
+// inc increments the child of k.vec with k's labels.
+func (m *Metrics) inc(k labelKey) {
+	m.resolvedMu.RLock()
+	c, ok := m.resolved[k]
+	m.resolvedMu.RUnlock()
+	if !ok {
+		switch k.n {
+		case 1:
+			c = k.vec.WithLabelValues(k.a)
+		case 2:
+			c = k.vec.WithLabelValues(k.a, k.b)
+		default:
+			c = k.vec.WithLabelValues(k.a, k.b, k.c, k.d)
+		}
+		m.resolvedMu.Lock()
+		if m.resolved == nil {
+			m.resolved = make(map[labelKey]prometheus.Counter)
+		}
+		if len(m.resolved) < resolvedMax {
+			m.resolved[k] = c
+		}
+		m.resolvedMu.Unlock()
+	}
+	c.Inc()
 }
 
 // NewMetrics creates the collectors and registers them in reg.
@@ -77,23 +121,23 @@ func (m *Metrics) decision(d *Decision) {
 	if d.Allowed {
 		allowed = "true"
 	}
-	m.decisions.WithLabelValues(d.Policy, d.Tier, string(d.Reason), allowed).Inc()
+	m.inc(labelKey{vec: m.decisions, n: 4, a: d.Policy, b: d.Tier, c: string(d.Reason), d: allowed})
 	switch d.Reason {
 	case ReasonFailOpen, ReasonFailClosed, ReasonFailLocal:
-		m.fallback.WithLabelValues(d.Policy, string(d.Reason)).Inc()
+		m.inc(labelKey{vec: m.fallback, n: 2, a: d.Policy, b: string(d.Reason)})
 	case ReasonMitigated:
-		m.mitigation.WithLabelValues(d.Policy, "hit").Inc()
+		m.inc(labelKey{vec: m.mitigation, n: 2, a: d.Policy, b: "hit"})
 	case ReasonLease:
-		m.leaseServed.WithLabelValues(d.Policy).Inc()
+		m.inc(labelKey{vec: m.leaseServed, n: 1, a: d.Policy})
 	}
 	if d.Allowed && d.limited() && d.Binding.Result.Remaining*5 < d.Binding.Result.Limit {
-		m.nearLimit.WithLabelValues(d.Policy).Inc()
+		m.inc(labelKey{vec: m.nearLimit, n: 1, a: d.Policy})
 	}
 }
 
 func (m *Metrics) mitigationInsert(policy string) {
 	if m != nil {
-		m.mitigation.WithLabelValues(policy, "insert").Inc()
+		m.inc(labelKey{vec: m.mitigation, n: 2, a: policy, b: "insert"})
 	}
 }
 
