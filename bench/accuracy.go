@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"sort"
 	"strconv"
 	"sync"
@@ -12,102 +11,6 @@ import (
 
 	"github.com/poplimit/poplimit/counter"
 )
-
-// Accuracy traces (issue 7): one route, every source at its own rate.
-const (
-	// TraceBelow: mostly below the limit, 1% abusive sources at 2–10×.
-	TraceBelow = "below"
-	// TraceNear: every source at 0.5–1.5× its limit.
-	TraceNear = "near"
-	// TraceBursts: sources at 0.5–1.5× that send half their traffic
-	// evenly and half in the last tenth of each window.
-	TraceBursts = "bursts"
-)
-
-// AccuracyTraces lists the accuracy trace names.
-var AccuracyTraces = []string{TraceBelow, TraceNear, TraceBursts}
-
-// AccuracyTraceConfig describes an accuracy trace. Zero means default.
-type AccuracyTraceConfig struct {
-	// Name is TraceBelow, TraceNear or TraceBursts; default TraceNear.
-	Name string
-	// Seed; default 1.
-	Seed uint64
-	// Sources; default 200.
-	Sources int
-	// Duration; default 10 windows.
-	Duration time.Duration
-	// Quantity and Window of the limit; default 100 per 60s.
-	Quantity int64
-	Window   time.Duration
-}
-
-// GenerateAccuracy builds one of the accuracy traces. Offset 0 of the trace
-// is meant to be aligned on a window boundary.
-func GenerateAccuracy(c AccuracyTraceConfig) (*Trace, error) {
-	if c.Name == "" {
-		c.Name = TraceNear
-	}
-	if c.Seed == 0 {
-		c.Seed = 1
-	}
-	if c.Sources <= 0 {
-		c.Sources = 200
-	}
-	if c.Quantity <= 0 {
-		c.Quantity = 100
-	}
-	if c.Window <= 0 {
-		c.Window = time.Minute
-	}
-	if c.Duration <= 0 {
-		c.Duration = 10 * c.Window
-	}
-	route := Route{Path: "/api", Quantity: c.Quantity, Window: c.Window}
-	switch c.Name {
-	case TraceBelow:
-		abusive := max(1, c.Sources/100)
-		t, err := Generate(WorkloadConfig{Seed: c.Seed, Duration: c.Duration, API: route,
-			Legit: c.Sources - abusive, Abusive: abusive, Boundary: -1, Stuffers: -1,
-			LegitMin: 0.05, LegitMax: 0.9, ZipfS: 0.5, MaxRequests: 20_000_000})
-		if err == nil {
-			t.Routes = t.Routes[:1] // no login traffic
-		}
-		return t, err
-	case TraceNear, TraceBursts:
-	default:
-		return nil, fmt.Errorf("%w: unknown accuracy trace %q", ErrBadWorkload, c.Name)
-	}
-	rng := rand.New(rand.NewPCG(c.Seed, 0x5eed))
-	t := &Trace{Seed: c.Seed, Duration: c.Duration, Routes: []Route{route}}
-	for i := 0; i < c.Sources; i++ {
-		m := 0.5 + rng.Float64()
-		kind := Legit
-		if m > 1 {
-			kind = Abusive
-		}
-		id := int32(len(t.Clients))
-		t.Clients = append(t.Clients, Client{ID: fmt.Sprintf("%s-%04d", c.Name, i), Kind: kind, Multiple: m})
-		rate := m * route.Rate()
-		if c.Name == TraceNear {
-			t.arrive(rng, Poisson, 1, id, rate)
-			continue
-		}
-		// Bursts: half the traffic evenly, half in the window's last tenth.
-		t.arrive(rng, Poisson, 1, id, rate/2)
-		burst := rate / 2 * 10
-		tail := c.Window / 10
-		for w := time.Duration(0); w < c.Duration; w += c.Window {
-			from := (w + c.Window - tail).Seconds()
-			to := min(w+c.Window, c.Duration).Seconds()
-			for at := from + rng.ExpFloat64()/burst; at < to; at += rng.ExpFloat64() / burst {
-				t.Requests = append(t.Requests, Request{At: seconds(at), Client: id})
-			}
-		}
-	}
-	t.sort()
-	return t, nil
-}
 
 // AccuracyConfig configures MeasureAccuracy. Zero means default.
 type AccuracyConfig struct {
@@ -196,14 +99,9 @@ func ParseAlgorithm(s string) (counter.Algorithm, error) {
 // and scores every decision against the exact sliding log. Keys carry a
 // per-run nonce, so runs never share counters.
 func MeasureAccuracy(ctx context.Context, name string, tr *Trace, cfg AccuracyConfig) (*AccuracyResult, error) {
-	workers := cfg.Workers
-	if workers <= 0 {
-		workers = 4
-	}
-	par := cfg.Parallel
-	if par <= 0 {
-		par = 8
-	}
+	defaultTo(&cfg.Workers, 4)
+	defaultTo(&cfg.Parallel, 8)
+	workers, par := cfg.Workers, cfg.Parallel
 	route := tr.Routes[0]
 	in, err := NewInproc(tr.Routes, InprocConfig{Servers: cfg.Servers, Direct: cfg.Direct, Workers: workers, Algorithm: cfg.Algorithm,
 		Precision: cfg.Precision, OnReject: cfg.OnReject, Skew: cfg.Skew})

@@ -10,8 +10,14 @@ import (
 
 // AccuracySuiteConfig configures RunAccuracy. Zero means default.
 type AccuracySuiteConfig struct {
-	// Traces to replay; default AccuracyTraces.
+	// Traces to replay, by name with the built-in parameters (equal to
+	// testdata/traces/accuracy-<name>.json); default AccuracyTraces. Ignored
+	// when TraceConfigs is set.
 	Traces []string
+	// TraceConfigs are traces to replay as described (e.g. read with
+	// LoadAccuracyTrace); Sources, Duration and Seed below, when set,
+	// override theirs.
+	TraceConfigs []AccuracyTraceConfig
 	// Precisions of the sliding window; default [1].
 	Precisions []int
 	// Algorithms; default sliding window only. Fixed window and token bucket
@@ -20,11 +26,12 @@ type AccuracySuiteConfig struct {
 	// Skews: each value s runs the sliding window (precision 1) once more
 	// with the workers' clocks at 0, +s, −s, +s/2 (worker order).
 	Skews []time.Duration
-	// Sources, Duration, Seed of every trace; defaults 200, 10 windows, 1.
+	// Sources, Duration, Seed, Quantity, Window of every trace, when set;
+	// else the trace's own (defaults 200 sources, 10 windows, seed 1, 100
+	// per 60s).
 	Sources  int
 	Duration time.Duration
 	Seed     uint64
-	// Quantity and Window of the limit; default 100 per 60s.
 	Quantity int64
 	Window   time.Duration
 	// Workers: in-process workers of the PoP; default 4.
@@ -46,8 +53,14 @@ type AccuracyReport struct {
 // sliding log, and compares each skew-free run with the same algorithm run
 // in one process over an in-memory store (AgreementPct).
 func RunAccuracy(ctx context.Context, env *Env, cfg AccuracySuiteConfig) (*AccuracyReport, error) {
-	if len(cfg.Traces) == 0 {
-		cfg.Traces = AccuracyTraces
+	traces := cfg.TraceConfigs
+	if len(traces) == 0 {
+		if len(cfg.Traces) == 0 {
+			cfg.Traces = AccuracyTraces
+		}
+		for _, name := range cfg.Traces {
+			traces = append(traces, AccuracyTraceConfig{Name: name})
+		}
 	}
 	if len(cfg.Precisions) == 0 {
 		cfg.Precisions = []int{1}
@@ -66,9 +79,14 @@ func RunAccuracy(ctx context.Context, env *Env, cfg AccuracySuiteConfig) (*Accur
 		servers, direct = p.WorkerServers()
 		rep.PoP = p.Describe()
 	}
-	for _, name := range cfg.Traces {
-		tr, err := GenerateAccuracy(AccuracyTraceConfig{Name: name, Seed: cfg.Seed, Sources: cfg.Sources,
-			Duration: cfg.Duration, Quantity: cfg.Quantity, Window: cfg.Window})
+	for _, tc := range traces {
+		name := tc.Name
+		override(&tc.Seed, cfg.Seed)
+		override(&tc.Sources, cfg.Sources)
+		override(&tc.Duration, cfg.Duration)
+		override(&tc.Quantity, cfg.Quantity)
+		override(&tc.Window, cfg.Window)
+		tr, err := GenerateAccuracy(tc)
 		if err != nil {
 			return nil, err
 		}
@@ -108,6 +126,13 @@ func RunAccuracy(ctx context.Context, env *Env, cfg AccuracySuiteConfig) (*Accur
 		}
 	}
 	return rep, nil
+}
+
+// override sets *v to o when o is set (positive).
+func override[T int | int64 | uint64 | time.Duration](v *T, o T) {
+	if o > 0 {
+		*v = o
+	}
 }
 
 // Tables returns the human view.

@@ -3,3 +3,13 @@
 // measures throughput, latency, accuracy and behaviour under faults. It is
 // the engine of cmd/popbench; no library package imports it (tests may).
 package bench
+
+import "time"
+
+// defaultTo sets *v to def when it is zero or negative: the "zero means
+// default" rule of every Config in this package.
+func defaultTo[T int | int64 | uint64 | float64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}

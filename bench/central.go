@@ -63,27 +63,13 @@ type CentralReport struct {
 // injected cross-region round trip, interleaved, and the ratio of their
 // decision latencies.
 func RunCentral(ctx context.Context, env *Env, cfg CentralConfig) (*CentralReport, error) {
-	if cfg.RTT <= 0 {
-		cfg.RTT = 80 * time.Millisecond
-	}
-	if cfg.Duration <= 0 {
-		cfg.Duration = 5 * time.Second
-	}
-	if cfg.Rounds <= 0 {
-		cfg.Rounds = 2
-	}
-	if cfg.Users <= 0 {
-		cfg.Users = 20
-	}
-	if cfg.Quantity <= 0 {
-		cfg.Quantity = 50
-	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = 4
-	}
-	if cfg.Seed == 0 {
-		cfg.Seed = 1
-	}
+	defaultTo(&cfg.RTT, 80*time.Millisecond)
+	defaultTo(&cfg.Duration, 5*time.Second)
+	defaultTo(&cfg.Rounds, 2)
+	defaultTo(&cfg.Users, 20)
+	defaultTo(&cfg.Quantity, 50)
+	defaultTo(&cfg.Workers, 4)
+	defaultTo(&cfg.Seed, 1)
 	api := Route{Path: "/api", Quantity: cfg.Quantity, Window: time.Second}
 	tr, err := Generate(WorkloadConfig{Seed: cfg.Seed, Duration: cfg.Duration, API: api, Legit: cfg.Users,
 		Abusive: -1, Boundary: -1, Stuffers: -1})

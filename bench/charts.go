@@ -61,14 +61,9 @@ func ChartAdmitted(path string, series []ClientSeries, bucket time.Duration) err
 		for j, v := range s.Rate {
 			pts[j] = plotter.XY{X: float64(j) * bucket.Seconds(), Y: v}
 		}
-		l, err := plotter.NewLine(pts)
-		if err != nil {
+		if err := addLine(p, pts, i, 1.5, s.Label); err != nil {
 			return err
 		}
-		l.Color = plotutil.Color(i)
-		l.Width = vg.Points(1.5)
-		p.Add(l)
-		p.Legend.Add(s.Label, l)
 		if !limits[s.Limit] && len(s.Rate) > 0 {
 			limits[s.Limit] = true
 			ll, _ := plotter.NewLine(plotter.XYs{{X: 0, Y: s.Limit}, {X: float64(len(s.Rate)) * bucket.Seconds(), Y: s.Limit}})
@@ -99,14 +94,9 @@ func ChartCDF(path, title string, names []string, lats []*Latency) error {
 		for j, c := range cdf {
 			pts[j] = plotter.XY{X: max(0.001, float64(c.Value)/float64(time.Millisecond)), Y: c.Fraction}
 		}
-		l, err := plotter.NewLine(pts)
-		if err != nil {
+		if err := addLine(p, pts, i, 1.5, names[i]); err != nil {
 			return err
 		}
-		l.Color = plotutil.Color(i)
-		l.Width = vg.Points(1.5)
-		p.Add(l)
-		p.Legend.Add(names[i], l)
 	}
 	return p.Save(chartW, chartH, path)
 }
@@ -136,14 +126,9 @@ func ChartTimeline(path, title string, series [][numOutcomes]int64, bucket time.
 			top = max(top, v)
 			pts[i] = plotter.XY{X: float64(i) * bucket.Seconds(), Y: v}
 		}
-		l, err := plotter.NewLine(pts)
-		if err != nil {
+		if err := addLine(p, pts, int(o), 1.2, o.String()); err != nil {
 			return err
 		}
-		l.Color = plotutil.Color(int(o))
-		l.Width = vg.Points(1.2)
-		p.Add(l)
-		p.Legend.Add(o.String(), l)
 	}
 	for i, s := range spans {
 		for j, at := range []time.Duration{s.From, s.To} {
@@ -208,4 +193,18 @@ func WriteTablesReport(path, title, command string, tables []*Table, charts []st
 		rp.Image(c, c)
 	}
 	return rp.Write(path)
+}
+
+// addLine draws pts as the i-th series (plotutil's i-th colour, width in
+// points) with a legend entry.
+func addLine(p *plot.Plot, pts plotter.XYs, i int, width float64, label string) error {
+	l, err := plotter.NewLine(pts)
+	if err != nil {
+		return err
+	}
+	l.Color = plotutil.Color(i)
+	l.Width = vg.Points(width)
+	p.Add(l)
+	p.Legend.Add(label, l)
+	return nil
 }

@@ -33,27 +33,17 @@ type DemoConfig struct {
 }
 
 func (c DemoConfig) withDefaults() DemoConfig {
-	if c.Duration <= 0 {
-		c.Duration = 20 * time.Second
-	}
-	if c.Seed == 0 {
-		c.Seed = 1
-	}
-	if c.Shards <= 0 {
-		c.Shards = 3
-	}
+	defaultTo(&c.Duration, 20*time.Second)
+	defaultTo(&c.Seed, 1)
+	defaultTo(&c.Shards, 3)
 	if c.Proxies == 0 {
 		c.Proxies = 1
 	}
-	if c.Workers <= 0 {
-		c.Workers = 4
-	}
+	defaultTo(&c.Workers, 4)
 	if c.OutDir == "" {
 		c.OutDir = "out"
 	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = 64
-	}
+	defaultTo(&c.Concurrency, 64)
 	return c
 }
 

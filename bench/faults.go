@@ -54,27 +54,13 @@ func (c FaultsConfig) withDefaults() FaultsConfig {
 	if len(c.Scenarios) == 0 {
 		c.Scenarios = FaultScenarios
 	}
-	if c.Warmup <= 0 {
-		c.Warmup = 2 * time.Second
-	}
-	if c.Fault <= 0 {
-		c.Fault = 2 * time.Second
-	}
-	if c.Settle <= 0 {
-		c.Settle = 4 * time.Second
-	}
-	if c.SlowDelay <= 0 {
-		c.SlowDelay = 300 * time.Millisecond
-	}
-	if c.APIUsers <= 0 {
-		c.APIUsers = 20
-	}
-	if c.LoginUsers <= 0 {
-		c.LoginUsers = 8
-	}
-	if c.Seed == 0 {
-		c.Seed = 1
-	}
+	defaultTo(&c.Warmup, 2*time.Second)
+	defaultTo(&c.Fault, 2*time.Second)
+	defaultTo(&c.Settle, 4*time.Second)
+	defaultTo(&c.SlowDelay, 300*time.Millisecond)
+	defaultTo(&c.APIUsers, 20)
+	defaultTo(&c.LoginUsers, 8)
+	defaultTo(&c.Seed, 1)
 	return c
 }
 

@@ -48,36 +48,20 @@ type LoadConfig struct {
 }
 
 func (c LoadConfig) withDefaults() LoadConfig {
-	if c.Duration <= 0 {
-		c.Duration = 5 * time.Second
-	}
-	if c.Conns <= 0 {
-		c.Conns = 32
-	}
-	if c.Keys == 0 {
-		c.Keys = 10000
-	}
+	defaultTo(&c.Duration, 5*time.Second)
+	defaultTo(&c.Conns, 32)
+	defaultTo(&c.Keys, 10000)
 	if c.ZipfS <= 1 {
 		c.ZipfS = 1.1
 	}
-	if c.Quantity <= 0 {
-		c.Quantity = 100
-	}
-	if c.Window <= 0 {
-		c.Window = time.Second
-	}
+	defaultTo(&c.Quantity, 100)
+	defaultTo(&c.Window, time.Second)
 	if len(c.Algorithms) == 0 {
 		c.Algorithms = []counter.Algorithm{counter.SlidingWindow, counter.FixedWindow, counter.TokenBucket}
 	}
-	if c.Rounds <= 0 {
-		c.Rounds = 1
-	}
-	if c.Workers <= 0 {
-		c.Workers = 4
-	}
-	if c.Seed == 0 {
-		c.Seed = 1
-	}
+	defaultTo(&c.Rounds, 1)
+	defaultTo(&c.Workers, 4)
+	defaultTo(&c.Seed, 1)
 	return c
 }
 

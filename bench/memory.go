@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -13,11 +14,14 @@ import (
 // MemoryConfig configures RunMemory. Zero means default.
 type MemoryConfig struct {
 	// Limiters written per configuration; default 10,000. A sliding window
-	// of precision N costs N+1 decisions per limiter, so the count is
-	// capped at 200,000/(N+1).
+	// of precision N costs N+1 decisions and items per limiter; each shard
+	// gets memory for 300 bytes per item (memcached's -m, at least 64 MB),
+	// so nothing is evicted (a run that saw evictions fails).
 	Limiters int
-	// Precisions of the sliding window; default 1, 4, 12, 60. Fixed window
-	// and token bucket are always measured.
+	// Algorithms to measure; default fixed window, token bucket and sliding
+	// window.
+	Algorithms []counter.Algorithm
+	// Precisions of the sliding window; default 1, 4, 12, 60.
 	Precisions []int
 	// Window of every limit; default 60s.
 	Window time.Duration
@@ -62,29 +66,35 @@ func RunMemory(ctx context.Context, env *Env, cfg MemoryConfig) (*MemoryReport, 
 	if env.Store != StoreMemcached {
 		return nil, fmt.Errorf("%w: memory accounting needs real memcached shards", ErrNoPoP)
 	}
-	if cfg.Limiters <= 0 {
-		cfg.Limiters = 10000
-	}
+	defaultTo(&cfg.Limiters, 10000)
 	if len(cfg.Precisions) == 0 {
 		cfg.Precisions = []int{1, 4, 12, 60}
 	}
-	if cfg.Window <= 0 {
-		cfg.Window = time.Minute
-	}
-	if cfg.Parallel <= 0 {
-		cfg.Parallel = 16
-	}
+	defaultTo(&cfg.Window, time.Minute)
+	defaultTo(&cfg.Parallel, 16)
 	type conf struct {
 		alg  counter.Algorithm
 		prec int
 	}
-	confs := []conf{{counter.FixedWindow, 1}, {counter.TokenBucket, 1}}
-	for _, p := range cfg.Precisions {
-		confs = append(confs, conf{counter.SlidingWindow, p})
+	if len(cfg.Algorithms) == 0 {
+		cfg.Algorithms = []counter.Algorithm{counter.FixedWindow, counter.TokenBucket, counter.SlidingWindow}
 	}
+	var confs []conf
+	for _, a := range cfg.Algorithms {
+		if a != counter.SlidingWindow {
+			confs = append(confs, conf{a, 1})
+			continue
+		}
+		for _, p := range cfg.Precisions {
+			confs = append(confs, conf{a, p})
+		}
+	}
+	const shards = 3
 	rep := &MemoryReport{}
 	for i, c := range confs {
-		p, err := env.Launch(ctx, PoPConfig{Name: fmt.Sprintf("memory%d", i), Shards: 3, Proxies: 1})
+		items := int64(cfg.Limiters) * int64(c.prec+1)
+		mb := max(64, int(items*300/shards>>20)+1)
+		p, err := env.Launch(ctx, PoPConfig{Name: fmt.Sprintf("memory%d", i), Shards: shards, Proxies: 1, ShardMemoryMB: mb})
 		if err != nil {
 			return nil, err
 		}
@@ -112,7 +122,7 @@ func measureMemory(ctx context.Context, p *PoP, alg counter.Algorithm, prec int,
 		steps = prec + 1
 		sub = cfg.Window / time.Duration(prec)
 	}
-	n := min(cfg.Limiters, 200000/steps)
+	n := cfg.Limiters
 	// Real time: memcached expires items on its own clock; every write
 	// of a limiter happens now, at instants one sub-window apart.
 	base := time.Now()
@@ -160,7 +170,7 @@ func measureMemory(ctx context.Context, p *PoP, alg counter.Algorithm, prec int,
 	if alg != counter.SlidingWindow {
 		row.Precision = 0
 	}
-	var bytes, slab int64
+	var bytes, slab, evictions int64
 	chunks := map[int64]bool{}
 	for _, s := range p.Shards {
 		st, err := ServerStats(s.Direct, 2*time.Second)
@@ -169,6 +179,7 @@ func measureMemory(ctx context.Context, p *PoP, alg counter.Algorithm, prec int,
 		}
 		row.Items += atoi(st["curr_items"])
 		bytes += atoi(st["bytes"])
+		evictions += atoi(st["evictions"])
 		sl, err := SlabStats(s.Direct, 2*time.Second)
 		if err != nil {
 			return nil, err
@@ -180,9 +191,13 @@ func measureMemory(ctx context.Context, p *PoP, alg counter.Algorithm, prec int,
 			}
 		}
 	}
+	if evictions > 0 {
+		return nil, fmt.Errorf("bench: memory: memcached evicted %d items: the figures would be wrong", evictions)
+	}
 	for c := range chunks {
 		row.ChunkSizes = append(row.ChunkSizes, c)
 	}
+	slices.Sort(row.ChunkSizes)
 	row.ItemsPerLimiter = float64(row.Items) / float64(n)
 	if row.Items > 0 {
 		row.BytesPerItem = float64(bytes) / float64(row.Items)

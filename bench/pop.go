@@ -55,6 +55,8 @@ type PoPConfig struct {
 	WorkersPerPoP int
 	// Store picks memcached or embedded shards; default StoreAuto.
 	Store StoreKind
+	// ShardMemoryMB is each memcached shard's -m; default memcached's 64.
+	ShardMemoryMB int
 	// ProxyArgs are extra mcproxy flags (e.g. --auto-eject).
 	ProxyArgs []string
 	// EdgeArgs are extra edge flags.
@@ -84,9 +86,7 @@ func (c PoPConfig) withDefaults() PoPConfig {
 	if c.Name == "" {
 		c.Name = "pop"
 	}
-	if c.Shards <= 0 {
-		c.Shards = 3
-	}
+	defaultTo(&c.Shards, 3)
 	if c.Proxies == 0 {
 		c.Proxies = 1
 	}
@@ -293,7 +293,7 @@ func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 	for i := 0; i < cfg.Shards; i++ {
 		s := &Shard{}
 		if cfg.Store == StoreMemcached {
-			m, err := StartMemcached(ctx, MemcachedConfig{Threads: 1})
+			m, err := StartMemcached(ctx, MemcachedConfig{Threads: 1, MemoryMB: cfg.ShardMemoryMB})
 			if err != nil {
 				return nil, err
 			}

@@ -78,30 +78,14 @@ type PopsReport struct {
 // anycast would if the client moved between PoPs): each PoP enforces the
 // limit on its share alone.
 func RunPops(ctx context.Context, env *Env, cfg PopsConfig) (*PopsReport, error) {
-	if cfg.PoPs <= 0 {
-		cfg.PoPs = 3
-	}
-	if cfg.Shards <= 0 {
-		cfg.Shards = 2
-	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = 2
-	}
-	if cfg.Duration <= 0 {
-		cfg.Duration = 5 * time.Second
-	}
-	if cfg.Quantity <= 0 {
-		cfg.Quantity = 20
-	}
-	if cfg.Window <= 0 {
-		cfg.Window = time.Second
-	}
-	if cfg.Multiple <= 0 {
-		cfg.Multiple = 2 * float64(cfg.PoPs)
-	}
-	if cfg.Seed == 0 {
-		cfg.Seed = 1
-	}
+	defaultTo(&cfg.PoPs, 3)
+	defaultTo(&cfg.Shards, 2)
+	defaultTo(&cfg.Workers, 2)
+	defaultTo(&cfg.Duration, 5*time.Second)
+	defaultTo(&cfg.Quantity, 20)
+	defaultTo(&cfg.Window, time.Second)
+	defaultTo(&cfg.Multiple, 2*float64(cfg.PoPs))
+	defaultTo(&cfg.Seed, 1)
 	api := Route{Path: "/api", Quantity: cfg.Quantity, Window: cfg.Window}
 	tr, err := Generate(WorkloadConfig{Seed: cfg.Seed, Duration: cfg.Duration, API: api, Legit: -1,
 		Abusive: 1, AbuseMin: cfg.Multiple, AbuseMax: cfg.Multiple, Boundary: -1, Stuffers: -1})

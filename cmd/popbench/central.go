@@ -19,33 +19,25 @@ func centralCommand() *cli.Command {
 			&cli.IntFlag{Name: "rounds", Usage: "interleaved rounds (per-PoP, central, …)", Value: 2},
 			&cli.IntFlag{Name: "users", Value: 20},
 			&cli.IntFlag{Name: "workers", Usage: "workers per PoP", Value: 4},
-			&cli.BoolFlag{Name: "inprocess", Usage: "in-process workers instead of edge processes"},
-			&cli.Uint64Flag{Name: "seed", Value: 1},
+			inprocessFlag(),
+			seedFlag(),
 		),
 		Action: func(c *cli.Context) error {
-			env, err := newEnv(c, !c.Bool("inprocess"))
-			if err != nil {
-				return err
-			}
-			defer env.Close()
-			prog, done := progress(c, "central")
-			rep, err := bench.RunCentral(c.Context, env, bench.CentralConfig{
-				RTT: c.Duration("rtt"), Duration: c.Duration("duration"), Rounds: c.Int("rounds"), Users: c.Int("users"),
-				Workers: c.Int("workers"), InProcess: c.Bool("inprocess"), OutDir: c.String("out"), ChartFormat: c.String("chart-format"), Seed: c.Uint64("seed"),
-				Progress: prog,
+			rep, err := runScenario(c, !c.Bool("inprocess"), "central", func(env *bench.Env, prog func(int, int)) (*bench.CentralReport, error) {
+				return bench.RunCentral(c.Context, env, bench.CentralConfig{
+					RTT: c.Duration("rtt"), Duration: c.Duration("duration"), Rounds: c.Int("rounds"), Users: c.Int("users"),
+					Workers: c.Int("workers"), InProcess: c.Bool("inprocess"), OutDir: c.String("out"), ChartFormat: c.String("chart-format"),
+					Seed: c.Uint64("seed"), Progress: prog,
+				})
 			})
-			done()
 			if err != nil {
-				return err
-			}
-			if err := output(c, rep, rep.Tables()); err != nil {
 				return err
 			}
 			var charts []string
 			if rep.Chart != "" {
 				charts = append(charts, filepath.Base(rep.Chart))
 			}
-			return saveReport(c, "central", "popbench central", rep, rep.Tables(), charts)
+			return saveReport(c, "central", rep, charts)
 		},
 	}
 }

@@ -16,7 +16,7 @@ func demoCommand() *cli.Command {
 		Usage: "launch a PoP (3 shards, 1 mcproxy, 4 edge workers, an upstream), run a mixed workload, report",
 		Flags: commonFlags(
 			&cli.DurationFlag{Name: "duration", Usage: "traffic duration", Value: 20 * time.Second},
-			&cli.Uint64Flag{Name: "seed", Usage: "workload seed", Value: 1},
+			seedFlag(),
 			&cli.IntFlag{Name: "shards", Value: 3},
 			&cli.IntFlag{Name: "proxies", Value: 1},
 			&cli.IntFlag{Name: "workers", Value: 4},
@@ -36,22 +36,14 @@ func demoCommand() *cli.Command {
 			default:
 				return fmt.Errorf("--arrivals %q: want poisson or bursty", c.String("arrivals"))
 			}
-			env, err := newEnv(c, true)
-			if err != nil {
-				return err
-			}
-			defer env.Close()
-			prog, done := progress(c, "traffic")
-			res, err := bench.RunDemo(c.Context, env, bench.DemoConfig{
-				Duration: c.Duration("duration"), Seed: c.Uint64("seed"), Shards: c.Int("shards"),
-				Proxies: c.Int("proxies"), Workers: c.Int("workers"), OutDir: c.String("out"),
-				Algorithm: alg, Progress: prog, ChartFormat: c.String("chart-format"), Arrivals: arrivals,
+			res, err := runScenario(c, true, "traffic", func(env *bench.Env, prog func(int, int)) (*bench.DemoResult, error) {
+				return bench.RunDemo(c.Context, env, bench.DemoConfig{
+					Duration: c.Duration("duration"), Seed: c.Uint64("seed"), Shards: c.Int("shards"),
+					Proxies: c.Int("proxies"), Workers: c.Int("workers"), OutDir: c.String("out"),
+					Algorithm: alg, Progress: prog, ChartFormat: c.String("chart-format"), Arrivals: arrivals,
+				})
 			})
-			done()
 			if err != nil {
-				return err
-			}
-			if err := output(c, res, res.Tables()); err != nil {
 				return err
 			}
 			if !c.Bool("json") {

@@ -19,26 +19,18 @@ func faultsCommand() *cli.Command {
 			&cli.DurationFlag{Name: "fault", Usage: "how long each fault lasts", Value: 2 * time.Second},
 			&cli.DurationFlag{Name: "settle", Usage: "observation after each repair (≥ 1s)", Value: 4 * time.Second},
 			&cli.DurationFlag{Name: "slow-delay", Usage: "one-way delay of the slowed shard", Value: 300 * time.Millisecond},
-			&cli.BoolFlag{Name: "inprocess", Usage: "in-process workers instead of edge processes"},
-			&cli.Uint64Flag{Name: "seed", Value: 1},
+			inprocessFlag(),
+			seedFlag(),
 		),
 		Action: func(c *cli.Context) error {
-			env, err := newEnv(c, !c.Bool("inprocess"))
-			if err != nil {
-				return err
-			}
-			defer env.Close()
-			prog, done := progress(c, "faults")
-			rep, err := bench.RunFaults(c.Context, env, bench.FaultsConfig{
-				Scenarios: list(c.String("scenarios")), Fault: c.Duration("fault"), Settle: c.Duration("settle"),
-				SlowDelay: c.Duration("slow-delay"), InProcess: c.Bool("inprocess"), OutDir: c.String("out"), ChartFormat: c.String("chart-format"),
-				Seed: c.Uint64("seed"), Progress: prog,
+			rep, err := runScenario(c, !c.Bool("inprocess"), "faults", func(env *bench.Env, prog func(int, int)) (*bench.FaultsReport, error) {
+				return bench.RunFaults(c.Context, env, bench.FaultsConfig{
+					Scenarios: list(c.String("scenarios")), Fault: c.Duration("fault"), Settle: c.Duration("settle"),
+					SlowDelay: c.Duration("slow-delay"), InProcess: c.Bool("inprocess"), OutDir: c.String("out"), ChartFormat: c.String("chart-format"),
+					Seed: c.Uint64("seed"), Progress: prog,
+				})
 			})
-			done()
 			if err != nil {
-				return err
-			}
-			if err := output(c, rep, rep.Tables()); err != nil {
 				return err
 			}
 			if !c.Bool("json") && rep.Report != "" {

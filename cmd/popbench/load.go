@@ -6,7 +6,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/bench"
-	"github.com/poplimit/poplimit/counter"
 )
 
 func loadCommand() *cli.Command {
@@ -28,34 +27,22 @@ func loadCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "edge", Usage: "existing edge base URL (repeatable): no PoP is launched"},
 		),
 		Action: func(c *cli.Context) error {
-			var algs []counter.Algorithm
-			for _, s := range list(c.String("algorithm")) {
-				a, err := bench.ParseAlgorithm(s)
-				if err != nil {
-					return err
-				}
-				algs = append(algs, a)
-			}
-			env, err := newEnv(c, c.Bool("http"))
+			algs, err := algorithms(c.String("algorithm"))
 			if err != nil {
 				return err
 			}
-			defer env.Close()
-			prog, done := progress(c, "load")
-			res, err := bench.RunLoad(c.Context, env, bench.LoadConfig{
-				Duration: c.Duration("duration"), Conns: c.Int("conns"), Keys: c.Uint64("keys"), ZipfS: c.Float64("zipf"),
-				Quantity: c.Int64("quantity"), Window: c.Duration("window"), Algorithms: algs, Rounds: c.Int("rounds"),
-				HTTP: c.Bool("http"), Workers: c.Int("workers"), ProxyAddrs: c.StringSlice("proxy"),
-				EdgeURLs: c.StringSlice("edge"), Progress: prog,
+			res, err := runScenario(c, c.Bool("http"), "load", func(env *bench.Env, prog func(int, int)) (*bench.LoadResult, error) {
+				return bench.RunLoad(c.Context, env, bench.LoadConfig{
+					Duration: c.Duration("duration"), Conns: c.Int("conns"), Keys: c.Uint64("keys"), ZipfS: c.Float64("zipf"),
+					Quantity: c.Int64("quantity"), Window: c.Duration("window"), Algorithms: algs, Rounds: c.Int("rounds"),
+					HTTP: c.Bool("http"), Workers: c.Int("workers"), ProxyAddrs: c.StringSlice("proxy"),
+					EdgeURLs: c.StringSlice("edge"), Progress: prog,
+				})
 			})
-			done()
 			if err != nil {
 				return err
 			}
-			if err := output(c, res, res.Tables()); err != nil {
-				return err
-			}
-			return saveReport(c, "load", "popbench load", res, res.Tables(), nil)
+			return saveReport(c, "load", res, nil)
 		},
 	}
 }

@@ -132,16 +132,17 @@ func output(c *cli.Context, v any, tables []*bench.Table) error {
 	return nil
 }
 
-// saveReport writes out/<name>.md (tables, charts given relative to out/)
-// and out/<name>.json, and says where.
-func saveReport(c *cli.Context, name, title string, v any, tables []*bench.Table, charts []string) error {
+// saveReport writes out/<name>.md (titled "popbench <name>": the command
+// line, v's tables, charts given relative to out/) and out/<name>.json,
+// and says where.
+func saveReport(c *cli.Context, name string, v result, charts []string) error {
 	dir := c.String("out")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	command := "popbench " + strings.Join(os.Args[1:], " ")
 	md := filepath.Join(dir, name+".md")
-	if err := bench.WriteTablesReport(md, title, command, tables, charts); err != nil {
+	if err := bench.WriteTablesReport(md, "popbench "+name, command, v.Tables(), charts); err != nil {
 		return err
 	}
 	f, err := os.Create(filepath.Join(dir, name+".json"))

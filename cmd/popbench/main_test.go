@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/poplimit/poplimit/bench"
 )
 
 func TestCommandsRegistered(t *testing.T) {
@@ -69,5 +71,82 @@ func TestAccuracyCLI(t *testing.T) {
 	}
 	if err := app.Run([]string{"popbench", "accuracy", "--precision", "x"}); err == nil {
 		t.Error("bad --precision accepted")
+	}
+}
+
+// runJSON runs popbench with args (stdout discarded) and decodes
+// out/<name>.json into v.
+func runJSON(t *testing.T, name string, v any, args ...string) {
+	t.Helper()
+	out := t.TempDir()
+	app := &cli.App{Name: "popbench", Commands: commands()}
+	stdout := os.Stdout
+	devnull, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	os.Stdout = devnull
+	err := app.Run(append(append([]string{"popbench"}, args...), "--quiet", "--json", "--out", out))
+	os.Stdout = stdout
+	devnull.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(out, name+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAccuracyTraceFile replays a trace file given by path; its own
+// sources and duration are used.
+func TestAccuracyTraceFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds mcproxy")
+	}
+	path := filepath.Join(t.TempDir(), "tiny.json")
+	tiny := `{"name":"bursts","seed":7,"sources":3,"quantity":10,"window_ms":10000,"duration_ms":60000,"burst_share":0.5,"burst_tail":0.1}`
+	if err := os.WriteFile(path, []byte(tiny), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Rows []struct {
+			Trace   string `json:"trace"`
+			Sources int    `json:"sources"`
+		} `json:"rows"`
+	}
+	runJSON(t, "accuracy", &rep, "accuracy", "--no-pop", "--trace", path)
+	if len(rep.Rows) != 1 || rep.Rows[0].Trace != "bursts" || rep.Rows[0].Sources != 3 {
+		t.Fatalf("rows %+v", rep.Rows)
+	}
+	app := &cli.App{Name: "popbench", Commands: commands()}
+	if err := app.Run([]string{"popbench", "accuracy", "--no-pop", "--trace", "nope"}); err == nil {
+		t.Error("unknown trace accepted")
+	}
+}
+
+// TestMemoryCLI writes a few limiters through a PoP of real memcached: a
+// two-counter sliding window is two items in the 96-byte class.
+func TestMemoryCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("launches a PoP")
+	}
+	bench.MemcachedForTest(t, 0) // skips without memcached
+	var rep struct {
+		Rows []struct {
+			Algorithm       string  `json:"algorithm"`
+			Precision       int     `json:"precision"`
+			Limiters        int     `json:"limiters"`
+			ItemsPerLimiter float64 `json:"items_per_limiter"`
+			SlabPerLimiter  float64 `json:"slab_bytes_per_limiter"`
+		} `json:"rows"`
+	}
+	runJSON(t, "memory", &rep, "memory", "--store", "memcached", "--limiters", "300", "--algorithm", "sliding", "--precision", "1")
+	if len(rep.Rows) != 1 {
+		t.Fatalf("rows %+v", rep.Rows)
+	}
+	r := rep.Rows[0]
+	if r.Algorithm != "sliding" || r.Precision != 1 || r.Limiters != 300 || r.ItemsPerLimiter != 2 || r.SlabPerLimiter <= 0 || r.SlabPerLimiter > 192 {
+		t.Fatalf("%+v: want 2 items and at most 192 slab bytes per limiter", r)
 	}
 }

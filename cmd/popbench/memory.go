@@ -13,7 +13,8 @@ func memoryCommand() *cli.Command {
 		Name:  "memory",
 		Usage: "bytes per limiter: write limiters through a PoP of real memcached, read its stats and stats slabs",
 		Flags: commonFlags(
-			&cli.IntFlag{Name: "limiters", Usage: "limiters per configuration (capped at 200000/(N+1))", Value: 10000},
+			&cli.IntFlag{Name: "limiters", Usage: "limiters per configuration (e.g. 1000000; shards are sized to hold them)", Value: 10000},
+			&cli.StringFlag{Name: "algorithm", Usage: "sliding, fixed, token (comma-separated)", Value: "fixed,token,sliding"},
 			&cli.StringFlag{Name: "precision", Usage: "sliding-window precisions (comma-separated)", Value: "1,4,12,60"},
 			&cli.DurationFlag{Name: "window", Value: time.Minute},
 		),
@@ -22,22 +23,18 @@ func memoryCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			env, err := newEnv(c, false)
+			algs, err := algorithms(c.String("algorithm"))
 			if err != nil {
 				return err
 			}
-			defer env.Close()
-			prog, done := progress(c, "limiters")
-			rep, err := bench.RunMemory(c.Context, env, bench.MemoryConfig{Limiters: c.Int("limiters"), Precisions: precs,
-				Window: c.Duration("window"), Progress: prog})
-			done()
+			rep, err := runScenario(c, false, "limiters", func(env *bench.Env, prog func(int, int)) (*bench.MemoryReport, error) {
+				return bench.RunMemory(c.Context, env, bench.MemoryConfig{Limiters: c.Int("limiters"), Algorithms: algs,
+					Precisions: precs, Window: c.Duration("window"), Progress: prog})
+			})
 			if err != nil {
 				return err
 			}
-			if err := output(c, rep, rep.Tables()); err != nil {
-				return err
-			}
-			return saveReport(c, "memory", "popbench memory", rep, rep.Tables(), nil)
+			return saveReport(c, "memory", rep, nil)
 		},
 	}
 }

@@ -21,33 +21,25 @@ func popsCommand() *cli.Command {
 			&cli.DurationFlag{Name: "window", Value: time.Second},
 			&cli.Float64Flag{Name: "multiple", Usage: "offered rate over the limit, in all (default 2 × pops)"},
 			&cli.StringFlag{Name: "algorithm", Usage: "sliding, fixed or token", Value: "fixed"},
-			&cli.BoolFlag{Name: "inprocess", Usage: "in-process workers instead of edge processes"},
-			&cli.Uint64Flag{Name: "seed", Value: 1},
+			inprocessFlag(),
+			seedFlag(),
 		),
 		Action: func(c *cli.Context) error {
 			alg, err := bench.ParseAlgorithm(c.String("algorithm"))
 			if err != nil {
 				return err
 			}
-			env, err := newEnv(c, !c.Bool("inprocess"))
-			if err != nil {
-				return err
-			}
-			defer env.Close()
-			prog, done := progress(c, "pops")
-			rep, err := bench.RunPops(c.Context, env, bench.PopsConfig{
-				PoPs: c.Int("pops"), Shards: c.Int("shards"), Workers: c.Int("workers"), Duration: c.Duration("duration"),
-				Quantity: c.Int64("quantity"), Window: c.Duration("window"), Multiple: c.Float64("multiple"),
-				Algorithm: alg, InProcess: c.Bool("inprocess"), Seed: c.Uint64("seed"), Progress: prog,
+			rep, err := runScenario(c, !c.Bool("inprocess"), "pops", func(env *bench.Env, prog func(int, int)) (*bench.PopsReport, error) {
+				return bench.RunPops(c.Context, env, bench.PopsConfig{
+					PoPs: c.Int("pops"), Shards: c.Int("shards"), Workers: c.Int("workers"), Duration: c.Duration("duration"),
+					Quantity: c.Int64("quantity"), Window: c.Duration("window"), Multiple: c.Float64("multiple"),
+					Algorithm: alg, InProcess: c.Bool("inprocess"), Seed: c.Uint64("seed"), Progress: prog,
+				})
 			})
-			done()
 			if err != nil {
 				return err
 			}
-			if err := output(c, rep, rep.Tables()); err != nil {
-				return err
-			}
-			return saveReport(c, "pops", "popbench pops", rep, rep.Tables(), nil)
+			return saveReport(c, "pops", rep, nil)
 		},
 	}
 }
