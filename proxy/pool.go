@@ -55,6 +55,7 @@ const (
 	readBufSize  = 64 << 10 // a connection's reply buffer (grows for large values)
 	maxSpareBuf  = 256 << 10
 	maxReplyLine = 64 << 10 // a reply line longer than this is a bad reply
+	maxYields    = 4        // times a woken writer yields while requests keep coming
 )
 
 // Pool is a Backend for one memcached: a few pipelined connections.
@@ -218,9 +219,19 @@ func (pc *poolConn) run() {
 			pc.mu.Unlock()
 			<-pc.kick
 			// Let the other runnable goroutines (client readers with
-			// requests parsed) queue theirs first: one write then
-			// carries the requests of many clients.
-			runtime.Gosched()
+			// requests parsed) queue theirs first, as long as they do:
+			// one write then carries the requests of many clients.
+			n := 0
+			for range maxYields {
+				runtime.Gosched()
+				pc.mu.Lock()
+				m := len(pc.queued)
+				pc.mu.Unlock()
+				if m == n {
+					break
+				}
+				n = m
+			}
 			pc.mu.Lock()
 		}
 		if pc.closed {
