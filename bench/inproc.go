@@ -35,10 +35,11 @@ type InprocConfig struct {
 	// Burst is the token bucket capacity; 0 means the quantity.
 	Burst int64
 	// StoreClient picks the memcached client of each worker: StoreGomemcache
-	// (the default, counter.MemcacheStore) or StorePipe (counter.PipeStore,
-	// pipelined: one round trip per sliding-window decision). StorePipe
-	// talks to one address, so it cannot be combined with Direct over
-	// several shards.
+	// (the default, counter.MemcacheStore), StorePipe (counter.PipeStore,
+	// pipelined: one round trip per sliding-window decision) or
+	// StorePipeMux (PipeStore multiplexing each worker's calls over one
+	// shared connection). The pipe clients talk to one address, so they
+	// cannot be combined with Direct over several shards.
 	StoreClient StoreClient
 }
 
@@ -49,6 +50,7 @@ type StoreClient string
 const (
 	StoreGomemcache StoreClient = "gomemcache"
 	StorePipe       StoreClient = "pipe"
+	StorePipeMux    StoreClient = "pipe-mux"
 )
 
 // Inproc is a set of in-process workers. It implements Target with
@@ -61,6 +63,7 @@ type Inproc struct {
 
 type inprocWorker struct {
 	store    *counter.CountingStore
+	closer   interface{ Close() error }  // the PipeStore, if any
 	limiters map[string]*counter.Limiter // by route path
 	skew     time.Duration
 }
@@ -76,12 +79,13 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 		timeout = time.Second
 	}
 	switch cfg.StoreClient {
-	case "", StoreGomemcache, StorePipe:
+	case "", StoreGomemcache, StorePipe, StorePipeMux:
 	default:
-		return nil, fmt.Errorf("bench: store client %q: want %q or %q", cfg.StoreClient, StoreGomemcache, StorePipe)
+		return nil, fmt.Errorf("bench: store client %q: want %q, %q or %q", cfg.StoreClient, StoreGomemcache, StorePipe, StorePipeMux)
 	}
-	if cfg.StoreClient == StorePipe && cfg.Direct && len(cfg.Servers) > 1 {
-		return nil, fmt.Errorf("bench: store client %q speaks to one address, not %d direct shards", StorePipe, len(cfg.Servers))
+	pipe := cfg.StoreClient == StorePipe || cfg.StoreClient == StorePipeMux
+	if pipe && cfg.Direct && len(cfg.Servers) > 1 {
+		return nil, fmt.Errorf("bench: store client %q speaks to one address, not %d direct shards", cfg.StoreClient, len(cfg.Servers))
 	}
 	var shared counter.Store
 	if len(cfg.Servers) == 0 {
@@ -95,14 +99,20 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 			if cfg.Direct {
 				servers = cfg.Servers
 			}
-			if cfg.StoreClient == StorePipe {
+			switch cfg.StoreClient {
+			case StorePipe:
 				st = counter.NewPipeStore(counter.PipeConfig{Addr: servers[0], Timeout: timeout})
-			} else {
+			case StorePipeMux:
+				st = counter.NewPipeStore(counter.PipeConfig{Addr: servers[0], Timeout: timeout, Multiplex: 1})
+			default:
 				st = counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
 					Servers: servers, Timeout: timeout}))
 			}
 		}
 		w := &inprocWorker{store: counter.NewCountingStore(st), limiters: map[string]*counter.Limiter{}}
+		if c, ok := st.(*counter.PipeStore); ok {
+			w.closer = c
+		}
 		if len(cfg.Skew) > 0 {
 			w.skew = cfg.Skew[i%len(cfg.Skew)]
 		}
@@ -123,6 +133,18 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 		in.workers = append(in.workers, w)
 	}
 	return in, nil
+}
+
+// Close releases the workers' connections (a multiplexing PipeStore keeps
+// two goroutines per connection until closed). The Inproc must not be used
+// afterwards.
+func (in *Inproc) Close() error {
+	for _, w := range in.workers {
+		if w.closer != nil {
+			w.closer.Close()
+		}
+	}
+	return nil
 }
 
 // Workers implements Target.

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -35,6 +37,14 @@ type PipeConfig struct {
 	Timeout time.Duration
 	// MaxIdleConns is the number of idle connections kept; default 256.
 	MaxIdleConns int
+	// Multiplex, when > 0, shares that many connections between all
+	// callers instead of giving each call a connection of its own: calls
+	// arriving together are written in one write and their replies read
+	// in order (far fewer syscalls per call under concurrency). A call
+	// that fails on such a connection (timeout, I/O, protocol) fails every
+	// call in flight on it, and the connection is replaced. 0 (default):
+	// one pooled connection per call.
+	Multiplex int
 }
 
 // PipeStore is a Store over one memcached endpoint (usually the host's
@@ -46,6 +56,8 @@ type PipeConfig struct {
 type PipeStore struct {
 	cfg  PipeConfig
 	idle chan *pipeConn
+	mux  []muxSlot // len cfg.Multiplex
+	rr   atomic.Uint64
 }
 
 var (
@@ -67,11 +79,21 @@ func NewPipeStore(cfg PipeConfig) *PipeStore {
 	if cfg.MaxIdleConns <= 0 {
 		cfg.MaxIdleConns = 256
 	}
-	return &PipeStore{cfg: cfg, idle: make(chan *pipeConn, cfg.MaxIdleConns)}
+	return &PipeStore{cfg: cfg, idle: make(chan *pipeConn, cfg.MaxIdleConns), mux: make([]muxSlot, max(0, cfg.Multiplex))}
 }
 
-// Close closes the idle connections.
+// Close closes the idle connections (and the multiplexed ones: calls in
+// flight on them fail).
 func (p *PipeStore) Close() error {
+	for i := range p.mux {
+		s := &p.mux[i]
+		s.mu.Lock()
+		if s.mc != nil {
+			s.mc.fail(net.ErrClosed)
+			s.mc = nil
+		}
+		s.mu.Unlock()
+	}
 	for {
 		select {
 		case c := <-p.idle:
@@ -123,6 +145,21 @@ func (p *PipeStore) do(ctx context.Context, fn func(*pipeConn) error) error {
 	}
 	pc.c.Close()
 	return fmt.Errorf("counter: memcached %s: %w", p.cfg.Addr, err)
+}
+
+// call writes a request with write and reads its replies with read: on a
+// pooled connection of its own, or on a multiplexed one (Multiplex).
+func (p *PipeStore) call(ctx context.Context, write func(*bufio.Writer), read func(*pipeConn) error) error {
+	if len(p.mux) > 0 {
+		return p.callMux(ctx, write, read)
+	}
+	return p.do(ctx, func(pc *pipeConn) error {
+		write(pc.w)
+		if err := pc.w.Flush(); err != nil {
+			return err
+		}
+		return read(pc)
+	})
 }
 
 func (pc *pipeConn) line() ([]byte, error) {
@@ -258,21 +295,11 @@ func writeArith(w *bufio.Writer, verb, key string, delta uint64) {
 
 // Add implements Store.
 func (p *PipeStore) Add(ctx context.Context, key string, value []byte, ttl time.Duration) error {
-	return p.do(ctx, func(pc *pipeConn) error {
-		writeStore(pc.w, "add", key, value, ttl, 0)
-		if err := pc.w.Flush(); err != nil {
-			return err
-		}
-		return pc.storeReply()
-	})
+	return p.call(ctx, func(w *bufio.Writer) { writeStore(w, "add", key, value, ttl, 0) }, (*pipeConn).storeReply)
 }
 
 func (p *PipeStore) arith(ctx context.Context, verb, key string, delta uint64) (v uint64, err error) {
-	err = p.do(ctx, func(pc *pipeConn) error {
-		writeArith(pc.w, verb, key, delta)
-		if err := pc.w.Flush(); err != nil {
-			return err
-		}
+	err = p.call(ctx, func(w *bufio.Writer) { writeArith(w, verb, key, delta) }, func(pc *pipeConn) error {
 		v, err = pc.numReply()
 		return err
 	})
@@ -292,11 +319,7 @@ func (p *PipeStore) Decr(ctx context.Context, key string, delta uint64) (uint64,
 // GetMulti implements Store.
 func (p *PipeStore) GetMulti(ctx context.Context, keys []string) (map[string][]byte, error) {
 	out := make(map[string][]byte, len(keys))
-	err := p.do(ctx, func(pc *pipeConn) error {
-		writeGet(pc.w, "get", keys)
-		if err := pc.w.Flush(); err != nil {
-			return err
-		}
+	err := p.call(ctx, func(w *bufio.Writer) { writeGet(w, "get", keys) }, func(pc *pipeConn) error {
 		return pc.values(out, nil)
 	})
 	return out, err
@@ -306,11 +329,7 @@ func (p *PipeStore) GetMulti(ctx context.Context, keys []string) (map[string][]b
 func (p *PipeStore) Gets(ctx context.Context, key string) ([]byte, CASToken, error) {
 	out := make(map[string][]byte, 1)
 	var cas uint64
-	err := p.do(ctx, func(pc *pipeConn) error {
-		writeGet(pc.w, "gets", []string{key})
-		if err := pc.w.Flush(); err != nil {
-			return err
-		}
+	err := p.call(ctx, func(w *bufio.Writer) { writeGet(w, "gets", []string{key}) }, func(pc *pipeConn) error {
 		return pc.values(out, &cas)
 	})
 	if err != nil {
@@ -329,13 +348,7 @@ func (p *PipeStore) CompareAndSwap(ctx context.Context, key string, value []byte
 	if !ok {
 		return fmt.Errorf("%w: foreign CAS token %T", ErrCASConflict, cas)
 	}
-	return p.do(ctx, func(pc *pipeConn) error {
-		writeStore(pc.w, "cas", key, value, ttl, id)
-		if err := pc.w.Flush(); err != nil {
-			return err
-		}
-		return pc.storeReply()
-	})
+	return p.call(ctx, func(w *bufio.Writer) { writeStore(w, "cas", key, value, ttl, id) }, (*pipeConn).storeReply)
 }
 
 // GetMultiIncr implements Batcher: "get keys…", "add incrKey 0", "incr
@@ -343,15 +356,13 @@ func (p *PipeStore) CompareAndSwap(ctx context.Context, key string, value []byte
 func (p *PipeStore) GetMultiIncr(ctx context.Context, keys []string, incrKey string, delta uint64, ttl time.Duration) (map[string][]byte, uint64, error) {
 	out := make(map[string][]byte, len(keys))
 	var v uint64
-	err := p.do(ctx, func(pc *pipeConn) error {
+	err := p.call(ctx, func(w *bufio.Writer) {
 		if len(keys) > 0 {
-			writeGet(pc.w, "get", keys)
+			writeGet(w, "get", keys)
 		}
-		writeStore(pc.w, "add", incrKey, []byte("0"), ttl, 0)
-		writeArith(pc.w, "incr", incrKey, delta)
-		if err := pc.w.Flush(); err != nil {
-			return err
-		}
+		writeStore(w, "add", incrKey, []byte("0"), ttl, 0)
+		writeArith(w, "incr", incrKey, delta)
+	}, func(pc *pipeConn) error {
 		if len(keys) > 0 {
 			if err := pc.values(out, nil); err != nil {
 				return err
@@ -370,4 +381,187 @@ func (p *PipeStore) GetMultiIncr(ctx context.Context, keys []string, incrKey str
 		return err
 	})
 	return out, v, err
+}
+
+// muxSlot holds one multiplexed connection, replaced when it fails.
+type muxSlot struct {
+	mu sync.Mutex
+	mc *muxConn
+}
+
+// muxReq is one call on a multiplexed connection.
+type muxReq struct {
+	write    func(*bufio.Writer)
+	read     func(*pipeConn) error
+	deadline time.Time
+	done     chan error // capacity 1: exactly one send per request
+}
+
+// muxConn is a connection shared by concurrent calls: a writer goroutine
+// writes every queued request and flushes once per batch, a reader
+// goroutine reads the replies in the same order.
+type muxConn struct {
+	pc      *pipeConn
+	timeout time.Duration
+	queue   chan *muxReq  // callers → writer
+	sent    chan *muxReq  // writer → reader, in write order
+	closed  chan struct{} // closed by fail
+	wdone   chan struct{} // closed when the writer has exited
+	rdone   chan struct{} // closed when the reader has exited
+	once    sync.Once
+	err     error // set before closed is closed
+}
+
+// muxBatch bounds the requests written by one flush.
+const muxBatch = 128
+
+func newMuxConn(c net.Conn, timeout time.Duration) *muxConn {
+	mc := &muxConn{
+		pc:      &pipeConn{c: c, r: bufio.NewReaderSize(c, 16<<10), w: bufio.NewWriterSize(c, 16<<10)},
+		timeout: timeout,
+		queue:   make(chan *muxReq, 4*muxBatch),
+		sent:    make(chan *muxReq, 4*muxBatch),
+		closed:  make(chan struct{}),
+		wdone:   make(chan struct{}),
+		rdone:   make(chan struct{}),
+	}
+	go mc.writer()
+	go mc.reader()
+	return mc
+}
+
+// fail closes the connection once; every caller waiting on it returns err.
+func (mc *muxConn) fail(err error) {
+	mc.once.Do(func() {
+		mc.err = err
+		close(mc.closed)
+		mc.pc.c.Close()
+	})
+}
+
+func (mc *muxConn) writer() {
+	defer close(mc.wdone)
+	for {
+		var req *muxReq
+		select {
+		case <-mc.closed:
+			return
+		case req = <-mc.queue:
+		}
+		deadline := req.deadline
+		for n := 0; ; n++ {
+			req.write(mc.pc.w)
+			select {
+			case mc.sent <- req:
+			case <-mc.closed:
+				return
+			}
+			if req.deadline.After(deadline) {
+				deadline = req.deadline
+			}
+			if n+1 == muxBatch {
+				break
+			}
+			select {
+			case req = <-mc.queue:
+				continue
+			default:
+			}
+			break
+		}
+		if err := mc.pc.c.SetWriteDeadline(deadline); err != nil {
+			mc.fail(err)
+			return
+		}
+		if err := mc.pc.w.Flush(); err != nil {
+			mc.fail(err)
+			return
+		}
+	}
+}
+
+func (mc *muxConn) reader() {
+	defer close(mc.rdone)
+	for {
+		var req *muxReq
+		select {
+		case <-mc.closed:
+			return
+		case req = <-mc.sent:
+		}
+		if err := mc.pc.c.SetReadDeadline(req.deadline); err != nil {
+			mc.fail(err)
+			return
+		}
+		err := req.read(mc.pc)
+		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrNotStored) &&
+			!errors.Is(err, ErrCASConflict) && !errors.Is(err, ErrContention) {
+			// The stream is out of sync or dead: this call and every
+			// later one on the connection fail.
+			mc.fail(err)
+			return
+		}
+		req.done <- err
+	}
+}
+
+// conn returns the live multiplexed connection of a slot, dialling one.
+func (p *PipeStore) muxConn(ctx context.Context, deadline time.Time) (*muxConn, error) {
+	s := &p.mux[p.rr.Add(1)%uint64(len(p.mux))]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mc != nil {
+		select {
+		case <-s.mc.closed:
+			s.mc = nil
+		default:
+			return s.mc, nil
+		}
+	}
+	d := net.Dialer{Deadline: deadline}
+	c, err := d.DialContext(ctx, "tcp", p.cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("counter: memcached dial: %w", err)
+	}
+	s.mc = newMuxConn(c, p.cfg.Timeout)
+	return s.mc, nil
+}
+
+// callMux is call on a multiplexed connection.
+func (p *PipeStore) callMux(ctx context.Context, write func(*bufio.Writer), read func(*pipeConn) error) error {
+	if err := ctxErr(ctx); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(p.cfg.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	mc, err := p.muxConn(ctx, deadline)
+	if err != nil {
+		return err
+	}
+	req := &muxReq{write: write, read: read, deadline: deadline, done: make(chan error, 1)}
+	select {
+	case mc.queue <- req:
+	case <-mc.closed:
+		return fmt.Errorf("counter: memcached %s: %w", p.cfg.Addr, mc.err)
+	case <-ctx.Done():
+		return ctxErr(ctx)
+	}
+	// No giving up on ctx from here: the reader may be filling the
+	// caller's results. The wait is bounded by the read deadline.
+	select {
+	case err = <-req.done:
+		return err
+	case <-mc.closed:
+		// Once both goroutines are gone nothing touches req any more.
+		<-mc.wdone
+		<-mc.rdone
+		select {
+		case err = <-req.done: // answered just before the connection failed
+			return err
+		default:
+		}
+		return fmt.Errorf("counter: memcached %s: %w", p.cfg.Addr, mc.err)
+	}
 }

@@ -145,7 +145,8 @@ func BenchmarkDecide(b *testing.B) {
 }
 
 // BenchmarkFullPath: decisions through library → memcached client
-// (gomemcache, or counter's pipelining PipeStore) → mcproxy → 3 memcached
+// (gomemcache; counter's pipelining PipeStore, one connection per call or
+// multiplexing 2 shared connections) → mcproxy → 3 memcached
 // shards, Zipf identities, 64 goroutines in one process. Reports
 // decisions/s and p50/p99 decision latency (HDR, every decision). The
 // cpu-µs/decision is the CPU time (user+system) of the benchmark process
@@ -165,6 +166,7 @@ func BenchmarkFullPath(b *testing.B) {
 	}{
 		{"gomemcache", counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{Servers: []string{px.addr}, Timeout: time.Second}))},
 		{"pipe", counter.NewPipeStore(counter.PipeConfig{Addr: px.addr, Timeout: time.Second})},
+		{"pipe-mux", counter.NewPipeStore(counter.PipeConfig{Addr: px.addr, Timeout: time.Second, Multiplex: 2})},
 	} {
 		b.Run(sc.name, func(b *testing.B) { fullPath(b, counter.NewCountingStore(sc.store), px, ms) })
 	}

@@ -7,7 +7,7 @@
 //	edge --listen 127.0.0.1:8080 --upstream http://127.0.0.1:9000 \
 //	     --memcached 127.0.0.1:22121 --policy testdata/policies/example.yml \
 //	     --admin 127.0.0.1:9090 --workers-per-pop 4 --store-deadline 20ms \
-//	     --store-client pipe
+//	     --store-client pipe --store-multiplex 2
 //
 // The admin listener serves /metrics (Prometheus), /healthz and POST
 // /reload. The policy file is also reloaded when it changes on disk and on
@@ -57,6 +57,7 @@ func main() {
 			&cli.IntFlag{Name: "breaker-failures", Value: 5, Usage: "consecutive store failures that open the circuit breaker"},
 			&cli.DurationFlag{Name: "breaker-open", Value: 500 * time.Millisecond, Usage: "how long the breaker stays open before a half-open probe"},
 			&cli.StringFlag{Name: "store-client", Value: "pipe", Usage: "memcached client: 'pipe' (counter.PipeStore: pipelined, one round trip per sliding-window decision; one --memcached address, normally mcproxy) or 'gomemcache' (counter.MemcacheStore; several addresses are hashed by gomemcache)"},
+			&cli.IntFlag{Name: "store-multiplex", Value: 2, Usage: "with --store-client pipe: number of connections shared by all requests (concurrent store calls are written together, replies read in order: fewer syscalls); 0 = one pooled connection per call"},
 			&cli.StringFlag{Name: "events", Usage: "write rejection events as JSON lines to `FILE` ('-' for stderr); empty disables"},
 		},
 		Action: run,
@@ -78,7 +79,7 @@ func run(c *cli.Context) error {
 	}
 	deadline := c.Duration("store-deadline")
 
-	store, err := newStore(c.String("store-client"), c.StringSlice("memcached"), deadline)
+	store, err := newStore(c.String("store-client"), c.StringSlice("memcached"), deadline, c.Int("store-multiplex"))
 	if err != nil {
 		return err
 	}
@@ -177,11 +178,13 @@ func run(c *cli.Context) error {
 
 // newStore builds the shared count's store: an in-process one without
 // addresses, else the named memcached client with timeout as its socket
-// timeout.
-func newStore(client string, addrs []string, timeout time.Duration) (counter.Store, error) {
+// timeout (multiplex: counter.PipeConfig.Multiplex).
+func newStore(client string, addrs []string, timeout time.Duration, multiplex int) (counter.Store, error) {
 	switch {
 	case client != "pipe" && client != "gomemcache":
 		return nil, fmt.Errorf("--store-client %q: want pipe or gomemcache", client)
+	case multiplex < 0:
+		return nil, fmt.Errorf("--store-multiplex %d: want 0 or more", multiplex)
 	case len(addrs) == 0:
 		return counter.NewMemoryStore(), nil
 	case client == "gomemcache":
@@ -189,5 +192,5 @@ func newStore(client string, addrs []string, timeout time.Duration) (counter.Sto
 	case len(addrs) > 1:
 		return nil, fmt.Errorf("--store-client pipe speaks to one address (the host's mcproxy), got %d --memcached; use --store-client gomemcache to hash over several", len(addrs))
 	}
-	return counter.NewPipeStore(counter.PipeConfig{Addr: addrs[0], Timeout: timeout}), nil
+	return counter.NewPipeStore(counter.PipeConfig{Addr: addrs[0], Timeout: timeout, Multiplex: multiplex}), nil
 }

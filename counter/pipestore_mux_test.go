@@ -1,0 +1,182 @@
+package counter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/counter"
+)
+
+// TestPipeMuxSemantics: the multiplexed PipeStore answers every Store and
+// Batcher call like the pooled one.
+func TestPipeMuxSemantics(t *testing.T) {
+	mc := bench.MemcachedForTest(t, 1)
+	st := counter.NewPipeStore(counter.PipeConfig{Addr: mc[0].Addr, Timeout: time.Second, Multiplex: 2})
+	t.Cleanup(func() { st.Close() })
+	k := uniqueKey(t)
+	if _, err := st.Incr(ctx, k, 1); !errors.Is(err, counter.ErrNotFound) {
+		t.Fatalf("incr missing: %v", err)
+	}
+	if err := st.Add(ctx, k, []byte("5"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Add(ctx, k, []byte("7"), time.Minute); !errors.Is(err, counter.ErrNotStored) {
+		t.Fatalf("second add: %v", err)
+	}
+	if v, err := st.Incr(ctx, k, 10); err != nil || v != 15 {
+		t.Fatalf("incr = %d, %v", v, err)
+	}
+	if v, err := st.Decr(ctx, k, 6); err != nil || v != 9 {
+		t.Fatalf("decr = %d, %v", v, err)
+	}
+	other := uniqueKey(t, "other")
+	got, err := st.GetMulti(ctx, []string{k, other})
+	if err != nil || len(got) != 1 || string(trim(got[k])) != "9" {
+		t.Fatalf("getmulti = %q, %v", got, err)
+	}
+	v, tok, err := st.Gets(ctx, k)
+	if err != nil || string(trim(v)) != "9" {
+		t.Fatalf("gets = %q, %v", v, err)
+	}
+	_, tok2, _ := st.Gets(ctx, k)
+	if err := st.CompareAndSwap(ctx, k, []byte("42"), tok, time.Minute); err != nil {
+		t.Fatalf("cas: %v", err)
+	}
+	if err := st.CompareAndSwap(ctx, k, []byte("43"), tok2, time.Minute); !errors.Is(err, counter.ErrCASConflict) {
+		t.Fatalf("stale cas: %v", err)
+	}
+	vals, n, err := st.GetMultiIncr(ctx, []string{k, other}, uniqueKey(t, "cur"), 3, time.Minute)
+	if err != nil || n != 3 || string(vals[k]) != "42" || len(vals) != 1 {
+		t.Fatalf("getmultiincr = %q %d %v", vals, n, err)
+	}
+}
+
+// TestPipeMuxOrder: concurrent calls multiplexed over shared connections
+// through mcproxy and 3 shards each get their own reply: every goroutine
+// increments its own key and must see 1, 2, 3… Then a limiter over the
+// multiplexed store admits exactly its limit.
+func TestPipeMuxOrder(t *testing.T) {
+	shards := bench.MemcachedForTest(t, 3)
+	addr, via := proxyOrDirect(t, shards)
+	t.Log(via)
+	st := counter.NewPipeStore(counter.PipeConfig{Addr: addr, Timeout: 10 * time.Second, Multiplex: 2})
+	t.Cleanup(func() { st.Close() })
+	const goroutines, calls = 32, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k := uniqueKey(t, "g"+strconv.Itoa(g))
+			if err := st.Add(ctx, k, []byte("0"), time.Minute); err != nil {
+				errs <- err
+				return
+			}
+			for i := 1; i <= calls; i++ {
+				v, err := st.Incr(ctx, k, 1)
+				if err != nil || v != uint64(i) {
+					errs <- fmt.Errorf("goroutine %d call %d: %d, %v", g, i, v, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+
+	lim, err := counter.New(st, counter.Limit{Quantity: 200, Window: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := uniqueKey(t, "limited")
+	now := time.Now()
+	var admitted atomic.Int64
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 400/goroutines; i++ {
+				res, err := lim.AllowN(ctx, key, now, 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 200 {
+		t.Errorf("admitted %d of 400 over the multiplexed store, want 200", got)
+	}
+}
+
+// TestPipeMuxTimeout: a stalled server fails the calls in flight within
+// the timeout; the next calls get a fresh connection and never read the
+// stale replies; a cancelled context fails fast.
+func TestPipeMuxTimeout(t *testing.T) {
+	mc := bench.MemcachedForTest(t, 1)
+	st := counter.NewPipeStore(counter.PipeConfig{Addr: mc[0].Addr, Timeout: 200 * ms, Multiplex: 1})
+	t.Cleanup(func() { st.Close() })
+	k := uniqueKey(t)
+	if err := st.Add(ctx, k, []byte("1"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := mc[0].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	fails := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := st.Incr(ctx, k, 1)
+			fails <- err
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := mc[0].Resume(); err != nil {
+		t.Fatal(err)
+	}
+	close(fails)
+	for err := range fails {
+		if err == nil || errors.Is(err, counter.ErrNotFound) {
+			t.Errorf("paused memcached: err = %v", err)
+		}
+	}
+	if elapsed > 3*time.Second {
+		t.Errorf("errors after %v, timeout 200ms", elapsed)
+	}
+	var last uint64
+	for i := 0; i < 3; i++ {
+		v, err := st.Incr(ctx, k, 1)
+		if err != nil {
+			t.Fatalf("after resume: %v", err)
+		}
+		if v <= last || v < 2 {
+			t.Fatalf("after resume: value %d after %d (a stale reply?)", v, last)
+		}
+		last = v
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := st.Incr(cctx, k, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled context: %v", err)
+	}
+}
