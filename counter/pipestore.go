@@ -412,6 +412,10 @@ type muxConn struct {
 	err     error // set before closed is closed
 }
 
+// muxReqs recycles the requests answered normally (a request abandoned on
+// a failed connection is left to the garbage collector).
+var muxReqs sync.Pool
+
 // muxBatch bounds the requests written by one flush.
 const muxBatch = 128
 
@@ -448,16 +452,19 @@ func (mc *muxConn) writer() {
 			return
 		case req = <-mc.queue:
 		}
-		deadline := req.deadline
+		// Set before writing: a batch larger than the buffer is flushed
+		// on the way.
+		if err := mc.pc.c.SetWriteDeadline(time.Now().Add(mc.timeout)); err != nil {
+			mc.fail(err)
+			return
+		}
 		for n := 0; ; n++ {
 			req.write(mc.pc.w)
+			// req belongs to the reader (then to its caller) once sent.
 			select {
 			case mc.sent <- req:
 			case <-mc.closed:
 				return
-			}
-			if req.deadline.After(deadline) {
-				deadline = req.deadline
 			}
 			if n+1 == muxBatch {
 				break
@@ -468,10 +475,6 @@ func (mc *muxConn) writer() {
 			default:
 			}
 			break
-		}
-		if err := mc.pc.c.SetWriteDeadline(deadline); err != nil {
-			mc.fail(err)
-			return
 		}
 		if err := mc.pc.w.Flush(); err != nil {
 			mc.fail(err)
@@ -540,18 +543,27 @@ func (p *PipeStore) callMux(ctx context.Context, write func(*bufio.Writer), read
 	if err != nil {
 		return err
 	}
-	req := &muxReq{write: write, read: read, deadline: deadline, done: make(chan error, 1)}
+	req, _ := muxReqs.Get().(*muxReq)
+	if req == nil {
+		req = &muxReq{done: make(chan error, 1)}
+	}
+	req.write, req.read, req.deadline = write, read, deadline
 	select {
 	case mc.queue <- req:
 	case <-mc.closed:
 		return fmt.Errorf("counter: memcached %s: %w", p.cfg.Addr, mc.err)
 	case <-ctx.Done():
+		muxReqs.Put(req) // never queued
 		return ctxErr(ctx)
 	}
 	// No giving up on ctx from here: the reader may be filling the
 	// caller's results. The wait is bounded by the read deadline.
 	select {
 	case err = <-req.done:
+		// Answered: the goroutines are done with req and its channel is
+		// empty, so it can serve another call.
+		req.write, req.read = nil, nil
+		muxReqs.Put(req)
 		return err
 	case <-mc.closed:
 		// Once both goroutines are gone nothing touches req any more.
