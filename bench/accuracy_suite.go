@@ -109,7 +109,11 @@ func RunAccuracy(ctx context.Context, env *Env, cfg AccuracySuiteConfig) (*Accur
 			}
 		}
 		for _, r := range runs {
-			env.Logf("accuracy: trace %s (%d requests), %s precision %d skew %v", name, len(tr.Requests), AlgorithmName(r.alg), r.prec, r.skew)
+			skew := ""
+			if len(r.skew) > 0 {
+				skew = fmt.Sprintf(", worker clocks %v", r.skew)
+			}
+			env.Logf("accuracy: trace %s (%d requests), %s precision %d%s", name, len(tr.Requests), AlgorithmName(r.alg), r.prec, skew)
 			res, err := MeasureAccuracy(ctx, name, tr, AccuracyConfig{Servers: servers, Direct: direct, Workers: cfg.Workers,
 				Algorithm: r.alg, Precision: r.prec, Skew: r.skew, Progress: cfg.Progress})
 			if err != nil {

@@ -10,10 +10,12 @@
 //	popbench load --rounds 2           # decisions/s, latency by algorithm
 //	popbench load --http               # the same through edge processes
 //	popbench accuracy --precision 1,4,12,60 --skew 100ms,1s
+//	popbench accuracy --trace my-trace.json   # traces: testdata/traces/accuracy-*.json
 //	popbench faults                    # shard kill/hang/slow, reload, mcproxy restart
 //	popbench pops                      # one client over 3 PoPs
 //	popbench central --rtt 80ms        # per-PoP vs central store latency
 //	popbench memory                    # bytes per limiter (memcached's stats slabs)
+//	popbench memory --limiters 1000000 --algorithm sliding --precision 1 --window 2m
 //	popbench proxy --compare           # memcached vs nutcracker vs mcproxy
 //
 // Wiring only: the engine is package bench.
