@@ -23,11 +23,11 @@ type MemoryConfig struct {
 	Algorithms []counter.Algorithm
 	// Precisions of the sliding window; default 1, 4, 12, 60.
 	Precisions []int
-	// Window of every limit; default 60s. Items live one window (fixed)
+	// Window of every limit; default 2m (keys as long as 1m's: the window
+	// and the window id are part of the key). Items live one window (fixed)
 	// or a window and a sub-window (sliding) after their write (memcached
 	// TTLs run on real time), so writing must finish within that or the
-	// run fails: 1,000,000 limiters need a longer window on a small machine
-	// (2m keeps the keys as long as 1m's: the window is part of the key).
+	// run fails.
 	Window time.Duration
 	// Parallel decisions in flight; default 16.
 	Parallel int
@@ -76,7 +76,7 @@ func RunMemory(ctx context.Context, env *Env, cfg MemoryConfig) (*MemoryReport, 
 	if len(cfg.Precisions) == 0 {
 		cfg.Precisions = []int{1, 4, 12, 60}
 	}
-	defaultTo(&cfg.Window, time.Minute)
+	defaultTo(&cfg.Window, 2*time.Minute)
 	defaultTo(&cfg.Parallel, 16)
 	type conf struct {
 		alg  counter.Algorithm

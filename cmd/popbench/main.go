@@ -15,7 +15,7 @@
 //	popbench pops                      # one client over 3 PoPs
 //	popbench central --rtt 80ms        # per-PoP vs central store latency
 //	popbench memory                    # bytes per limiter (memcached's stats slabs)
-//	popbench memory --limiters 1000000 --algorithm sliding --precision 1 --window 2m
+//	popbench memory --limiters 1000000 --algorithm sliding --precision 1
 //	popbench proxy --compare           # memcached vs nutcracker vs mcproxy
 //
 // Wiring only: the engine is package bench.

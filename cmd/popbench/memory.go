@@ -16,7 +16,7 @@ func memoryCommand() *cli.Command {
 			&cli.IntFlag{Name: "limiters", Usage: "limiters per configuration (e.g. 1000000; shards are sized to hold them)", Value: 10000},
 			&cli.StringFlag{Name: "algorithm", Usage: "sliding, fixed, token (comma-separated)", Value: "fixed,token,sliding"},
 			&cli.StringFlag{Name: "precision", Usage: "sliding-window precisions (comma-separated)", Value: "1,4,12,60"},
-			&cli.DurationFlag{Name: "window", Value: time.Minute},
+			&cli.DurationFlag{Name: "window", Usage: "limit window: items live about this long, so writing must finish within it (2m: keys as long as 1m's)", Value: 2 * time.Minute},
 		),
 		Action: func(c *cli.Context) error {
 			precs, err := intList(c.String("precision"))
