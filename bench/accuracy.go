@@ -122,52 +122,32 @@ func MeasureAccuracy(ctx context.Context, name string, tr *Trace, cfg AccuracyCo
 	var mu sync.Mutex
 	before := in.StoreStats()
 	start := time.Now()
-	sources := make(chan int)
-	var wg sync.WaitGroup
-	var firstErr error
-	for g := 0; g < par; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for s := range sources {
-				id := nonce + "." + tr.Clients[s].ID
-				var e int64
-				for k, i := range bySource[s] {
-					if ctx.Err() != nil {
-						break
-					}
-					res, err := in.Decide(ctx, k, id, route.Path, base.Add(tr.Requests[i].At))
-					if err != nil {
-						e++
-						mu.Lock()
-						if firstErr == nil {
-							firstErr = err
-						}
-						mu.Unlock()
-						continue
-					}
-					allowed[i], decided[i] = res.Allowed, true
-				}
-				mu.Lock()
-				errs += e
-				done += int64(len(bySource[s]))
-				if cfg.Progress != nil {
-					cfg.Progress(int(done), len(tr.Requests))
-				}
-				mu.Unlock()
+	var first firstError
+	err = parallel(ctx, len(bySource), par, func(s int) {
+		id := nonce + "." + tr.Clients[s].ID
+		var e int64
+		for k, i := range bySource[s] {
+			if ctx.Err() != nil {
+				break
 			}
-		}()
-	}
-	for s := range bySource {
-		if ctx.Err() != nil {
-			break
+			res, err := in.Decide(ctx, k, id, route.Path, base.Add(tr.Requests[i].At))
+			if err != nil {
+				e++
+				first.set(err)
+				continue
+			}
+			allowed[i], decided[i] = res.Allowed, true
 		}
-		sources <- s
-	}
-	close(sources)
-	wg.Wait()
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
+		mu.Lock()
+		errs += e
+		done += int64(len(bySource[s]))
+		if cfg.Progress != nil {
+			cfg.Progress(int(done), len(tr.Requests))
+		}
+		mu.Unlock()
+	})
+	if err != nil {
+		return nil, err
 	}
 	st := in.StoreStats().Sub(before)
 	res := Score(tr, allowed, decided, cfg.Algorithm, counter.Limit{Quantity: route.Quantity, Window: route.Window}, cfg.OnReject == counter.Count)
@@ -186,7 +166,7 @@ func MeasureAccuracy(ctx context.Context, name string, tr *Trace, cfg AccuracyCo
 	res.Elapsed = time.Since(start)
 	res.AgreementPct = -1
 	if errs > 0 && errs == int64(len(tr.Requests)) {
-		return res, fmt.Errorf("bench: every decision failed: %w", firstErr)
+		return res, fmt.Errorf("bench: every decision failed: %w", first.err)
 	}
 	return res, nil
 }

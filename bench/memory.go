@@ -132,51 +132,32 @@ func measureMemory(ctx context.Context, p *PoP, alg counter.Algorithm, prec int,
 	// Real time: memcached expires items on its own clock; every write
 	// of a limiter happens now, at instants one sub-window apart.
 	base := time.Now()
-	jobs := make(chan int)
-	var wg sync.WaitGroup
 	var mu sync.Mutex
-	var firstErr error
+	var first firstError
 	done := 0
-	for g := 0; g < cfg.Parallel; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				id := "m" + strconv.Itoa(i)
-				for s := 0; s < steps; s++ {
-					// A store timeout on a loaded machine is retried: the
-					// item is what is measured, not the decision.
-					var err error
-					for try := 0; try < 3 && (try == 0 || err != nil) && ctx.Err() == nil; try++ {
-						_, err = in.Decide(ctx, i+s, id, route.Path, base.Add(time.Duration(s-steps+1)*sub))
-					}
-					if err != nil {
-						mu.Lock()
-						if firstErr == nil {
-							firstErr = err
-						}
-						mu.Unlock()
-					}
-				}
-				mu.Lock()
-				done++
-				if cfg.Progress != nil && done%1000 == 0 {
-					cfg.Progress(done, n)
-				}
-				mu.Unlock()
+	err = parallel(ctx, n, cfg.Parallel, func(i int) {
+		id := "m" + strconv.Itoa(i)
+		for s := 0; s < steps; s++ {
+			// A store timeout on a loaded machine is retried: the item is
+			// what is measured, not the decision.
+			var err error
+			for try := 0; try < 3 && (try == 0 || err != nil) && ctx.Err() == nil; try++ {
+				_, err = in.Decide(ctx, i+s, id, route.Path, base.Add(time.Duration(s-steps+1)*sub))
 			}
-		}()
+			first.set(err)
+		}
+		mu.Lock()
+		done++
+		if cfg.Progress != nil && done%1000 == 0 {
+			cfg.Progress(done, n)
+		}
+		mu.Unlock()
+	})
+	if err != nil {
+		return nil, err
 	}
-	for i := 0; i < n && ctx.Err() == nil; i++ {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	if firstErr != nil {
-		return nil, fmt.Errorf("bench: memory: %w", firstErr)
+	if first.err != nil {
+		return nil, fmt.Errorf("bench: memory: %w", first.err)
 	}
 	// An item lives its TTL after its write: the window (fixed), the
 	// window plus a sub-window (sliding), each plus a second.
