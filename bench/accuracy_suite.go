@@ -44,8 +44,11 @@ type AccuracySuiteConfig struct {
 
 // AccuracyReport is the result of RunAccuracy.
 type AccuracyReport struct {
-	PoP  string            `json:"pop"`
-	Rows []*AccuracyResult `json:"rows"`
+	PoP string `json:"pop"`
+	// Traces are the parameters each trace was generated from (the form
+	// of testdata/traces/accuracy-*.json, overrides applied).
+	Traces []AccuracyTraceConfig `json:"traces"`
+	Rows   []*AccuracyResult     `json:"rows"`
 }
 
 // RunAccuracy replays each trace through a PoP (shards, proxy, in-process
@@ -90,6 +93,7 @@ func RunAccuracy(ctx context.Context, env *Env, cfg AccuracySuiteConfig) (*Accur
 		if err != nil {
 			return nil, err
 		}
+		rep.Traces = append(rep.Traces, tc.withDefaults())
 		type run struct {
 			alg  counter.Algorithm
 			prec int

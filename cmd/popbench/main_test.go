@@ -110,6 +110,10 @@ func TestAccuracyTraceFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rep struct {
+		Traces []struct {
+			Seed     uint64 `json:"seed"`
+			WindowMs int64  `json:"window_ms"`
+		} `json:"traces"`
 		Rows []struct {
 			Trace   string `json:"trace"`
 			Sources int    `json:"sources"`
@@ -118,6 +122,9 @@ func TestAccuracyTraceFile(t *testing.T) {
 	runJSON(t, "accuracy", &rep, "accuracy", "--no-pop", "--trace", path)
 	if len(rep.Rows) != 1 || rep.Rows[0].Trace != "bursts" || rep.Rows[0].Sources != 3 {
 		t.Fatalf("rows %+v", rep.Rows)
+	}
+	if len(rep.Traces) != 1 || rep.Traces[0].Seed != 7 || rep.Traces[0].WindowMs != 10000 {
+		t.Fatalf("traces %+v", rep.Traces)
 	}
 	app := &cli.App{Name: "popbench", Commands: commands()}
 	if err := app.Run([]string{"popbench", "accuracy", "--no-pop", "--trace", "nope"}); err == nil {
