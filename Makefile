@@ -18,7 +18,7 @@ vet:
 # test: vet, then every test with the race detector, including the
 # integration suite against real memcached, memccapable and nutcracker.
 test: deps vet
-	$(GO) test -race -timeout 15m ./...
+	$(GO) test -race -count=1 -timeout 15m ./...
 
 # demo: a whole PoP with live traffic (real memcached when installed, the
 # in-process shards otherwise); the report lands in out/.
