@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -209,6 +211,53 @@ func Ping(addr string, timeout time.Duration) error {
 	}
 	if !strings.HasPrefix(line, "VERSION ") {
 		return fmt.Errorf("bench: unexpected reply to version: %q", line)
+	}
+	return nil
+}
+
+// MultiGet sends keys to the memcached-protocol server at the other end of
+// rw as "get" commands of at most batch keys each (batch <= 0 means all in
+// one) and calls found for every VALUE block in the replies, with the key and
+// its data (without the trailing CRLF; the slice is only valid during the
+// call). Keys the server does not hold are simply absent. It returns an
+// error on an I/O failure or on a reply line that is neither a 4-field VALUE
+// header nor END.
+func MultiGet(rw *bufio.ReadWriter, keys []string, batch int, found func(key string, data []byte)) error {
+	if batch <= 0 {
+		batch = max(len(keys), 1)
+	}
+	var data []byte
+	for lo := 0; lo < len(keys); lo += batch {
+		hi := min(lo+batch, len(keys))
+		rw.WriteString("get " + strings.Join(keys[lo:hi], " ") + "\r\n")
+		if err := rw.Flush(); err != nil {
+			return err
+		}
+		for {
+			line, err := rw.ReadString('\n')
+			if err != nil {
+				return err
+			}
+			if line == "END\r\n" {
+				break
+			}
+			f := strings.Fields(line)
+			if len(f) != 4 || f[0] != "VALUE" {
+				return fmt.Errorf("bench: unexpected reply to get: %q", line)
+			}
+			n, err := strconv.Atoi(f[3])
+			if err != nil || n < 0 {
+				return fmt.Errorf("bench: bad length in %q", line)
+			}
+			data = slices.Grow(data[:0], n+2)[:n+2]
+			if _, err := io.ReadFull(rw, data); err != nil {
+				return err
+			}
+			if string(data[n:]) != "\r\n" {
+				return fmt.Errorf("bench: value of %q not followed by CRLF", f[1])
+			}
+			found(f[1], data[:n])
+		}
 	}
 	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 )
@@ -156,32 +155,14 @@ func readValues(t *testing.T, addr string, keys []string) (hits, wrong int) {
 		index[k] = i
 	}
 	c, r := dialForTest(t, addr)
-	for lo := 0; lo < len(keys); lo += 100 {
-		hi := min(lo+100, len(keys))
-		if _, err := fmt.Fprintf(c, "get %s\r\n", strings.Join(keys[lo:hi], " ")); err != nil {
-			t.Fatal(err)
+	err := MultiGet(bufio.NewReadWriter(r, bufio.NewWriter(c)), keys, 100, func(key string, data []byte) {
+		hits++
+		if i, ok := index[key]; !ok || string(data) != "v"+strconv.Itoa(i) {
+			wrong++
 		}
-		for {
-			line, err := r.ReadString('\n')
-			if err != nil {
-				t.Fatal(err)
-			}
-			if line == "END\r\n" {
-				break
-			}
-			f := strings.Fields(line)
-			if len(f) < 4 || f[0] != "VALUE" {
-				t.Fatalf("get via %s: %q", addr, line)
-			}
-			data, err := r.ReadString('\n')
-			if err != nil {
-				t.Fatal(err)
-			}
-			hits++
-			if i, ok := index[f[1]]; !ok || strings.TrimSuffix(data, "\r\n") != "v"+strconv.Itoa(i) {
-				wrong++
-			}
-		}
+	})
+	if err != nil {
+		t.Fatalf("get via %s: %v", addr, err)
 	}
 	return hits, wrong
 }

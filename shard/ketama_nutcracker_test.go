@@ -247,30 +247,8 @@ func presentKeys(t *testing.T, addr string, keys []string) map[string]bool {
 	t.Helper()
 	_, rw := dial(t, addr)
 	held := make(map[string]bool)
-	for lo := 0; lo < len(keys); lo += 100 {
-		hi := min(lo+100, len(keys))
-		rw.WriteString("get " + strings.Join(keys[lo:hi], " ") + "\r\n")
-		if err := rw.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		for {
-			line, err := rw.ReadString('\n')
-			if err != nil {
-				t.Fatal(err)
-			}
-			if line == "END\r\n" {
-				break
-			}
-			f := strings.Fields(line)
-			if len(f) != 4 || f[0] != "VALUE" {
-				t.Fatalf("get on %s: %q", addr, line)
-			}
-			n, _ := strconv.Atoi(f[3])
-			if _, err := rw.Discard(n + 2); err != nil {
-				t.Fatal(err)
-			}
-			held[f[1]] = true
-		}
+	if err := bench.MultiGet(rw, keys, 100, func(key string, _ []byte) { held[key] = true }); err != nil {
+		t.Fatalf("get on %s: %v", addr, err)
 	}
 	return held
 }
