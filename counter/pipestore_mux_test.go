@@ -14,44 +14,14 @@ import (
 	"github.com/poplimit/poplimit/counter"
 )
 
-// TestPipeMuxSemantics: the multiplexed PipeStore answers every Store and
-// Batcher call like the pooled one.
+// TestPipeMuxSemantics: the multiplexed PipeStore answers every Store call
+// (the TestStoreSemantics walk) and the Batcher call like the pooled one.
 func TestPipeMuxSemantics(t *testing.T) {
 	mc := bench.MemcachedForTest(t, 1)
 	st := counter.NewPipeStore(counter.PipeConfig{Addr: mc[0].Addr, Timeout: time.Second, Multiplex: 2})
 	t.Cleanup(func() { st.Close() })
-	k := uniqueKey(t)
-	if _, err := st.Incr(ctx, k, 1); !errors.Is(err, counter.ErrNotFound) {
-		t.Fatalf("incr missing: %v", err)
-	}
-	if err := st.Add(ctx, k, []byte("5"), time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Add(ctx, k, []byte("7"), time.Minute); !errors.Is(err, counter.ErrNotStored) {
-		t.Fatalf("second add: %v", err)
-	}
-	if v, err := st.Incr(ctx, k, 10); err != nil || v != 15 {
-		t.Fatalf("incr = %d, %v", v, err)
-	}
-	if v, err := st.Decr(ctx, k, 6); err != nil || v != 9 {
-		t.Fatalf("decr = %d, %v", v, err)
-	}
+	k := storeSemantics(t, st)
 	other := uniqueKey(t, "other")
-	got, err := st.GetMulti(ctx, []string{k, other})
-	if err != nil || len(got) != 1 || string(trim(got[k])) != "9" {
-		t.Fatalf("getmulti = %q, %v", got, err)
-	}
-	v, tok, err := st.Gets(ctx, k)
-	if err != nil || string(trim(v)) != "9" {
-		t.Fatalf("gets = %q, %v", v, err)
-	}
-	_, tok2, _ := st.Gets(ctx, k)
-	if err := st.CompareAndSwap(ctx, k, []byte("42"), tok, time.Minute); err != nil {
-		t.Fatalf("cas: %v", err)
-	}
-	if err := st.CompareAndSwap(ctx, k, []byte("43"), tok2, time.Minute); !errors.Is(err, counter.ErrCASConflict) {
-		t.Fatalf("stale cas: %v", err)
-	}
 	vals, n, err := st.GetMultiIncr(ctx, []string{k, other}, uniqueKey(t, "cur"), 3, time.Minute)
 	if err != nil || n != 3 || string(vals[k]) != "42" || len(vals) != 1 {
 		t.Fatalf("getmultiincr = %q %d %v", vals, n, err)

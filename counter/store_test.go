@@ -21,55 +21,64 @@ func TestStoreSemantics(t *testing.T) {
 		}
 		t.Run(b.name, func(t *testing.T) {
 			st := b.store()
-			k := uniqueKey(t)
-			if _, err := st.Incr(ctx, k, 1); !errors.Is(err, counter.ErrNotFound) {
-				t.Fatalf("incr missing: %v", err)
-			}
-			if err := st.Add(ctx, k, []byte("5"), time.Minute); err != nil {
-				t.Fatal(err)
-			}
-			if err := st.Add(ctx, k, []byte("7"), time.Minute); !errors.Is(err, counter.ErrNotStored) {
-				t.Fatalf("second add: %v", err)
-			}
-			if v, err := st.Incr(ctx, k, 10); err != nil || v != 15 {
-				t.Fatalf("incr = %d, %v", v, err)
-			}
-			if v, err := st.Decr(ctx, k, 6); err != nil || v != 9 {
-				t.Fatalf("decr = %d, %v", v, err)
-			}
-			if v, err := st.Decr(ctx, k, 100); err != nil || v != 0 {
-				t.Fatalf("decr below 0 = %d, %v", v, err)
-			}
-			if v, err := st.Incr(ctx, k, 0); err != nil || v != 0 {
-				t.Fatalf("incr 0 = %d, %v", v, err)
-			}
-			other := uniqueKey(t, "other")
-			got, err := st.GetMulti(ctx, []string{k, other})
-			if err != nil || len(got) != 1 {
-				t.Fatalf("getmulti = %q, %v", got, err)
-			}
-			if v, _ := strconv.Atoi(string(trim(got[k]))); v != 0 {
-				t.Fatalf("getmulti value %q", got[k])
-			}
-			if _, _, err := st.Gets(ctx, other); !errors.Is(err, counter.ErrNotFound) {
-				t.Fatalf("gets missing: %v", err)
-			}
-			v, tok, err := st.Gets(ctx, k)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, tok2, _ := st.Gets(ctx, k)
-			if err := st.CompareAndSwap(ctx, k, []byte("42"), tok, time.Minute); err != nil {
-				t.Fatalf("cas: %v (value %q)", err, v)
-			}
-			if err := st.CompareAndSwap(ctx, k, []byte("43"), tok2, time.Minute); !errors.Is(err, counter.ErrCASConflict) {
-				t.Fatalf("stale cas: %v", err)
-			}
+			k := storeSemantics(t, st)
 			if v, err := st.Incr(ctx, k, 1); err != nil || v != 43 {
 				t.Fatalf("after cas incr = %d, %v", v, err)
 			}
 		})
 	}
+}
+
+// storeSemantics walks a fresh key through the Store calls every store must
+// answer like memcached (incr/decr incl. clamping at 0, add, getmulti, gets,
+// cas and stale cas) and returns the key, left holding "42".
+func storeSemantics(t *testing.T, st counter.Store) string {
+	t.Helper()
+	k := uniqueKey(t)
+	if _, err := st.Incr(ctx, k, 1); !errors.Is(err, counter.ErrNotFound) {
+		t.Fatalf("incr missing: %v", err)
+	}
+	if err := st.Add(ctx, k, []byte("5"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Add(ctx, k, []byte("7"), time.Minute); !errors.Is(err, counter.ErrNotStored) {
+		t.Fatalf("second add: %v", err)
+	}
+	if v, err := st.Incr(ctx, k, 10); err != nil || v != 15 {
+		t.Fatalf("incr = %d, %v", v, err)
+	}
+	if v, err := st.Decr(ctx, k, 6); err != nil || v != 9 {
+		t.Fatalf("decr = %d, %v", v, err)
+	}
+	if v, err := st.Decr(ctx, k, 100); err != nil || v != 0 {
+		t.Fatalf("decr below 0 = %d, %v", v, err)
+	}
+	if v, err := st.Incr(ctx, k, 0); err != nil || v != 0 {
+		t.Fatalf("incr 0 = %d, %v", v, err)
+	}
+	other := uniqueKey(t, "other")
+	got, err := st.GetMulti(ctx, []string{k, other})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("getmulti = %q, %v", got, err)
+	}
+	if v, _ := strconv.Atoi(string(trim(got[k]))); v != 0 {
+		t.Fatalf("getmulti value %q", got[k])
+	}
+	if _, _, err := st.Gets(ctx, other); !errors.Is(err, counter.ErrNotFound) {
+		t.Fatalf("gets missing: %v", err)
+	}
+	v, tok, err := st.Gets(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, tok2, _ := st.Gets(ctx, k)
+	if err := st.CompareAndSwap(ctx, k, []byte("42"), tok, time.Minute); err != nil {
+		t.Fatalf("cas: %v (value %q)", err, v)
+	}
+	if err := st.CompareAndSwap(ctx, k, []byte("43"), tok2, time.Minute); !errors.Is(err, counter.ErrCASConflict) {
+		t.Fatalf("stale cas: %v", err)
+	}
+	return k
 }
 
 func trim(b []byte) []byte {
