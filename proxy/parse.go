@@ -216,7 +216,9 @@ func Parse(buf []byte, lim Limits, req *Request) (n int, err error) {
 	switch req.Cmd {
 	case CmdSet, CmdAdd, CmdReplace, CmdAppend, CmdPrepend, CmdCas:
 		return parseStorage(buf, args, lim, req, n)
-	case CmdIncr, CmdDecr:
+	case CmdIncr, CmdDecr, CmdTouch:
+		// <cmd> <key> <number> [noreply]: a delta for incr/decr, an
+		// exptime for touch.
 		if nt != 2 && nt != 3 {
 			req.Noreply = false
 			return n, ErrUnknownCommand
@@ -224,26 +226,20 @@ func Parse(buf []byte, lim Limits, req *Request) (n int, err error) {
 		if !validKey(args[0]) {
 			return n, ErrBadFormat
 		}
-		d, ok := parseUint(args[1])
-		if !ok {
-			return n, ErrBadDelta
+		if req.Cmd == CmdTouch {
+			e, ok := parseInt32(args[1])
+			if !ok {
+				return n, ErrBadExptime
+			}
+			req.Exptime = e
+		} else {
+			d, ok := parseUint(args[1])
+			if !ok {
+				return n, ErrBadDelta
+			}
+			req.Delta = d
 		}
 		req.Keys = append(req.Keys, args[0])
-		req.Delta = d
-	case CmdTouch:
-		if nt != 2 && nt != 3 {
-			req.Noreply = false
-			return n, ErrUnknownCommand
-		}
-		if !validKey(args[0]) {
-			return n, ErrBadFormat
-		}
-		e, ok := parseInt32(args[1])
-		if !ok {
-			return n, ErrBadExptime
-		}
-		req.Keys = append(req.Keys, args[0])
-		req.Exptime = e
 	case CmdDelete:
 		if nt < 1 || nt > 3 {
 			req.Noreply = false
