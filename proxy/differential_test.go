@@ -133,6 +133,12 @@ const (
 // decodeTranscriptLine decodes the escapes of one transcript line and
 // reports whether CRLF is to be appended (not when the line ends in \c).
 func decodeTranscriptLine(s string) (out []byte, crlf bool, err error) {
+	return decodeEscapes(s, 0)
+}
+
+// decodeEscapes is decodeTranscriptLine with every \[N]c repeat cut to
+// clampRepeat bytes when clampRepeat > 0 (fuzz seeds stay small).
+func decodeEscapes(s string, clampRepeat int) (out []byte, crlf bool, err error) {
 	crlf = true
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -180,6 +186,9 @@ func decodeTranscriptLine(s string) (out []byte, crlf bool, err error) {
 			n, perr := strconv.Atoi(s[i+1 : i+end])
 			if perr != nil || n < 0 || n > maxTranscriptRepeat {
 				return nil, false, fmt.Errorf(`bad \[N]c count %q`, s[i+1:i+end])
+			}
+			if clampRepeat > 0 {
+				n = min(n, clampRepeat)
 			}
 			out = append(out, bytes.Repeat([]byte{s[i+end+1]}, n)...)
 			i += end + 1

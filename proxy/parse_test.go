@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -225,7 +224,7 @@ func fuzzSeedsFromTranscripts(t testing.TB) [][]byte {
 				flush()
 			case strings.HasPrefix(line, "#"), strings.HasPrefix(line, "!"):
 			default:
-				step = append(step, decodeSeedEscapes(line)...)
+				step = append(step, decodeSeedEscapes(t, line)...)
 			}
 		}
 		flush()
@@ -233,48 +232,12 @@ func fuzzSeedsFromTranscripts(t testing.TB) [][]byte {
 	return seeds
 }
 
-func decodeSeedEscapes(line string) []byte {
-	var out []byte
-	crlf := true
-	for i := 0; i < len(line); i++ {
-		c := line[i]
-		if c != '\\' || i+1 == len(line) {
-			out = append(out, c)
-			continue
-		}
-		i++
-		switch line[i] {
-		case 'r':
-			out = append(out, '\r')
-		case 'n':
-			out = append(out, '\n')
-		case 't':
-			out = append(out, '\t')
-		case '0':
-			out = append(out, 0)
-		case 's':
-			out = append(out, ' ')
-		case 'x':
-			if i+2 < len(line) {
-				v, _ := strconv.ParseUint(line[i+1:i+3], 16, 8)
-				out = append(out, byte(v))
-				i += 2
-			}
-		case '[':
-			j := strings.IndexByte(line[i:], ']')
-			if j > 0 && i+j+1 < len(line) {
-				n, _ := strconv.Atoi(line[i+1 : i+j])
-				n = min(n, 4096) // keep fuzz seeds small
-				out = append(out, bytes.Repeat([]byte{line[i+j+1]}, n)...)
-				i += j + 1
-			}
-		case 'c':
-			if i == len(line)-1 {
-				crlf = false
-			}
-		default:
-			out = append(out, line[i])
-		}
+// decodeSeedEscapes decodes one transcript line like the differential test
+// does, with repeats cut to 4096 bytes to keep fuzz seeds small.
+func decodeSeedEscapes(t testing.TB, line string) []byte {
+	out, crlf, err := decodeEscapes(line, 4096)
+	if err != nil {
+		t.Fatalf("transcript line %q: %v", line, err)
 	}
 	if crlf {
 		out = append(out, "\r\n"...)
