@@ -12,18 +12,32 @@ import (
 	"github.com/poplimit/poplimit/shard"
 )
 
-func TestParseConfigNutcracker(t *testing.T) {
-	data, err := os.ReadFile("../testdata/mcproxy.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
+// parseConfigLogged parses a config that must be valid and returns the
+// pools and what ParseConfig logged.
+func parseConfigLogged(t *testing.T, data []byte) ([]PoolSpec, string) {
+	t.Helper()
 	var logs bytes.Buffer
 	pools, err := ParseConfig(data, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if logs.Len() != 0 {
-		t.Errorf("warnings for a fully supported file: %s", logs.String())
+	return pools, logs.String()
+}
+
+// parseConfigFile is parseConfigLogged on a file.
+func parseConfigFile(t *testing.T, path string) ([]PoolSpec, string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseConfigLogged(t, data)
+}
+
+func TestParseConfigNutcracker(t *testing.T) {
+	pools, logs := parseConfigFile(t, "../testdata/mcproxy.yml")
+	if logs != "" {
+		t.Errorf("warnings for a fully supported file: %s", logs)
 	}
 	if len(pools) != 1 {
 		t.Fatalf("%d pools", len(pools))
@@ -69,15 +83,7 @@ func TestParseConfigNutcracker(t *testing.T) {
 }
 
 func TestParseConfigWarnings(t *testing.T) {
-	data, err := os.ReadFile("../testdata/mcproxy-consistent.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs bytes.Buffer
-	pools, err := ParseConfig(data, slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pools, logs := parseConfigFile(t, "../testdata/mcproxy-consistent.yml")
 	if len(pools) != 2 || pools[0].Name != "counters" || pools[1].Name != "sessions" {
 		t.Fatalf("pools %+v", pools)
 	}
@@ -85,8 +91,8 @@ func TestParseConfigWarnings(t *testing.T) {
 		t.Errorf("distributions %q %q", pools[0].Distribution, pools[1].Distribution)
 	}
 	for _, key := range []string{"key=preconnect", "key=backlog"} {
-		if !strings.Contains(logs.String(), key) || !strings.Contains(logs.String(), "WARN") {
-			t.Errorf("no warning for %s in %q", key, logs.String())
+		if !strings.Contains(logs, key) || !strings.Contains(logs, "WARN") {
+			t.Errorf("no warning for %s in %q", key, logs)
 		}
 	}
 }
@@ -133,13 +139,9 @@ api:
   servers:
    - 127.0.0.1:11212:1
 `
-	var logs bytes.Buffer
-	pools, err := ParseConfig([]byte(yml), slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if logs.Len() != 0 {
-		t.Errorf("warnings: %s", logs.String())
+	pools, logs := parseConfigLogged(t, []byte(yml))
+	if logs != "" {
+		t.Errorf("warnings: %s", logs)
 	}
 	if len(pools) != 2 || pools[0].Name != "web" || pools[1].Name != "api" {
 		t.Fatalf("pools %+v", pools)
@@ -183,17 +185,9 @@ func TestPoolSpecSameRouting(t *testing.T) {
 }
 
 func TestParseConfigOpsExample(t *testing.T) {
-	data, err := os.ReadFile("../testdata/mcproxy-ops.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs bytes.Buffer
-	pools, err := ParseConfig(data, slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if logs.Len() != 0 {
-		t.Errorf("warnings: %s", logs.String())
+	pools, logs := parseConfigFile(t, "../testdata/mcproxy-ops.yml")
+	if logs != "" {
+		t.Errorf("warnings: %s", logs)
 	}
 	if len(pools) != 2 || pools[0].Listen != "/tmp/mcproxy-counters.sock 0666" || pools[0].ClientConnections != 4096 ||
 		pools[0].ClientTimeout != 300*time.Second || pools[1].Name != "sessions" {
