@@ -12,52 +12,70 @@ import (
 	"time"
 )
 
-func TestWatchReloadsFileAndKeepsOldOnError(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "policy.yml")
-	if err := os.WriteFile(path, []byte(policyDoc("open")), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	clk := newTestClock(t0)
-	l, err := New(storeConfig(newFlakyStore(clk.Now)))
+// loadedLimiter returns a limiter over a flaky store (clock at t0) with the
+// policy file at path loaded.
+func loadedLimiter(t *testing.T, path string) *Limiter {
+	t.Helper()
+	l, err := New(storeConfig(newFlakyStore(newTestClock(t0).Now)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := l.LoadFile(path); err != nil {
 		t.Fatal(err)
 	}
+	return l
+}
+
+// watchFile has l watch path until the test ends.
+func watchFile(t *testing.T, l *Limiter, path string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done, err := l.WatchFile(ctx, path)
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
-	defer func() { cancel(); <-done }()
+	t.Cleanup(func() { cancel(); <-done })
+}
 
-	tierOf := func() string {
-		return l.Decide(context.Background(), req("GET", "/api/a", "X-API-Key", "secret-free-key"), t0).Tier
-	}
-	// waitFor polls the snapshot (bounded): file events are asynchronous.
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(10 * time.Millisecond)
+// freeKeyTier is the tier l decides for the free API key of policyDoc.
+func freeKeyTier(l *Limiter) string {
+	return l.Decide(context.Background(), req("GET", "/api/a", "X-API-Key", "secret-free-key"), t0).Tier
+}
+
+// waitFor polls cond (bounded, 5 s): file events and signals are
+// asynchronous.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
 		}
+		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+func TestWatchReloadsFileAndKeepsOldOnError(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yml")
+	if err := os.WriteFile(path, []byte(policyDoc("open")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l := loadedLimiter(t, path)
+	watchFile(t, l, path)
+	tierOf := func() string { return freeKeyTier(l) }
 	// Replace the file atomically (rename over it), as deploy tools do.
 	tmp := filepath.Join(dir, "policy.yml.tmp")
 	os.WriteFile(tmp, []byte(strings.Replace(policyDoc("open"), "tier: free}", "tier: pro}", 1)), 0o644)
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("the pro tier", func() bool { return tierOf() == "pro" })
+	waitFor(t, "the pro tier", func() bool { return tierOf() == "pro" })
 
 	// An invalid file keeps the old snapshot and says why.
 	os.WriteFile(path, []byte("version: 1\ntiers: {}\n"), 0o644)
-	waitFor("the load error", func() bool { return l.LastLoadError() != nil })
+	waitFor(t, "the load error", func() bool { return l.LastLoadError() != nil })
 	if tierOf() != "pro" {
 		t.Fatal("invalid file replaced the snapshot")
 	}
@@ -105,11 +123,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "policy.yml")
 	os.WriteFile(path, []byte(policyDoc("open")), 0o644)
-	clk := newTestClock(t0)
-	l, _ := New(storeConfig(newFlakyStore(clk.Now)))
-	if err := l.LoadFile(path); err != nil {
-		t.Fatal(err)
-	}
+	l := loadedLimiter(t, path)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := l.ReloadOnSignal(ctx, path, syscall.SIGHUP)
 	defer func() { cancel(); <-done }()
@@ -117,13 +131,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for l.Decide(context.Background(), req("GET", "/api/a", "X-API-Key", "secret-free-key"), t0).Tier != "pro" {
-		if time.Now().After(deadline) {
-			t.Fatal("SIGHUP did not reload the policy")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "SIGHUP to reload the policy", func() bool { return freeKeyTier(l) == "pro" })
 }
 
 // TestWatchFollowsSymlinkSwap: Kubernetes ConfigMap style, the watched
@@ -138,27 +146,12 @@ func TestWatchFollowsSymlinkSwap(t *testing.T) {
 	os.Symlink("..v1", filepath.Join(dir, "..data"))
 	path := filepath.Join(dir, "policy.yml")
 	os.Symlink(filepath.Join("..data", "policy.yml"), path)
-	clk := newTestClock(t0)
-	l, _ := New(storeConfig(newFlakyStore(clk.Now)))
-	if err := l.LoadFile(path); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done, err := l.WatchFile(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); <-done }()
+	l := loadedLimiter(t, path)
+	watchFile(t, l, path)
 	write("..v2", strings.Replace(policyDoc("open"), "tier: free}", "tier: pro}", 1))
 	os.Symlink("..v2", filepath.Join(dir, "..data_tmp"))
 	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for l.Decide(context.Background(), req("GET", "/api/a", "X-API-Key", "secret-free-key"), t0).Tier != "pro" {
-		if time.Now().After(deadline) {
-			t.Fatal("symlink swap not picked up")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "the symlink swap to be picked up", func() bool { return freeKeyTier(l) == "pro" })
 }
