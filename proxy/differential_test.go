@@ -8,7 +8,6 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -482,30 +481,8 @@ func serveProxyForTest(t testing.TB, rc RouterConfig) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(ServerConfig{Router: r, Logger: quiet})
-	if err != nil {
-		r.Close()
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		r.Close()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-done; !errors.Is(err, ErrServerClosed) {
-			t.Errorf("serve: %v", err)
-		}
-		r.Close()
-	})
-	return ln.Addr().String()
+	_, addr := ServeForTest(t, r, quiet)
+	return addr
 }
 
 func TestParseTranscript(t *testing.T) {

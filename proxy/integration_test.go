@@ -55,28 +55,8 @@ func startProxy(t testing.TB, addrs []string, edit func(*proxy.RouterConfig)) *t
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := proxy.NewServer(proxy.ServerConfig{Router: rt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-done; !errors.Is(err, proxy.ErrServerClosed) {
-			t.Errorf("serve: %v", err)
-		}
-		_ = rt.Close()
-	})
-	return &testProxy{addr: ln.Addr().String(), srv: srv, router: rt}
+	srv, addr := proxy.ServeForTest(t, rt, nil)
+	return &testProxy{addr: addr, srv: srv, router: rt}
 }
 
 func shardAddrs(ms []*bench.Memcached) []string {

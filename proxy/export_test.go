@@ -1,0 +1,43 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+)
+
+// ServeForTest serves r with a Server (logger nil: the server's default) on
+// a loopback port and returns the server and its address. When the test
+// ends it shuts the server down, checks that Serve returned
+// ErrServerClosed, and closes r; r is closed on a setup failure too.
+// Exported for this directory's external tests (package proxy_test).
+func ServeForTest(t testing.TB, r *Router, logger *slog.Logger) (*Server, string) {
+	t.Helper()
+	srv, err := NewServer(ServerConfig{Router: r, Logger: logger})
+	if err != nil {
+		_ = r.Close()
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		_ = r.Close()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-done; !errors.Is(err, ErrServerClosed) {
+			t.Errorf("serve: %v", err)
+		}
+		_ = r.Close()
+	})
+	return srv, ln.Addr().String()
+}
