@@ -215,6 +215,19 @@ func Ping(addr string, timeout time.Duration) error {
 	return nil
 }
 
+// DialForTest connects to a memcached-protocol address with a 30 s deadline
+// for the whole conversation and closes the connection when the test ends.
+func DialForTest(t testing.TB, addr string) *bufio.ReadWriter {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	return bufio.NewReadWriter(bufio.NewReader(c), bufio.NewWriter(c))
+}
+
 // MultiGet sends keys to the memcached-protocol server at the other end of
 // rw as "get" commands of at most batch keys each (batch <= 0 means all in
 // one) and calls found for every VALUE block in the replies, with the key and

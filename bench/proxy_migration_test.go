@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -106,40 +105,31 @@ func TestTwemproxyMigration(t *testing.T) {
 
 func flushShard(t *testing.T, addr string) {
 	t.Helper()
-	c, r := dialForTest(t, addr)
-	fmt.Fprint(c, "flush_all\r\n")
-	if line, err := r.ReadString('\n'); err != nil || line != "OK\r\n" {
-		t.Fatalf("flush_all %s: %q %v", addr, line, err)
-	}
-}
-
-func dialForTest(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err != nil {
+	rw := DialForTest(t, addr)
+	rw.WriteString("flush_all\r\n")
+	if err := rw.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	return c, bufio.NewReader(c)
+	if line, err := rw.ReadString('\n'); err != nil || line != "OK\r\n" {
+		t.Fatalf("flush_all %s: %q %v", addr, line, err)
+	}
 }
 
 // writeValues sets keys[i] to "v<i>", 100 pipelined sets at a time.
 func writeValues(t *testing.T, addr string, keys []string) {
 	t.Helper()
-	c, r := dialForTest(t, addr)
-	w := bufio.NewWriter(c)
+	rw := DialForTest(t, addr)
 	for lo := 0; lo < len(keys); lo += 100 {
 		hi := min(lo+100, len(keys))
 		for i := lo; i < hi; i++ {
 			v := "v" + strconv.Itoa(i)
-			fmt.Fprintf(w, "set %s 0 0 %d\r\n%s\r\n", keys[i], len(v), v)
+			fmt.Fprintf(rw, "set %s 0 0 %d\r\n%s\r\n", keys[i], len(v), v)
 		}
-		if err := w.Flush(); err != nil {
+		if err := rw.Flush(); err != nil {
 			t.Fatal(err)
 		}
 		for i := lo; i < hi; i++ {
-			if line, err := r.ReadString('\n'); err != nil || line != "STORED\r\n" {
+			if line, err := rw.ReadString('\n'); err != nil || line != "STORED\r\n" {
 				t.Fatalf("set %q via %s: %q %v", keys[i], addr, line, err)
 			}
 		}
@@ -154,8 +144,7 @@ func readValues(t *testing.T, addr string, keys []string) (hits, wrong int) {
 	for i, k := range keys {
 		index[k] = i
 	}
-	c, r := dialForTest(t, addr)
-	err := MultiGet(bufio.NewReadWriter(r, bufio.NewWriter(c)), keys, 100, func(key string, data []byte) {
+	err := MultiGet(DialForTest(t, addr), keys, 100, func(key string, data []byte) {
 		hits++
 		if i, ok := index[key]; !ok || string(data) != "v"+strconv.Itoa(i) {
 			wrong++

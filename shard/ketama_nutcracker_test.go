@@ -1,17 +1,14 @@
 package shard_test
 
 import (
-	"bufio"
 	"bytes"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/poplimit/poplimit/bench"
 	"github.com/poplimit/poplimit/shard"
@@ -166,7 +163,7 @@ func TestKetamaEjectedMatchesNutcracker(t *testing.T) {
 	// Write until a request fails on the dead server: that ejects it.
 	failed := false
 	for i := 0; i < 500 && !failed; i++ {
-		_, rw := dial(t, nc.Addr)
+		rw := bench.DialForTest(t, nc.Addr)
 		fmt.Fprintf(rw, "set trigger:%d 0 0 1\r\n1\r\n", i)
 		rw.Flush()
 		line, err := rw.ReadString('\n')
@@ -200,20 +197,9 @@ func TestKetamaEjectedMatchesNutcracker(t *testing.T) {
 	}
 }
 
-func dial(t *testing.T, addr string) (net.Conn, *bufio.ReadWriter) {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	return c, bufio.NewReadWriter(bufio.NewReader(c), bufio.NewWriter(c))
-}
-
 func flushAll(t *testing.T, addr string) {
 	t.Helper()
-	_, rw := dial(t, addr)
+	rw := bench.DialForTest(t, addr)
 	rw.WriteString("flush_all\r\n")
 	rw.Flush()
 	if line, err := rw.ReadString('\n'); err != nil || line != "OK\r\n" {
@@ -224,7 +210,7 @@ func flushAll(t *testing.T, addr string) {
 // setKeys sets every key to "1", pipelining 100 sets at a time.
 func setKeys(t *testing.T, addr string, keys []string) {
 	t.Helper()
-	_, rw := dial(t, addr)
+	rw := bench.DialForTest(t, addr)
 	for lo := 0; lo < len(keys); lo += 100 {
 		hi := min(lo+100, len(keys))
 		for _, k := range keys[lo:hi] {
@@ -245,7 +231,7 @@ func setKeys(t *testing.T, addr string, keys []string) {
 // presentKeys returns which of keys the memcached at addr holds.
 func presentKeys(t *testing.T, addr string, keys []string) map[string]bool {
 	t.Helper()
-	_, rw := dial(t, addr)
+	rw := bench.DialForTest(t, addr)
 	held := make(map[string]bool)
 	if err := bench.MultiGet(rw, keys, 100, func(key string, _ []byte) { held[key] = true }); err != nil {
 		t.Fatalf("get on %s: %v", addr, err)
