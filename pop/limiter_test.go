@@ -125,18 +125,25 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 	}
 }
 
+// freeKeyReq is a request with policyDoc's free API key (10 per second).
+func freeKeyReq() *http.Request { return req("GET", "/api/a", "X-API-Key", "secret-free-key") }
+
+// exhaustFreeKey sends the free key's 10 admitted requests and one more at t0.
+func exhaustFreeKey(l *Limiter) {
+	for i := 0; i < 11; i++ {
+		l.Decide(context.Background(), freeKeyReq(), t0)
+	}
+}
+
 func TestMitigationCacheSavesStoreCalls(t *testing.T) {
 	clk := newTestClock(t0)
 	store := newFlakyStore(clk.Now)
 	l := newTestLimiter(t, storeConfig(store), policyDoc("open"))
 	ctx := context.Background()
-	r := func() *http.Request { return req("GET", "/api/a", "X-API-Key", "secret-free-key") }
-	for i := 0; i < 11; i++ {
-		l.Decide(ctx, r(), t0)
-	}
+	exhaustFreeKey(l)
 	before := store.calls.Load()
 	for i := 0; i < 1000; i++ {
-		d := l.Decide(ctx, r(), t0.Add(time.Duration(i)*time.Microsecond))
+		d := l.Decide(ctx, freeKeyReq(), t0.Add(time.Duration(i)*time.Microsecond))
 		if d.Allowed || d.Reason != ReasonMitigated || d.Status != http.StatusTooManyRequests {
 			t.Fatalf("request %d: %+v", i, d)
 		}
@@ -150,7 +157,7 @@ func TestMitigationCacheSavesStoreCalls(t *testing.T) {
 	}
 	// Once the estimate falls back, the store is asked again.
 	clk.Set(t0.Add(time.Second))
-	if d := l.Decide(ctx, r(), t0.Add(time.Second)); !d.Allowed || d.Reason != ReasonStore {
+	if d := l.Decide(ctx, freeKeyReq(), t0.Add(time.Second)); !d.Allowed || d.Reason != ReasonStore {
 		t.Fatalf("after the window: %+v", d)
 	}
 }
@@ -159,18 +166,15 @@ func TestMitigationCacheInvalidatedOnPolicyChange(t *testing.T) {
 	clk := newTestClock(t0)
 	l := newTestLimiter(t, storeConfig(newFlakyStore(clk.Now)), policyDoc("open"))
 	ctx := context.Background()
-	r := func() *http.Request { return req("GET", "/api/a", "X-API-Key", "secret-free-key") }
-	for i := 0; i < 11; i++ {
-		l.Decide(ctx, r(), t0)
-	}
-	if d := l.Decide(ctx, r(), t0); d.Reason != ReasonMitigated {
+	exhaustFreeKey(l)
+	if d := l.Decide(ctx, freeKeyReq(), t0); d.Reason != ReasonMitigated {
 		t.Fatalf("not mitigated: %+v", d)
 	}
 	// Reloading an identical file keeps the cache.
 	if err := l.LoadBytes("same.yml", []byte(policyDoc("open"))); err != nil {
 		t.Fatal(err)
 	}
-	if d := l.Decide(ctx, r(), t0); d.Reason != ReasonMitigated {
+	if d := l.Decide(ctx, freeKeyReq(), t0); d.Reason != ReasonMitigated {
 		t.Fatalf("identical reload dropped the cache: %+v", d)
 	}
 	// Raising the limit must take effect at once (envoy ratelimit #1077).
@@ -178,7 +182,7 @@ func TestMitigationCacheInvalidatedOnPolicyChange(t *testing.T) {
 	if err := l.LoadBytes("raised.yml", []byte(raised)); err != nil {
 		t.Fatal(err)
 	}
-	if d := l.Decide(ctx, r(), t0); !d.Allowed {
+	if d := l.Decide(ctx, freeKeyReq(), t0); !d.Allowed {
 		t.Fatalf("raised limit still blocked: %+v", d)
 	}
 }
@@ -187,15 +191,12 @@ func TestTierChangeAppliesAtOnce(t *testing.T) {
 	clk := newTestClock(t0)
 	l := newTestLimiter(t, storeConfig(newFlakyStore(clk.Now)), policyDoc("open"))
 	ctx := context.Background()
-	r := func() *http.Request { return req("GET", "/api/a", "X-API-Key", "secret-free-key") }
-	for i := 0; i < 11; i++ {
-		l.Decide(ctx, r(), t0)
-	}
+	exhaustFreeKey(l)
 	upgraded := strings.Replace(policyDoc("open"), "tier: free}", "tier: pro}", 1)
 	if err := l.LoadBytes("pro.yml", []byte(upgraded)); err != nil {
 		t.Fatal(err)
 	}
-	d := l.Decide(ctx, r(), t0)
+	d := l.Decide(ctx, freeKeyReq(), t0)
 	if !d.Allowed || d.Tier != "pro" || d.Binding.Result.Limit != 100 {
 		t.Fatalf("after upgrade: %+v", d)
 	}

@@ -40,7 +40,7 @@ func watchFile(t *testing.T, l *Limiter, path string) {
 
 // freeKeyTier is the tier l decides for the free API key of policyDoc.
 func freeKeyTier(l *Limiter) string {
-	return l.Decide(context.Background(), req("GET", "/api/a", "X-API-Key", "secret-free-key"), t0).Tier
+	return l.Decide(context.Background(), freeKeyReq(), t0).Tier
 }
 
 // waitFor polls cond (bounded, 5 s): file events and signals are
