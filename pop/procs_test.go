@@ -2,7 +2,6 @@ package pop_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -43,13 +42,9 @@ func binaries(t testing.TB) (edge, mcproxy string) {
 		if buildErr != nil {
 			return
 		}
-		for _, pkg := range []string{"edge", "mcproxy"} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, pkg), "github.com/poplimit/poplimit/cmd/"+pkg)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build ./cmd/%s: %v\n%s", pkg, err, out)
-				return
-			}
-		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		_, buildErr = bench.Build(ctx, binDir, "edge", "mcproxy")
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
