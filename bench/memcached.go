@@ -275,6 +275,17 @@ func MultiGet(rw *bufio.ReadWriter, keys []string, batch int, found func(key str
 	return nil
 }
 
+// FreeAddrForTest is FreePort as a "127.0.0.1:<port>" address, failing the
+// test when no port can be had.
+func FreeAddrForTest(t testing.TB) string {
+	t.Helper()
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
 // MemcachedForTest starts n memcached processes for a test and stops them
 // when it ends. Without memcached installed the test is skipped, or fails
 // when RequireMemcachedEnv is set (as make test does).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -66,22 +65,14 @@ func TestTwemproxyMigration(t *testing.T) {
 			}
 			writeValues(t, nc.Addr, keys)
 
-			port, err := FreePort()
-			if err != nil {
-				t.Fatal(err)
-			}
 			dir := t.TempDir()
-			pool.Listen = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			pool.Listen = FreeAddrForTest(t)
 			cfgPath := filepath.Join(dir, "nutcracker.yml")
 			if err := os.WriteFile(cfgPath, []byte(pool.YAML()), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			adminPort, err := FreePort()
-			if err != nil {
-				t.Fatal(err)
-			}
 			mc, err := StartProc("mcproxy", bin, []string{"--config", cfgPath,
-				"--admin", net.JoinHostPort("127.0.0.1", strconv.Itoa(adminPort))}, filepath.Join(dir, "mcproxy.log"))
+				"--admin", FreeAddrForTest(t)}, filepath.Join(dir, "mcproxy.log"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -228,11 +228,7 @@ func proxyOrDirect(t *testing.T, shards []*bench.Memcached) (addr, via string) {
 			return shards[0].Addr, "direct to memcached: cmd/mcproxy does not build"
 		}
 	}
-	port, err := bench.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := fmt.Sprintf("127.0.0.1:%d", port)
+	listen := bench.FreeAddrForTest(t)
 	// A generous backend timeout: 256 race-instrumented goroutines on a
 	// shared 2-core machine must not turn into SERVER_ERROR timeouts (a
 	// timed-out incr may have been applied, which would blur the count).

@@ -96,20 +96,11 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	return l.w.Write(b)
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	p, err := bench.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return "127.0.0.1:" + strconv.Itoa(p)
-}
-
 // startMcproxy runs mcproxy in front of shards on addr (a free port if "").
 func startMcproxy(t testing.TB, bin, addr string, shards []*bench.Memcached) *proc {
 	t.Helper()
 	if addr == "" {
-		addr = freeAddr(t)
+		addr = bench.FreeAddrForTest(t)
 	}
 	args := []string{"--listen", addr}
 	for _, s := range shards {
@@ -129,7 +120,7 @@ type edgeProc struct {
 // startEdge runs an edge worker and waits for /healthz.
 func startEdge(t *testing.T, bin, upstream, memcached, policy string, extra ...string) *edgeProc {
 	t.Helper()
-	listen, admin := freeAddr(t), freeAddr(t)
+	listen, admin := bench.FreeAddrForTest(t), bench.FreeAddrForTest(t)
 	args := []string{"--listen", listen, "--upstream", upstream, "--policy", policy, "--admin", admin}
 	if memcached != "" {
 		args = append(args, "--memcached", memcached)

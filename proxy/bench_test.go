@@ -141,11 +141,7 @@ func startNutcracker(b *testing.B, addrs []string) string {
 	if err != nil {
 		return ""
 	}
-	port, err := bench.FreePort()
-	if err != nil {
-		b.Fatal(err)
-	}
-	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	listen := bench.FreeAddrForTest(b)
 	yml := "p:\n  listen: " + listen + "\n  hash: fnv1a_64\n  distribution: ketama\n  hash_tag: \"{}\"\n  timeout: 400\n  server_connections: 2\n  servers:\n"
 	for _, a := range addrs {
 		yml += "   - " + a + ":1\n"

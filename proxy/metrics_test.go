@@ -76,11 +76,7 @@ dead:
 func TestMetricsHealthAndStats(t *testing.T) {
 	noLeaks(t)
 	ms := bench.MemcachedForTest(t, 2)
-	deadPort, err := bench.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := "127.0.0.1:" + strconv.Itoa(deadPort)
+	dead := bench.FreeAddrForTest(t)
 	specs, err := proxy.ParseConfig([]byte(metricsYAML(ms[0].Addr, ms[1].Addr, dead, "127.0.0.1:0", "127.0.0.2:0")), nil)
 	if err != nil {
 		t.Fatal(err)

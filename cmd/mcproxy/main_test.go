@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -85,11 +84,7 @@ type proc struct {
 func startMcproxy(t *testing.T, bin, addr string, args ...string) *proc {
 	t.Helper()
 	if addr == "" {
-		port, err := bench.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		addr = bench.FreeAddrForTest(t)
 		args = append([]string{"--listen", addr}, args...)
 	}
 	p := &proc{addr: addr, logs: &syncBuffer{}, done: make(chan error, 1)}
@@ -193,11 +188,7 @@ func TestMcproxyEmbedded(t *testing.T) {
 func TestMcproxyConfigFile(t *testing.T) {
 	bin := buildMcproxy(t)
 	ms := bench.MemcachedForTest(t, 2)
-	port, err := bench.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	listen := bench.FreeAddrForTest(t)
 	yml := fmt.Sprintf("pool:\n  listen: %s\n  hash: fnv1a_64\n  distribution: ketama\n  hash_tag: \"{}\"\n  timeout: 400\n  tcpkeepalive: true\n  servers:\n   - %s:1 one\n   - %s:1 two\n", listen, ms[0].Addr, ms[1].Addr)
 	cfg := filepath.Join(t.TempDir(), "nutcracker.yml")
 	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {

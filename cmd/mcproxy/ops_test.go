@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,15 +17,6 @@ import (
 
 	"github.com/poplimit/poplimit/bench"
 )
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	port, err := bench.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-}
 
 func TestMcproxyVersionAndHelp(t *testing.T) {
 	bin := buildMcproxy(t)
@@ -94,7 +84,7 @@ func waitFor(t *testing.T, what string, p *proc, cond func() bool) {
 func TestMcproxyReload(t *testing.T) {
 	bin := buildMcproxy(t)
 	ms := bench.MemcachedForTest(t, 3)
-	listenA, listenB, admin, stats := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	listenA, listenB, admin, stats := bench.FreeAddrForTest(t), bench.FreeAddrForTest(t), bench.FreeAddrForTest(t), bench.FreeAddrForTest(t)
 	_, statsPort, _ := net.SplitHostPort(stats)
 	cfg := filepath.Join(t.TempDir(), "nutcracker.yml")
 	write := func(shards ...string) {
