@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -79,18 +80,30 @@ func mapErr(verb string, err error) error {
 	return fmt.Errorf("counter: memcached %s: %w", verb, err)
 }
 
-// expiration converts a TTL into memcached's exptime: whole seconds,
-// rounded up; above 30 days memcached wants an absolute Unix time.
-func expiration(ttl time.Duration) int32 {
+// expiration converts a TTL into memcached's exptime at the current time;
+// see expirationAt.
+func expiration(ttl time.Duration) int32 { return expirationAt(ttl, time.Now()) }
+
+// expirationAt converts a TTL into memcached's exptime as of now: whole
+// seconds, rounded up. Up to 30 days it is relative; beyond, memcached
+// wants an absolute Unix time, which is clamped to math.MaxInt32 so that
+// every positive TTL yields a legal, positive exptime (never one that
+// wraps negative and expires the item at once). ttl ≤ 0 gives 0 (no
+// expiry).
+func expirationAt(ttl time.Duration, now time.Time) int32 {
 	if ttl <= 0 {
 		return 0
 	}
-	secs := int64((ttl + time.Second - 1) / time.Second)
+	secs := int64((ttl-1)/time.Second) + 1 // rounded up, without overflow
 	const thirtyDays = 30 * 24 * 3600
-	if secs > thirtyDays {
-		secs += time.Now().Unix()
+	if secs <= thirtyDays {
+		return int32(secs)
 	}
-	return int32(secs)
+	abs := now.Unix() + secs // ≤ 9.3e9 + now: no int64 overflow
+	if abs > math.MaxInt32 || abs <= thirtyDays {
+		return math.MaxInt32
+	}
+	return int32(abs)
 }
 
 // Add implements Store.
