@@ -18,9 +18,13 @@ type Config struct {
 	// CASRetries is how many times the token bucket retries a lost
 	// compare-and-swap before giving up with ErrContention; default 32.
 	CASRetries int
-	// MaxCachedKeys bounds the per-key cache of closed sub-window counts;
-	// when a cache shard grows past its share, entries of keys idle for a
-	// whole window are dropped. Default 1<<20. Sweep drops them explicitly.
+	// MaxCachedKeys bounds the per-key cache of closed sub-window counts:
+	// the cache never holds more than MaxCachedKeys rounded up to a
+	// multiple of 64 (its shard count) identities. When a cache shard is
+	// at its share, entries of keys idle for a whole window are dropped,
+	// and if it is still at least three-quarters full, arbitrary entries
+	// are evicted (their state is re-read from the store on next use).
+	// Default 1<<20. Sweep drops idle entries explicitly.
 	MaxCachedKeys int
 	// Grace is how long after a sub-window closes its count is still read
 	// from the store at every decision before being cached, to absorb clock
@@ -79,9 +83,8 @@ var _ Allower = (*Limiter)(nil)
 const cacheShards = 64
 
 type cacheShard struct {
-	mu      sync.Mutex
-	m       map[string]*winEntry
-	sweepAt int
+	mu sync.Mutex
+	m  map[string]*winEntry
 }
 
 // winEntry is what one worker knows of one identity's windows.
@@ -178,6 +181,11 @@ func (lim *Limiter) Undo(ctx context.Context, key string, now time.Time, n int64
 	return err
 }
 
+// shardCap is the most entries one cache shard holds.
+func (lim *Limiter) shardCap() int {
+	return (lim.cfg.maxCachedKeys() + cacheShards - 1) / cacheShards
+}
+
 func (lim *Limiter) shard(key string) *cacheShard {
 	return &lim.cache[xxhash.Sum64String(key)%cacheShards]
 }
@@ -188,9 +196,18 @@ func (lim *Limiter) entry(s *cacheShard, key string, id int64) *winEntry {
 	if e != nil {
 		return e
 	}
-	if len(s.m) >= s.sweepAt {
+	if limit := lim.shardCap(); len(s.m) >= limit {
 		lim.sweepShard(s, id)
-		s.sweepAt = max(2*len(s.m), lim.cfg.maxCachedKeys()/cacheShards)
+		// Still crowded with active keys: evict arbitrary ones (map
+		// order) down to three-quarters, so the bound holds and the
+		// O(len) sweep runs at most once per limit/4 insertions.
+		keep := limit - max(1, limit/4)
+		for k := range s.m {
+			if len(s.m) <= keep {
+				break
+			}
+			delete(s.m, k)
+		}
 	}
 	e = &winEntry{id: id}
 	if n := lim.win.n; n > 0 {

@@ -1,6 +1,8 @@
 package counter_test
 
 import (
+	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -127,5 +129,39 @@ func TestGrace(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestLimiterCacheBound checks that MaxCachedKeys bounds the cache even
+// when every cached key is still active (nothing idle to sweep).
+func TestLimiterCacheBound(t *testing.T) {
+	tests := []struct {
+		maxKeys, keys, bound int
+	}{
+		{64, 20_000, 64},
+		{1, 500, 64},     // one per shard at least
+		{100, 5000, 128}, // rounded up to a multiple of 64 shards
+		{1 << 20, 300, 300},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.maxKeys), func(t *testing.T) {
+			lim, err := counter.NewWithConfig(frozenMemoryStore(),
+				counter.Limit{Quantity: 5, Window: time.Second},
+				counter.Config{MaxCachedKeys: tt.maxKeys})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < tt.keys; i++ {
+				if _, err := lim.AllowN(ctx, counter.Key("k", strconv.Itoa(i)), t0, 1); err != nil {
+					t.Fatal(err)
+				}
+				if n := lim.CachedKeys(); n > tt.bound {
+					t.Fatalf("after %d keys: %d cached, bound %d", i+1, n, tt.bound)
+				}
+			}
+			if tt.keys <= tt.bound && lim.CachedKeys() != tt.keys {
+				t.Fatalf("cached %d, want all %d", lim.CachedKeys(), tt.keys)
+			}
+		})
 	}
 }
