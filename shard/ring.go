@@ -28,6 +28,10 @@ var (
 	ErrDuplicateMember = errors.New("shard: duplicate member")
 	// ErrNoLiveMember: every member is ejected.
 	ErrNoLiveMember = errors.New("shard: no live members")
+	// ErrRingConfig: a Member or RingConfig value NewRing cannot use
+	// (negative or too large weight, Load below 1, negative
+	// ReplicationFactor).
+	ErrRingConfig = errors.New("shard: invalid ring config")
 )
 
 // Locator maps the hashed part of a key (see HashTag) to the index of its
@@ -55,7 +59,8 @@ type Member struct {
 	// server name.
 	Name string
 	// Weight is the member's relative share; default 1. A weight w puts
-	// w virtual members on the ring.
+	// w virtual members on the ring, so building costs grow with the total
+	// weight: NewRing rejects weights above MaxRingWeight.
 	Weight int
 	// Ejected keeps the member's index but leaves it off the ring: its keys
 	// go to the others.
@@ -70,9 +75,18 @@ type RingConfig struct {
 	// ReplicationFactor is the number of ring points per virtual member;
 	// default 20 (consistent's).
 	ReplicationFactor int
-	// Load is consistent's bounded-load factor; default 1.25.
+	// Load is consistent's bounded-load factor; 0 means the default 1.25,
+	// otherwise it must be at least 1 (below, consistent cannot place
+	// every partition).
 	Load float64
 }
+
+// MaxRingWeight is the largest Member.Weight NewRing accepts: every unit
+// of weight is one more virtual member, and the ring build cost grows
+// faster than linearly with their number (weight 1000 takes over a
+// second). Weights are relative, so scale them down (e.g. divide by
+// their gcd) to fit.
+const MaxRingWeight = 100
 
 func (c RingConfig) partitionCount() int {
 	if c.PartitionCount > 0 {
@@ -107,8 +121,18 @@ func NewRing(members []Member, cfg RingConfig) (*Ring, error) {
 		}
 		index[m.Name] = i
 		if m.Weight < 0 {
-			return nil, fmt.Errorf("shard: member %q: negative weight", m.Name)
+			return nil, fmt.Errorf("%w: member %q: negative weight %d", ErrRingConfig, m.Name, m.Weight)
 		}
+		if m.Weight > MaxRingWeight {
+			return nil, fmt.Errorf("%w: member %q: weight %d above %d (weights are relative: scale them down)",
+				ErrRingConfig, m.Name, m.Weight, MaxRingWeight)
+		}
+	}
+	if !(cfg.Load == 0 || cfg.Load >= 1) { // also rejects NaN
+		return nil, fmt.Errorf("%w: load %v: want 0 (default) or at least 1", ErrRingConfig, cfg.Load)
+	}
+	if cfg.ReplicationFactor < 0 {
+		return nil, fmt.Errorf("%w: negative replication factor %d", ErrRingConfig, cfg.ReplicationFactor)
 	}
 	virtual := make(map[string]int)
 	for i, m := range members {

@@ -272,3 +272,47 @@ func TestRingWeights(t *testing.T) {
 		t.Error("negative weight accepted")
 	}
 }
+
+// TestRingConfigErrors checks that configs consistent cannot use (or only
+// at a prohibitive cost) are refused with ErrRingConfig instead of
+// panicking or building for seconds.
+func TestRingConfigErrors(t *testing.T) {
+	nan := 0.0
+	nan /= nan
+	tests := []struct {
+		name    string
+		members []Member
+		cfg     RingConfig
+		wantErr bool
+	}{
+		{"defaults", members("a", "b", "c"), RingConfig{}, false},
+		{"load 1", members("a", "b", "c"), RingConfig{Load: 1}, false},
+		{"load 0.5", members("a", "b", "c"), RingConfig{Load: 0.5}, true},
+		{"load negative", members("a", "b", "c"), RingConfig{Load: -1}, true},
+		{"load NaN", members("a", "b", "c"), RingConfig{Load: nan}, true},
+		{"replication negative", members("a", "b"), RingConfig{ReplicationFactor: -1}, true},
+		{"weight negative", []Member{{Name: "a", Weight: -1}}, RingConfig{}, true},
+		{"weight max", []Member{{Name: "a", Weight: MaxRingWeight}, {Name: "b"}}, RingConfig{}, false},
+		{"weight above max", []Member{{Name: "a", Weight: MaxRingWeight + 1}, {Name: "b"}}, RingConfig{}, true},
+		{"weight 50000", []Member{{Name: "a", Weight: 50000}}, RingConfig{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var err error
+			func() {
+				defer func() {
+					if p := recover(); p != nil {
+						err = fmt.Errorf("panic: %v", p)
+					}
+				}()
+				_, err = NewRing(tt.members, tt.cfg)
+			}()
+			if tt.wantErr && !errors.Is(err, ErrRingConfig) {
+				t.Fatalf("err = %v, want ErrRingConfig", err)
+			}
+			if !tt.wantErr && err != nil {
+				t.Fatalf("err = %v", err)
+			}
+		})
+	}
+}
