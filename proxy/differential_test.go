@@ -476,7 +476,7 @@ func serveEmbeddedForTest(t testing.TB, n int) (string, []*MemoryBackend) {
 func serveProxyForTest(t testing.TB, rc RouterConfig) string {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	rc.HashTag, rc.Logger = shard.DefaultHashTag, quiet
+	rc.HashTag, rc.Logger = shard.DefaultHashTag(), quiet
 	r, err := NewRouter(rc)
 	if err != nil {
 		t.Fatal(err)

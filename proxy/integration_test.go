@@ -45,7 +45,7 @@ func startProxy(t testing.TB, addrs []string, edit func(*proxy.RouterConfig)) *t
 	}
 	rc := proxy.RouterConfig{
 		Servers: servers,
-		HashTag: shard.DefaultHashTag,
+		HashTag: shard.DefaultHashTag(),
 		Pool:    proxy.PoolConfig{Timeout: 2 * time.Second},
 	}
 	if edit != nil {

@@ -28,7 +28,7 @@ type RouterConfig struct {
 	Distribution string
 	Hash         string
 	// HashTag selects the hashed part of keys; the zero value hashes whole
-	// keys (use shard.DefaultHashTag for "{}").
+	// keys (use shard.DefaultHashTag() for "{}").
 	HashTag shard.HashTag
 	// Health is the ejection policy.
 	Health shard.HealthConfig

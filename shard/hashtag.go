@@ -16,8 +16,9 @@ type HashTag struct {
 	set         bool
 }
 
-// DefaultHashTag is "{}".
-var DefaultHashTag = HashTag{'{', '}', true}
+// DefaultHashTag returns the tag "{}", the one Twemproxy configs usually
+// name. It is a function so the value cannot be changed by other packages.
+func DefaultHashTag() HashTag { return HashTag{'{', '}', true} }
 
 // ParseHashTag parses a two-character tag such as "{}"; "" is no tag.
 func ParseHashTag(s string) (HashTag, error) {

@@ -339,7 +339,7 @@ func BenchmarkKetamaLocate(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					_ = k.Locate(shard.DefaultHashTag.Extract(key))
+					_ = k.Locate(shard.DefaultHashTag().Extract(key))
 				}
 			})
 		})
@@ -364,7 +364,7 @@ func ExampleNewKetama() {
 		panic(err)
 	}
 	for _, key := range []string{"k:0", "rl:{user8}:w16", "k:150"} {
-		i := k.Locate(shard.DefaultHashTag.Extract([]byte(key)))
+		i := k.Locate(shard.DefaultHashTag().Extract([]byte(key)))
 		fmt.Println(key, "->", servers[i].Name)
 	}
 	// Output:

@@ -226,7 +226,7 @@ func TestMembershipEjectAndProbe(t *testing.T) {
 func BenchmarkRingLocate(b *testing.B) {
 	r, _ := NewRing(members("a", "b", "c", "d"), RingConfig{})
 	key := []byte("rl:{user:12345}:1700000000")
-	tag := DefaultHashTag
+	tag := DefaultHashTag()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -236,7 +236,7 @@ func BenchmarkRingLocate(b *testing.B) {
 }
 
 func ExampleHashTag_Extract() {
-	tag := DefaultHashTag
+	tag := DefaultHashTag()
 	fmt.Println(string(tag.Extract([]byte("rl:{user:42}:w1700000000"))))
 	fmt.Println(string(tag.Extract([]byte("plain-key"))))
 	// Output:
@@ -250,7 +250,7 @@ func ExampleNewRing() {
 	y := []Member{x[2], x[0], x[1]}
 	a, _ := NewRing(x, RingConfig{})
 	b, _ := NewRing(y, RingConfig{})
-	key := DefaultHashTag.Extract([]byte("rl:{user:42}:w1"))
+	key := DefaultHashTag().Extract([]byte("rl:{user:42}:w1"))
 	fmt.Println(x[a.Locate(key)].Name == y[b.Locate(key)].Name)
 	// Output: true
 }
@@ -314,5 +314,22 @@ func TestRingConfigErrors(t *testing.T) {
 				t.Fatalf("err = %v", err)
 			}
 		})
+	}
+}
+
+// TestDefaultHashTag checks that DefaultHashTag is "{}" and that a caller
+// changing its copy cannot change what others get.
+func TestDefaultHashTag(t *testing.T) {
+	want, err := ParseHashTag("{}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := DefaultHashTag()
+	if tag != want {
+		t.Fatalf("DefaultHashTag() = %q, want %q", tag, want)
+	}
+	tag, _ = ParseHashTag("[]")
+	if got := DefaultHashTag(); got != want || got.String() != "{}" {
+		t.Fatalf("DefaultHashTag() after a caller's change = %q", got)
 	}
 }
