@@ -21,18 +21,25 @@ var ErrConfig = errors.New("proxy: bad config")
 const DefaultListen = "127.0.0.1:22121"
 
 // PoolSpec is one Twemproxy pool: a listen address and its shards. The
-// zero values of optional fields mean Twemproxy's defaults, except Timeout:
-// Twemproxy waits forever by default, the proxy 1s.
+// zero values of optional fields mean Twemproxy's defaults, except two:
+// Timeout (Twemproxy waits forever by default, the proxy 1s) and
+// Distribution ("" means consistent hashing, not Twemproxy's ketama; only
+// ParseConfig fills in ketama for a pool that does not name one).
 type PoolSpec struct {
 	// Name is the pool's name (the YAML key).
 	Name string
 	// Listen is "host:port", or a Unix socket "/path/mc.sock [mode]" (see
 	// ParseListen); default DefaultListen.
 	Listen string
-	// Hash is the ketama hash (fnv1a_64 default, md5, murmur, ...).
+	// Hash is the ketama hash (fnv1a_64 default, md5, murmur, ...); it is
+	// ignored by the consistent distribution, which always uses xxhash.
 	Hash string
-	// Distribution is "ketama" (Twemproxy's default, same placement as
-	// nutcracker) or "consistent" (xxhash, buraksezer/consistent).
+	// Distribution is "ketama" (same placement as nutcracker) or
+	// "consistent" (xxhash, buraksezer/consistent). The zero value "" means
+	// "consistent", as in shard.MembershipConfig. ParseConfig sets "ketama"
+	// (Twemproxy's default) when a pool's YAML omits distribution or names
+	// an unsupported one (logging a warning), so parsed configs get
+	// ketama unless they ask for consistent.
 	Distribution string
 	// HashTag is the two-character hash tag; "" hashes whole keys.
 	HashTag string
