@@ -128,7 +128,7 @@ func run(c *cli.Context) error {
 	}
 	if c.Int("embedded") > 0 {
 		pcfg.NewBackend = func(string, int, shard.Server, proxy.BackendHooks) (proxy.Backend, error) {
-			return proxy.NewMemoryBackend(proxy.MemoryConfig{})
+			return proxy.NewMemoryBackend(proxy.MemoryConfig{ItemSizeMax: c.Int("max-item-size")})
 		}
 	}
 	p := proxy.NewProxy(pcfg)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -204,4 +205,35 @@ func TestMcproxyConfigFile(t *testing.T) {
 		t.Errorf("no warning for the unsupported key tcpkeepalive: %s", p.logs)
 	}
 	p.stop(t)
+}
+
+// TestMcproxyEmbeddedItemSize: --max-item-size reaches the embedded shards
+// too, not only the proxy's request parser.
+func TestMcproxyEmbeddedItemSize(t *testing.T) {
+	bin := buildMcproxy(t)
+	tests := []struct {
+		maxItem, value int
+		stored         bool
+	}{
+		{2 << 20, 1<<20 + 1<<19, true}, // above the embedded default of 1 MiB
+		{4096, 2000, true},
+		{4096, 100_000, false},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.maxItem, "/", tt.value), func(t *testing.T) {
+			p := startMcproxy(t, bin, "", "--embedded", "2", "--max-item-size", fmt.Sprint(tt.maxItem))
+			c, err := net.Dial("tcp", p.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			req := fmt.Sprintf("set big 0 0 %d\r\n%s\r\n", tt.value, strings.Repeat("v", tt.value))
+			line := mcLine(t, c, br, req)
+			if (line == "STORED\r\n") != tt.stored {
+				t.Fatalf("set of %d bytes with --max-item-size %d: %q, want stored=%v", tt.value, tt.maxItem, line, tt.stored)
+			}
+			p.stop(t)
+		})
+	}
 }
