@@ -103,8 +103,15 @@ func run(c *cli.Context) error {
 		}
 		events = pop.NewEvents(sink, pop.EventsConfig{})
 		done := make(chan struct{})
-		go func() { events.Run(ctx); close(done) }()
-		defer func() { <-done }()
+		go func() {
+			if err := events.Run(ctx); err != nil {
+				logger.Warn("events: sink failed", "err", err)
+			}
+			close(done)
+		}()
+		// stop ends Run's context; it must run before waiting for Run, or
+		// any early return below would wait forever.
+		defer func() { stop(); <-done }()
 	}
 
 	limiter, err := pop.New(pop.Config{
