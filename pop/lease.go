@@ -25,8 +25,12 @@ const leaseShards = 16
 // Safe for concurrent use. Requests for one key in one worker are
 // serialised while a batch is fetched (one store call for all of them).
 type leaser struct {
-	a        counter.Allower
-	maxBatch int64
+	a counter.Allower
+	// batchA fetches batches bigger than the request: a Refund copy of a
+	// Count token bucket (so that a refused batch takes no debt), a
+	// otherwise.
+	batchA   counter.Allower
+	maxBatch int64 // at most allowance/cost (see allowanceOf)
 	horizon  time.Duration
 	perShard int
 	shards   [leaseShards]leaseShard
@@ -55,7 +59,17 @@ func newLeaser(a counter.Allower, maxBatch int64, horizon time.Duration, maxKeys
 	if per < 1 {
 		per = 1
 	}
-	l := &leaser{a: a, maxBatch: maxBatch, horizon: horizon, perShard: per}
+	// A batch bigger than the limit's whole allowance can never be
+	// granted (and a window in Count mode would then be undone for
+	// nothing): cap it at what one window or bucket can hold.
+	cost := int64(1)
+	if c, ok := a.(costAllower); ok {
+		cost = c.cost
+	}
+	if lim := max(1, allowanceOf(a.Limit())/cost); maxBatch > lim {
+		maxBatch = lim
+	}
+	l := &leaser{a: a, batchA: a, maxBatch: maxBatch, horizon: horizon, perShard: per}
 	for i := range l.shards {
 		l.shards[i].m = make(map[string]*lease)
 	}
@@ -89,8 +103,18 @@ func (l *leaser) get(key string, now time.Time) *lease {
 	return le
 }
 
+// allowanceOf is the most units one window (or a full token bucket) of lim
+// can grant at once.
+func allowanceOf(lim counter.Limit) int64 {
+	if lim.Algorithm == counter.TokenBucket && lim.Burst > 0 {
+		return lim.Burst
+	}
+	return lim.Quantity
+}
+
 // batch sizes the next reservation for n units at now: the arrivals
-// expected over one horizon, capped by MaxBatch and, while the store's last
+// expected over one horizon, capped by MaxBatch (itself at most the
+// limit's allowance ÷ cost) and, while the store's last
 // answer still holds, by the remaining it reported (a refused batch of a
 // Count limit would consume quota for nothing).
 func (l *leaser) batch(le *lease, n int64, now time.Time) int64 {
@@ -137,18 +161,32 @@ func (l *leaser) take(ctx context.Context, key string, now time.Time, n int64) (
 		le.tokens = 0
 	}
 	b := l.batch(le, n, now)
-	r, err := l.a.AllowN(ctx, key, now, b)
+	ba := l.a
+	if b > n {
+		ba = l.batchA
+	}
+	r, err := ba.AllowN(ctx, key, now, b)
 	if err != nil {
 		return counter.Result{}, false, err
 	}
 	le.seenAt, le.seen = now, r
 	lim := l.a.Limit()
-	retry := !r.Allowed && b > n && lim.OnReject == counter.Refund
+	// A refused batch is retried as the request alone when the refusal
+	// cost nothing: Refund mode, or a token bucket (its batches go through
+	// a Refund copy).
+	retry := !r.Allowed && b > n && (lim.OnReject == counter.Refund || lim.Algorithm == counter.TokenBucket)
 	if !r.Allowed && b > n && lim.OnReject == counter.Count && lim.Algorithm != counter.TokenBucket {
-		// A window limit in Count mode kept the refused batch in its
-		// count: take it back, so that only the request itself is judged
-		// (and counted) below, as without leases.
-		retry = l.a.Undo(ctx, key, now, b) == nil
+		if r.RetryAfter == counter.Never {
+			// Bigger than the limit itself: refused without being
+			// counted, so there is nothing to take back (an Undo would
+			// wipe out other workers' counts).
+			retry = true
+		} else {
+			// A window limit in Count mode kept the refused batch in its
+			// count: take it back, so that only the request itself is
+			// judged (and counted) below, as without leases.
+			retry = l.a.Undo(ctx, key, now, b) == nil
+		}
 	}
 	if retry {
 		// Not enough for a batch: ask for the request alone.

@@ -135,3 +135,67 @@ func TestLeaseServesLocally(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseBatchNeverOverAdmits pins leased admission against the limit
+// when a batch is bigger than what is left (or than the limit itself):
+// another worker has already counted `other` requests, then one worker
+// leasing at a high arrival rate asks `takes` times in the same instant.
+func TestLeaseBatchNeverOverAdmits(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		limit    string
+		maxBatch int64 // 0: the policy's leaser; else a leaser of this max batch
+		other    int64 // requests counted by another worker first
+		want     int   // admitted by the leasing worker
+	}{
+		{"window count, batch over the limit", "{name: w, algorithm: fixed_window, quantity: 10, window: 1s}", 100, 8, 2},
+		{"window count, batch over the limit, cost 2", "{name: w, algorithm: fixed_window, quantity: 10, window: 1s, cost: 2}", 100, 4, 1},
+		{"window count, max batch at the limit", "{name: w, algorithm: fixed_window, quantity: 10, window: 1s}", 10, 8, 2},
+		{"window refund, batch over the limit", "{name: w, algorithm: fixed_window, quantity: 10, window: 1s, on_reject: refund}", 100, 8, 2},
+		{"bucket count, batch over tokens left", "{name: b, algorithm: token_bucket, quantity: 10, window: 1s, burst: 10}", 0, 5, 5},
+		{"bucket refund, batch over tokens left", "{name: b, algorithm: token_bucket, quantity: 10, window: 1s, burst: 10, on_reject: refund}", 0, 5, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newTestClock(t0)
+			store := newFlakyStore(clk.Now)
+			policyBatch := 8 // more than the 5 tokens left
+			if tc.maxBatch > 0 {
+				policyBatch = 5 // unused; within every limit's allowance ÷ cost
+			}
+			l := newTestLimiter(t, storeConfig(store), fmt.Sprintf(`version: 1
+tiers:
+  t:
+    limits:
+      - %s
+policies:
+  - name: p
+    routes: ["/"]
+    tier: t
+    lease: {enabled: true, max_batch: %d, horizon: 50ms}
+`, tc.limit, policyBatch))
+			r := l.snap.Load().policies["p"].tiers["t"].limits[0]
+			ctx := context.Background()
+			if res, err := r.shared.AllowN(ctx, "k", t0, tc.other); err != nil || !res.Allowed {
+				t.Fatalf("other worker: %+v %v", res, err)
+			}
+			le := r.lease
+			if tc.maxBatch > 0 {
+				le = newLeaser(r.shared, tc.maxBatch, 50*time.Millisecond, 100)
+			}
+			le.get("k", t0).rate = 1e6 // batches as big as allowed
+			got := 0
+			for range 20 {
+				res, _, err := le.take(ctx, "k", t0, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Allowed {
+					got++
+				}
+			}
+			if got != tc.want {
+				t.Errorf("admitted %d after %d counted elsewhere, want %d", got, tc.other, tc.want)
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"net/textproto"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -407,6 +408,7 @@ func validName(s string) bool {
 
 func (p *parser) policy(n *yaml.Node, path string, f *File) PolicySpec {
 	ps := PolicySpec{TierSource: "api_key"}
+	var maxBatchNode *yaml.Node
 	p.fields(n, path, []string{"name", "routes", "identity", "tier", "default_tier", "overrides", "fail_mode", "lease"}, func(k string, v *yaml.Node) {
 		fp := join(path, k)
 		switch k {
@@ -477,6 +479,7 @@ func (p *parser) policy(n *yaml.Node, path string, f *File) PolicySpec {
 					ps.Lease.Enabled = p.bool(v2, join(fp, k2))
 				case "max_batch":
 					ps.Lease.MaxBatch = p.int(v2, join(fp, k2), 1)
+					maxBatchNode = v2
 				case "horizon":
 					ps.Lease.Horizon = p.dur(v2, join(fp, k2))
 				}
@@ -492,6 +495,9 @@ func (p *parser) policy(n *yaml.Node, path string, f *File) PolicySpec {
 	if len(ps.Identity) == 0 {
 		ps.Identity = []Part{PartIP}
 	}
+	if maxBatchNode != nil && ps.Lease.MaxBatch > 0 {
+		p.checkMaxBatch(maxBatchNode, join(path, "lease.max_batch"), ps, f)
+	}
 	if ps.DefaultTier == "" {
 		if _, ok := f.Tiers[ps.TierSource]; ok {
 			ps.DefaultTier = ps.TierSource
@@ -500,6 +506,35 @@ func (p *parser) policy(n *yaml.Node, path string, f *File) PolicySpec {
 		}
 	}
 	return ps
+}
+
+// checkMaxBatch rejects a lease max_batch bigger than the allowance ÷ cost
+// of a limit the policy may apply (every tier when the tier comes from the
+// API key): such a batch could never be granted.
+func (p *parser) checkMaxBatch(n *yaml.Node, path string, ps PolicySpec, f *File) {
+	tiers := []string{ps.TierSource}
+	if ps.TierSource == "api_key" {
+		tiers = tiers[:0]
+		for name := range f.Tiers {
+			tiers = append(tiers, name)
+		}
+		sort.Strings(tiers)
+	}
+	for _, tier := range tiers {
+		limits, ok := ps.Overrides[tier]
+		if !ok {
+			limits = f.Tiers[tier].Limits
+		}
+		for _, ls := range limits {
+			if ls.Cost < 1 {
+				continue
+			}
+			if c := allowanceOf(ls.Limit) / ls.Cost; ps.Lease.MaxBatch > c && c > 0 {
+				p.errf(n, path, "%d exceeds what limit %s of tier %s can grant at once (%d)", ps.Lease.MaxBatch, ls.Limit.Name, tier, c)
+				return
+			}
+		}
+	}
 }
 
 // addPattern validates a ServeMux pattern "[METHOD ][HOST]/[PATH]" and

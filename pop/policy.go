@@ -85,7 +85,11 @@ type TierSpec struct {
 // LeaseSpec configures token leasing for a policy (opt-in).
 type LeaseSpec struct {
 	Enabled bool
-	// MaxBatch caps a lease; default Quantity/(4×workers), at least 1.
+	// MaxBatch caps a lease; default allowance/(4×workers), at least 1,
+	// where allowance is Burst for a token bucket with a Burst and
+	// Quantity otherwise. It may not exceed allowance/cost of any limit
+	// the policy can apply (the parser rejects it; a default is capped
+	// there).
 	MaxBatch int64
 	// Horizon is how far ahead of the observed arrival rate a lease is
 	// sized, and its maximum lifetime; default 100ms.

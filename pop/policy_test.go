@@ -46,7 +46,7 @@ func TestParseExample(t *testing.T) {
 			search = p
 		}
 	}
-	if !ingest.Lease.Enabled || ingest.Lease.MaxBatch != 25 || ingest.Lease.Horizon != 100*time.Millisecond {
+	if !ingest.Lease.Enabled || ingest.Lease.MaxBatch != 10 || ingest.Lease.Horizon != 100*time.Millisecond {
 		t.Errorf("lease: %+v", ingest.Lease)
 	}
 	if o := search.Overrides["pro"]; len(o) != 1 || o[0].Cost != 2 || search.TierSource != "pro" || search.DefaultTier != "pro" {
@@ -99,6 +99,10 @@ func TestParseErrors(t *testing.T) {
 		{"unknown key tier", minimalPolicy + "keys:\n  - {key: k1, tier: gold}\n", 11, "keys[0].tier", "gold"},
 		{"conflicting routes", minimalPolicy + "  - name: q\n    routes: [\"GET /x\"]\n    tier: free\n", 11, "policies[1].routes[0]", "conflicts"},
 		{"duplicate policy", minimalPolicy + "  - name: p\n    routes: [\"GET /y\"]\n    tier: free\n", 10, "policies[1].name", "duplicate"},
+		{"max_batch over the limit", minimalPolicy + "    lease:\n      enabled: true\n      max_batch: 11\n", 12, "policies[0].lease.max_batch", "exceeds"},
+		{"max_batch over allowance/cost", strings.Replace(minimalPolicy, "window: 1s}", "window: 1s, cost: 2}", 1) + "    lease: {enabled: true, max_batch: 6}\n", 10, "policies[0].lease.max_batch", "exceeds"},
+		{"max_batch over an override", minimalPolicy + "    overrides:\n      free: [{name: o, algorithm: token_bucket, quantity: 2, window: 1s, burst: 3}]\n    lease: {enabled: true, max_batch: 4}\n", 12, "policies[0].lease.max_batch", "exceeds"},
+		{"max_batch over a key's tier", strings.Replace(strings.Replace(minimalPolicy, "tier: free", "tier: api_key\n    default_tier: big", 1), "policies:", "  big:\n    limits: [{name: b, algorithm: fixed_window, quantity: 100, window: 1s}]\npolicies:", 1) + "    lease: {enabled: true, max_batch: 50}\n", 13, "policies[0].lease.max_batch", "tier free"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -215,17 +215,28 @@ func (l *Limiter) compilePolicy(ps PolicySpec, f *File, fp uint64) (*policy, err
 			if ps.Lease.Enabled {
 				mb := ps.Lease.MaxBatch
 				if mb <= 0 {
-					allowance := ls.Limit.Quantity
-					if ls.Limit.Burst > allowance {
-						allowance = ls.Limit.Burst
-					}
-					mb = max(1, allowance/(4*int64(l.cfg.workers())))
+					// Default: a quarter of each worker's share of the
+					// allowance (newLeaser caps it at allowance ÷ cost).
+					mb = max(1, allowanceOf(ls.Limit)/(4*int64(l.cfg.workers())))
 				}
 				h := ps.Lease.Horizon
 				if h <= 0 {
 					h = 100 * time.Millisecond
 				}
 				r.lease = newLeaser(r.shared, mb, h, l.cfg.mitigationEntries())
+				if ls.Limit.Algorithm == counter.TokenBucket && ls.Limit.OnReject == counter.Count {
+					// Batches of a Count bucket are fetched with Refund
+					// semantics: a refused batch must not put the bucket
+					// into debt (the request alone is then judged, and
+					// counted, by r.shared).
+					rl := ls.Limit
+					rl.OnReject = counter.Refund
+					ra, err := l.cfg.NewShared(rl)
+					if err != nil {
+						return nil, fmt.Errorf("pop: policy %s tier %s limit %s lease: %w", ps.Name, name, ls.Limit.Name, err)
+					}
+					r.lease.batchA = withCost(ra, ls.Cost)
+				}
 			}
 			rs.limits = append(rs.limits, r)
 		}
