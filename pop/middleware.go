@@ -29,7 +29,13 @@ func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return int64((d + time.Second - 1) / time.Second)
+	// Divide then round: adding a second first would overflow for
+	// counter.Never (a request that can never pass).
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
 }
 
 // WriteHeaders sets the rate-limit fields of d on h:
