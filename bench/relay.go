@@ -101,13 +101,22 @@ func (r *Relay) accept() {
 				return
 			}
 			defer r.untrack(out)
-			done := make(chan struct{}, 2)
-			go func() { r.pipe(out, in); done <- struct{}{} }()
-			go func() { r.pipe(in, out); done <- struct{}{} }()
-			<-done // one side ended: close both so the other ends too
-			_ = in.Close()
-			_ = out.Close()
-			<-done
+			up, down := make(chan struct{}), make(chan struct{})
+			go func() { r.pipe(out, in); close(up) }()   // client → target
+			go func() { r.pipe(in, out); close(down) }() // target → client
+			select {
+			case <-up:
+				// The client half-closed (pipe forwarded it with
+				// CloseWrite): the target's replies still in flight
+				// must reach it, so wait for the target to finish.
+				<-down
+			case <-down:
+				// The target is done: nothing more can be answered,
+				// close both so the client side ends too.
+				_ = in.Close()
+				_ = out.Close()
+				<-up
+			}
 		}()
 	}
 }

@@ -89,3 +89,35 @@ func TestRelayCloseEndsConnections(t *testing.T) {
 		t.Fatal("listener alive after Close")
 	}
 }
+
+// TestRelayHalfClose: a client that half-closes after its request still
+// gets the replies in flight, whatever the delay.
+func TestRelayHalfClose(t *testing.T) {
+	target := echoServer(t)
+	for _, delay := range []time.Duration{0, 20 * time.Millisecond} {
+		t.Run(delay.String(), func(t *testing.T) {
+			r, err := StartRelay(target, delay)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			c, err := net.Dial("tcp", r.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			want := "ping\npong\n"
+			if _, err := c.Write([]byte(want)); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(c)
+			if err != nil || string(got) != want {
+				t.Fatalf("after half-close read %q, %v; want %q", got, err, want)
+			}
+		})
+	}
+}
