@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"sync/atomic"
 	"time"
 )
@@ -33,13 +34,20 @@ type EventsConfig struct {
 	// FlushEvery bounds how long a written event may sit in the buffer;
 	// default 1s.
 	FlushEvery time.Duration
+	// Logger reports the first sink failure (once); default
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Events writes rejection events asynchronously to a sink through a bounded
 // queue. Emit never blocks. Safe for concurrent use.
 type Events struct {
 	q       chan Event
+	sink    io.Writer
 	w       *bufio.Writer
+	log     *slog.Logger
+	pending uint64 // encoded, not yet flushed (Run's goroutine only)
+	failed  bool   // a sink failure was logged (Run's goroutine only)
 	flush   time.Duration
 	dropped atomic.Uint64
 	written atomic.Uint64
@@ -56,7 +64,11 @@ func NewEvents(sink io.Writer, cfg EventsConfig) *Events {
 	if f <= 0 {
 		f = time.Second
 	}
-	return &Events{q: make(chan Event, n), w: bufio.NewWriter(sink), flush: f}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	return &Events{q: make(chan Event, n), sink: sink, w: bufio.NewWriter(sink), log: lg, flush: f}
 }
 
 // Emit queues e, or drops it when the queue is full. A nil *Events drops
@@ -75,41 +87,74 @@ func (e *Events) Emit(ev Event) {
 	}
 }
 
-// Dropped is the number of events dropped so far.
+// Dropped is the number of events dropped so far: queue full, or lost to
+// a sink write error.
 func (e *Events) Dropped() uint64 { return e.dropped.Load() }
 
-// Written is the number of events written so far.
+// Written is the number of events written (flushed) to the sink so far.
 func (e *Events) Written() uint64 { return e.written.Load() }
 
 // Run writes queued events until ctx ends, then drains what is queued and
-// flushes. Call it once, in its own goroutine.
+// flushes. Call it once, in its own goroutine. Events lost to a sink write
+// error are counted as dropped (the first failure is logged); later events
+// are tried again. The error returned is the final flush's.
 func (e *Events) Run(ctx context.Context) error {
 	enc := json.NewEncoder(e.w)
 	t := time.NewTicker(e.flush)
 	defer t.Stop()
 	write := func(ev Event) {
-		if enc.Encode(ev) == nil {
-			e.written.Add(1)
-			if e.metrics != nil {
-				e.metrics.eventsOut.Inc()
-			}
+		if err := enc.Encode(ev); err != nil {
+			// The buffer's earlier events are lost with this one.
+			e.lost(e.pending+1, err)
+			enc = json.NewEncoder(e.w) // an Encoder's error is sticky too
+			return
 		}
+		e.pending++
 	}
 	for {
 		select {
 		case ev := <-e.q:
 			write(ev)
 		case <-t.C:
-			e.w.Flush()
+			e.flushNow()
 		case <-ctx.Done():
 			for {
 				select {
 				case ev := <-e.q:
 					write(ev)
 				default:
-					return e.w.Flush()
+					return e.flushNow()
 				}
 			}
 		}
+	}
+}
+
+// flushNow flushes the buffer, counting its events as written or dropped.
+func (e *Events) flushNow() error {
+	if err := e.w.Flush(); err != nil {
+		e.lost(e.pending, err)
+		return err
+	}
+	e.written.Add(e.pending)
+	if e.metrics != nil {
+		e.metrics.eventsOut.Add(float64(e.pending))
+	}
+	e.pending = 0
+	return nil
+}
+
+// lost counts n events as dropped after a sink error and resets the buffer
+// (bufio errors are sticky) so that later events are tried again.
+func (e *Events) lost(n uint64, err error) {
+	e.dropped.Add(n)
+	if e.metrics != nil {
+		e.metrics.eventsDrop.Add(float64(n))
+	}
+	e.pending = 0
+	e.w.Reset(e.sink)
+	if !e.failed {
+		e.failed = true
+		e.log.Error("rejection events: sink write failed; dropping and counting lost events", "err", err)
 	}
 }

@@ -96,7 +96,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "poplimit_policy_reloads_total", Help: "Policy reloads by result (ok, invalid).",
 		}, []string{"result"}),
 		eventsDrop: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "poplimit_rejection_events_dropped_total", Help: "Rejection events dropped because the queue was full.",
+			Name: "poplimit_rejection_events_dropped_total", Help: "Rejection events dropped because the queue was full or the sink failed.",
 		}),
 		eventsOut: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "poplimit_rejection_events_written_total", Help: "Rejection events written to the sink.",

@@ -101,7 +101,7 @@ func run(c *cli.Context) error {
 			defer f.Close()
 			sink = f
 		}
-		events = pop.NewEvents(sink, pop.EventsConfig{})
+		events = pop.NewEvents(sink, pop.EventsConfig{Logger: logger})
 		done := make(chan struct{})
 		go func() {
 			if err := events.Run(ctx); err != nil {
