@@ -329,7 +329,7 @@ func (l *Limiter) finish(d *Decision, ip netip.Addr, id Identity) {
 		d.Status = rejectStatus(d.Reason)
 	}
 	l.cfg.Metrics.decision(d)
-	if !d.Allowed && l.cfg.Events != nil {
+	if !d.Allowed && d.Reason != ReasonCanceled && l.cfg.Events != nil {
 		l.cfg.Events.Emit(Event{
 			Time: l.clock(), Policy: d.Policy, Tier: d.Tier, Reason: d.Reason, Status: d.Status,
 			Limit: d.Binding.Limit.Name, IP: ip.String(), KeyID: id.KeyID, Tenant: id.Tenant, Route: id.Route,
@@ -375,9 +375,10 @@ func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []stri
 	cancel()
 	l.cfg.Metrics.store(l.clock().Sub(start), err)
 	if err != nil && ctx.Err() != nil {
-		// The client went away: not the store's fault.
+		// The client went away: not the store's fault, and not a
+		// reason to admit (nor to count a fail-open).
 		l.breaker.Release()
-		return Decision{Reason: ReasonFailOpen, Allowed: true}
+		return Decision{Reason: ReasonCanceled}
 	}
 	l.breaker.Observe(now, err)
 	if err != nil {

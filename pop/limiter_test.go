@@ -450,3 +450,43 @@ func TestUnknownKeysAreAnonymous(t *testing.T) {
 		t.Fatalf("rotating unknown keys admitted %d, want 10 (the free tier of the IP)", admitted)
 	}
 }
+
+// TestCanceledClientNotAdmitted: a client that goes away while the store is
+// being asked is neither admitted as "fail open" nor counted as a store
+// fallback, whatever the fail mode.
+func TestCanceledClientNotAdmitted(t *testing.T) {
+	for _, mode := range []string{"open", "closed", "local"} {
+		t.Run(mode, func(t *testing.T) {
+			clk := newTestClock(t0)
+			store := newFlakyStore(clk.Now)
+			cfg := storeConfig(store)
+			m, err := NewMetrics(prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Metrics = m
+			var sink bytes.Buffer
+			cfg.Events = NewEvents(&sink, EventsConfig{Queue: 10})
+			l := newTestLimiter(t, cfg, policyDoc(mode))
+			store.hang.Store(true)
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			d := l.Decide(ctx, req("GET", "/api/a", "X-API-Key", "secret-free-key"), t0)
+			if d.Allowed || d.Reason != "canceled" || d.Status != 499 {
+				t.Errorf("decision %+v, want refused, reason canceled, status 499", d)
+			}
+			if n := testutil.CollectAndCount(m.fallback); n != 0 {
+				t.Errorf("%d fallback series counted for a canceled client, want 0", n)
+			}
+			if store.calls.Load() == 0 {
+				t.Error("the store was never asked: the test does not exercise cancellation mid-call")
+			}
+			if l.Breaker().State() != BreakerClosed {
+				t.Errorf("breaker %v after a canceled client, want closed", l.Breaker().State())
+			}
+			if q := len(cfg.Events.q); q != 0 {
+				t.Errorf("%d rejection events queued for a canceled client, want 0", q)
+			}
+		})
+	}
+}

@@ -52,6 +52,11 @@ const (
 	ReasonFailOpen   Reason = "fail_open"   // store unavailable, admitted
 	ReasonFailClosed Reason = "fail_closed" // store unavailable, 503
 	ReasonFailLocal  Reason = "fail_local"  // store unavailable, local budget
+	// ReasonCanceled: the request's context ended (the client went away)
+	// before the store answered. Not admitted, whatever the fail mode, and
+	// not a store failure (no fail-open count, no rejection event); Status
+	// is 499 (client closed request).
+	ReasonCanceled Reason = "canceled"
 )
 
 // LimitResult is the answer of one limit of a compound rule.
@@ -65,7 +70,8 @@ type Decision struct {
 	// Allowed reports whether the request may go through.
 	Allowed bool
 	// Status is the HTTP status of a rejection: 429 for a quota answer, 503
-	// when the limiter itself is unhealthy (fail mode closed). 0 when Allowed.
+	// when the limiter itself is unhealthy (fail mode closed), 499 when the
+	// client went away mid-decision (ReasonCanceled). 0 when Allowed.
 	Status int
 	// Policy and Tier name what was applied ("" with ReasonNoPolicy).
 	Policy, Tier string
@@ -90,9 +96,15 @@ func (d Decision) RetryAfter() time.Duration { return d.Binding.Result.RetryAfte
 // limited reports whether a limit was consulted and headers make sense.
 func (d Decision) limited() bool { return d.Binding.Limit.Quantity > 0 }
 
+// statusClientClosed is nginx's 499: the client closed the request.
+const statusClientClosed = 499
+
 func rejectStatus(r Reason) int {
 	if r == ReasonFailClosed {
 		return http.StatusServiceUnavailable
+	}
+	if r == ReasonCanceled {
+		return statusClientClosed
 	}
 	return http.StatusTooManyRequests
 }
