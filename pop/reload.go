@@ -78,8 +78,12 @@ func (l *Limiter) watchLoop(ctx context.Context, w *fsnotify.Watcher, abs string
 			if !ok || cur == last {
 				continue // mid-replace (the next event re-arms), or unchanged
 			}
-			last = cur
-			_ = l.LoadFile(abs)
+			// Remember the content only once it loaded: a load that
+			// failed (say, a store briefly unreachable) is retried at the
+			// next event even if the file has not changed.
+			if l.LoadFile(abs) == nil {
+				last = cur
+			}
 		}
 	}
 }

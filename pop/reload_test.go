@@ -2,14 +2,18 @@ package pop
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/poplimit/poplimit/counter"
 )
 
 // loadedLimiter returns a limiter over a flaky store (clock at t0) with the
@@ -154,4 +158,46 @@ func TestWatchFollowsSymlinkSwap(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the symlink swap to be picked up", func() bool { return freeKeyTier(l) == "pro" })
+}
+
+// TestWatchRetriesFailedLoad: a load that failed for a reason outside the
+// file (here the shared limiter could not be built) is retried at the next
+// event in the directory, although the file's content has not changed.
+func TestWatchRetriesFailedLoad(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yml")
+	if err := os.WriteFile(path, []byte(policyDoc("open")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := storeConfig(newFlakyStore(newTestClock(t0).Now))
+	shared := cfg.NewShared
+	var failing atomic.Bool
+	cfg.NewShared = func(lim counter.Limit) (counter.Allower, error) {
+		if failing.Load() {
+			return nil, errors.New("test: store setup failed")
+		}
+		return shared(lim)
+	}
+	l, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.LoadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	watchFile(t, l, path)
+	failing.Store(true)
+	// A changed limit: the policy is rebuilt (NewShared called).
+	changed := strings.Replace(strings.Replace(policyDoc("open"), "tier: free}", "tier: pro}", 1), "quantity: 100,", "quantity: 200,", 1)
+	if err := os.WriteFile(path, []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the failed load", func() bool { return l.LastLoadError() != nil })
+	failing.Store(false)
+	// Any event in the directory re-arms the watcher; the policy file
+	// itself is unchanged.
+	if err := os.WriteFile(filepath.Join(dir, "other"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the retried load", func() bool { return l.LastLoadError() == nil && freeKeyTier(l) == "pro" })
 }
