@@ -33,8 +33,9 @@ type Config struct {
 	WorkersPerPoP int
 	// Breaker configures the store circuit breaker.
 	Breaker BreakerConfig
-	// MitigationEntries bounds each policy's mitigation cache and lease
-	// table; default 100000.
+	// MitigationEntries bounds each policy's mitigation cache, and each
+	// lease table (a leasing policy has one per limit of each tier it can
+	// apply); default 100000.
 	MitigationEntries int
 	// Metrics, if not nil, receives every decision.
 	Metrics *Metrics
@@ -202,7 +203,11 @@ func (l *Limiter) loaded(name string, err error) error {
 	l.cfg.Metrics.reload(err)
 	if err != nil {
 		l.lastErr.Store(&err)
-		l.cfg.logger().Error("policy rejected, keeping the previous one", "file", name, "err", err)
+		msg := "policy rejected, keeping the previous one"
+		if l.snap.Load() == nil {
+			msg = "policy rejected, no policy loaded yet"
+		}
+		l.cfg.logger().Error(msg, "file", name, "err", err)
 		return err
 	}
 	l.lastErr.Store(nil)

@@ -18,11 +18,13 @@ import (
 	"github.com/poplimit/poplimit/counter"
 )
 
-// ParseFile reads and validates a policy file.
+// ParseFile reads and validates a policy file. A file that cannot be read
+// is reported as such (errors.Is(err, fs.ErrNotExist) for a missing one),
+// not as ErrInvalidPolicy.
 func ParseFile(path string) (*File, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
+		return nil, fmt.Errorf("pop: read policy: %w", err)
 	}
 	return Parse(path, data)
 }

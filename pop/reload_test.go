@@ -3,6 +3,8 @@ package pop
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -200,4 +202,59 @@ func TestWatchRetriesFailedLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the retried load", func() bool { return l.LastLoadError() == nil && freeKeyTier(l) == "pro" })
+}
+
+// TestLoadFileErrors: a missing file is reported as unreadable (not as an
+// invalid policy), and the log says whether a previous policy is kept.
+func TestLoadFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yml")
+	bad := filepath.Join(dir, "bad.yml")
+	os.WriteFile(good, []byte(policyDoc("open")), 0o644)
+	os.WriteFile(bad, []byte("version: 1\ntiers: {}\n"), 0o644)
+	for _, tc := range []struct {
+		name        string
+		first       string // loaded before, "" for none
+		path        string
+		wantInvalid bool
+		wantMissing bool
+		wantLog     string
+	}{
+		{"missing, first load", "", filepath.Join(dir, "none.yml"), false, true, "no policy loaded yet"},
+		{"missing, after a load", good, filepath.Join(dir, "none.yml"), false, true, "keeping the previous one"},
+		{"invalid, first load", "", bad, true, false, "no policy loaded yet"},
+		{"invalid, after a load", good, bad, true, false, "keeping the previous one"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs strings.Builder
+			cfg := storeConfig(newFlakyStore(newTestClock(t0).Now))
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			l, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.first != "" {
+				if err := l.LoadFile(tc.first); err != nil {
+					t.Fatal(err)
+				}
+			}
+			logs.Reset()
+			err = l.LoadFile(tc.path)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if got := errors.Is(err, ErrInvalidPolicy); got != tc.wantInvalid {
+				t.Errorf("errors.Is(%v, ErrInvalidPolicy) = %v, want %v", err, got, tc.wantInvalid)
+			}
+			if got := errors.Is(err, fs.ErrNotExist); got != tc.wantMissing {
+				t.Errorf("errors.Is(%v, fs.ErrNotExist) = %v, want %v", err, got, tc.wantMissing)
+			}
+			if !strings.Contains(logs.String(), tc.wantLog) {
+				t.Errorf("log %q does not say %q", logs.String(), tc.wantLog)
+			}
+			if l.Loaded() != (tc.first != "") {
+				t.Errorf("Loaded() = %v after a failed load", l.Loaded())
+			}
+		})
+	}
 }
