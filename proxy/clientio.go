@@ -145,7 +145,7 @@ func (cc *clientConn) answerReady() {
 		}
 		o.head = nil
 		cc.s.respond(o, e)
-		releaseEntry(e)
+		cc.release(e)
 		if o.dead {
 			o.buf = o.buf[:0]
 		}

@@ -43,6 +43,7 @@ type entry struct {
 	calls   []*Call
 	keyCall []int32 // multi: index into calls of each key
 	cursor  []int   // multi: read position in each call's reply
+	held    int64   // bytes counted against the client's MaxClientBytes
 }
 
 var entryPool = sync.Pool{New: func() any { return new(entry) }}
@@ -108,10 +109,11 @@ func (cc *clientConn) replyError(req *Request, re *ReplyError) {
 // dispatch copies the parsed request out of the read buffer, routes it and
 // queues it for the writer. base is the buffer given to Parse, n the bytes
 // the request spans.
-func (cc *clientConn) dispatch(req *Request, base []byte, n int) {
+func (cc *clientConn) dispatch(req *Request, base []byte, n int, held int64) {
 	s := cc.s
 	s.st.cmds[req.Cmd].Add(1)
 	e := getEntry()
+	e.held = held
 	e.noreply = req.Noreply
 	if req.Cmd.IsMeta() {
 		cc.dispatchMeta(e, req, base, n)

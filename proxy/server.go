@@ -42,6 +42,23 @@ type ServerConfig struct {
 	// connection once the replies already due are written; zero means
 	// never.
 	ClientIdleTimeout time.Duration
+	// MaxClientBytes bounds the bytes of large requests (a value of at
+	// least bigRequest bytes, e.g. a 1 MiB set) one client has in flight:
+	// reading from the client pauses while they exceed it, until replies
+	// are answered. Small requests are bounded by MaxPipeline alone.
+	// Default 16 MiB.
+	MaxClientBytes int64
+}
+
+// bigRequest is the size from which a request counts against
+// MaxClientBytes; smaller ones skip the accounting (hot path).
+const bigRequest = 64 << 10
+
+func (c ServerConfig) maxClientBytes() int64 {
+	if c.MaxClientBytes > 0 {
+		return c.MaxClientBytes
+	}
+	return 16 << 20
 }
 
 func (c ServerConfig) maxPipeline() int {
@@ -156,6 +173,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			id:      s.nextID.Add(1),
 			entries: make(chan *entry, s.cfg.maxPipeline()),
 			wake:    make(chan struct{}, 1),
+			room:    make(chan struct{}, 1),
 			rc:      rawConn(nc),
 		}
 		s.mu.Lock()
@@ -218,7 +236,36 @@ type clientConn struct {
 	rc      syscall.RawConn // nil: the writer goroutine answers everything
 	out     clientOut       // with rc: replies answered by whoever completes them
 	stopped atomic.Bool
-	active  atomic.Int64 // s.cl.tick at the last read (idle timeout)
+	active  atomic.Int64  // s.cl.tick at the last read (idle timeout)
+	held    atomic.Int64  // bytes of big requests not yet answered
+	room    chan struct{} // wakes the reader once held drops to the budget
+}
+
+// release frees an answered entry and gives its bytes back to the
+// client's budget, waking the reader when that makes room.
+func (cc *clientConn) release(e *entry) {
+	h := e.held
+	e.held = 0
+	releaseEntry(e)
+	if h == 0 {
+		return
+	}
+	budget := cc.s.cfg.maxClientBytes()
+	if v := cc.held.Add(-h); v <= budget && v+h > budget {
+		select {
+		case cc.room <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// waitRoom blocks the reader while the client's big requests in flight
+// exceed the budget. Every crossing back under it leaves a token in room.
+func (cc *clientConn) waitRoom() {
+	budget := cc.s.cfg.maxClientBytes()
+	for cc.held.Load() > budget {
+		<-cc.room
+	}
 }
 
 func (cc *clientConn) stopReading() {
@@ -254,8 +301,15 @@ func (cc *clientConn) readLoop() {
 		n, err := Parse(buf[r:w], lim, &req)
 		switch {
 		case err == nil:
-			cc.dispatch(&req, buf[r:w], n)
+			if n < bigRequest {
+				cc.dispatch(&req, buf[r:w], n, 0)
+				r += n
+				continue
+			}
+			cc.held.Add(int64(n))
+			cc.dispatch(&req, buf[r:w], n, int64(n))
 			r += n
+			cc.waitRoom()
 			continue
 		case err == ErrIncomplete:
 			if r > 0 {
@@ -350,7 +404,7 @@ func (cc *clientConn) writeLoop() {
 			}
 		}
 		s.respond(bw, e)
-		releaseEntry(e)
+		cc.release(e)
 		if broken {
 			bw.Reset(io.Discard)
 			continue

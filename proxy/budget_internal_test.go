@@ -1,0 +1,152 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/poplimit/poplimit/shard"
+)
+
+// holdBackend keeps every call until release; it reports each call on got.
+type holdBackend struct {
+	mu     sync.Mutex
+	calls  []*Call
+	closed bool
+	got    chan struct{}
+}
+
+func (b *holdBackend) Do(c *Call) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		c.Finish(ErrBackendClosed)
+		return
+	}
+	b.calls = append(b.calls, c)
+	b.mu.Unlock()
+	select {
+	case b.got <- struct{}{}:
+	default:
+	}
+}
+
+// release finishes the calls held so far with STORED.
+func (b *holdBackend) release() {
+	b.mu.Lock()
+	calls := b.calls
+	b.calls = nil
+	b.mu.Unlock()
+	for _, c := range calls {
+		c.Reply = append(c.Reply, "STORED\r\n"...)
+		c.Finish(nil)
+	}
+}
+
+func (b *holdBackend) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.release()
+	return nil
+}
+
+// TestClientByteBudget: while the backend holds a client's big sets, the
+// proxy stops reading that client once MaxClientBytes are in flight; small
+// requests are bounded by MaxPipeline only. Every request is answered once
+// the backend lets go.
+func TestClientByteBudget(t *testing.T) {
+	tests := []struct {
+		name          string
+		budget        int64
+		value, count  int
+		wantMaxHeld   int // most calls the backend may see before a release
+		wantAllAtOnce bool
+	}{
+		{"big values stop at the budget", 1 << 20, 100 << 10, 40, 1<<20/(100<<10) + 1, false},
+		{"small values ignore it", 1 << 20, 100, 200, 200, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := &holdBackend{got: make(chan struct{}, tt.count)}
+			r, err := NewRouter(RouterConfig{
+				Servers: []shard.Server{{Addr: "hold:1"}},
+				NewBackend: func(int, shard.Server, BackendHooks) (Backend, error) {
+					return b, nil
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			srv, err := NewServer(ServerConfig{Router: r, MaxClientBytes: tt.budget})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() { _ = srv.Serve(ln) }()
+			defer func() {
+				_ = b.Close() // held calls must finish for Shutdown to end
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = srv.Shutdown(ctx)
+			}()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+			go func() {
+				v := strings.Repeat("v", tt.value)
+				bw := bufio.NewWriter(c)
+				for i := 0; i < tt.count; i++ {
+					fmt.Fprintf(bw, "set k%d 0 0 %d\r\n%s\r\n", i, tt.value, v)
+				}
+				_ = bw.Flush()
+			}()
+			seen := 0
+			for seen < tt.wantMaxHeld {
+				<-b.got
+				seen++
+			}
+			if tt.wantAllAtOnce {
+				if seen != tt.count {
+					t.Fatalf("backend saw %d of %d small sets", seen, tt.count)
+				}
+			} else {
+				// The reader must now be paused: no more calls arrive
+				// while nothing is answered (bounded negative check).
+				select {
+				case <-b.got:
+					t.Fatalf("backend got call %d with %d bytes in flight, budget %d",
+						seen+1, (seen+1)*tt.value, tt.budget)
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+			// Release until every set has reached the backend; all are
+			// answered, in order.
+			br := bufio.NewReader(c)
+			for seen < tt.count {
+				b.release()
+				<-b.got
+				seen++
+			}
+			b.release()
+			for i := 0; i < tt.count; i++ {
+				line, err := br.ReadString('\n')
+				if err != nil || line != "STORED\r\n" {
+					t.Fatalf("reply %d: %q, %v", i, line, err)
+				}
+			}
+		})
+	}
+}
