@@ -37,8 +37,9 @@ type leaser struct {
 }
 
 type leaseShard struct {
-	mu sync.Mutex
-	m  map[string]*lease
+	mu       sync.Mutex
+	m        map[string]*lease
+	examined int // leases looked at by evict, for tests
 }
 
 type lease struct {
@@ -82,25 +83,53 @@ func (l *leaser) get(key string, now time.Time) *lease {
 	le, ok := s.m[key]
 	if !ok {
 		if len(s.m) >= l.perShard {
-			for k, old := range s.m {
-				// Drop idle leases; their leftovers expire with them.
-				if old.mu.TryLock() {
-					idle := now.After(old.expires)
-					old.mu.Unlock()
-					if idle || len(s.m) >= 2*l.perShard {
-						delete(s.m, k)
-					}
-				}
-				if len(s.m) < l.perShard {
-					break
-				}
-			}
+			s.evict(now, l.perShard)
 		}
 		le = &lease{bucketAt: now}
 		s.m[key] = le
 	}
 	s.mu.Unlock()
 	return le
+}
+
+// evictSample is how many leases one insert into a full shard looks at.
+const evictSample = 8
+
+// evict makes room in a shard holding at least per leases, looking at no
+// more than evictSample of them (map iteration order is random, so they are
+// a sample): idle leases among them are dropped (their leftovers expire
+// with them) until the shard is under per; if none was idle and the shard
+// holds 2×per or more, the sampled lease expiring soonest is dropped. A
+// lease in use (locked) is never dropped. Caller holds mu.
+func (s *leaseShard) evict(now time.Time, per int) {
+	var (
+		soonest    string
+		soonestExp time.Time
+		found      bool
+		seen       int
+	)
+	for k, old := range s.m {
+		if seen == evictSample || len(s.m) < per {
+			break
+		}
+		seen++
+		if !old.mu.TryLock() {
+			continue
+		}
+		exp := old.expires
+		old.mu.Unlock()
+		if now.After(exp) {
+			delete(s.m, k)
+			continue
+		}
+		if !found || exp.Before(soonestExp) {
+			soonest, soonestExp, found = k, exp, true
+		}
+	}
+	s.examined += seen
+	if found && len(s.m) >= 2*per {
+		delete(s.m, soonest)
+	}
 }
 
 // allowanceOf is the most units one window (or a full token bucket) of lim

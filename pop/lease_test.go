@@ -199,3 +199,115 @@ policies:
 		})
 	}
 }
+
+// testLeaser builds a leaser holding at most maxKeys leases, enough to
+// exercise get's eviction (no store).
+func testLeaser(maxKeys int) *leaser {
+	l := &leaser{perShard: max(1, maxKeys/leaseShards)}
+	for i := range l.shards {
+		l.shards[i].m = make(map[string]*lease)
+	}
+	return l
+}
+
+func (l *leaser) examined() int {
+	n := 0
+	for i := range l.shards {
+		l.shards[i].mu.Lock()
+		n += l.shards[i].examined
+		l.shards[i].mu.Unlock()
+	}
+	return n
+}
+
+// TestLeaseEvictionIsBounded: inserting a new key into a shard full of
+// leases looks at no more than evictSample leases, whether they are idle
+// or not, and a shard never holds more than per (all idle) or 2×per (none
+// idle) leases.
+func TestLeaseEvictionIsBounded(t *testing.T) {
+	const maxKeys = 16 * 4096 // 4,096 per shard
+	for _, tc := range []struct {
+		name  string
+		idle  bool
+		bound int // per shard
+	}{
+		{"busy", false, 2 * 4096},
+		{"idle", true, 4096},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := testLeaser(maxKeys)
+			now := t0
+			insert := func(k string) {
+				le := l.get(k, now)
+				le.mu.Lock()
+				if !tc.idle {
+					le.expires = now.Add(time.Hour)
+				}
+				le.mu.Unlock()
+			}
+			for i := 0; i < 3*maxKeys; i++ {
+				insert(fmt.Sprint("k", i))
+			}
+			before := l.examined()
+			const inserts = 10000
+			for i := 0; i < inserts; i++ {
+				insert(fmt.Sprint("n", i))
+			}
+			if got := l.examined() - before; got > inserts*evictSample || got == 0 {
+				t.Fatalf("%d inserts into full shards examined %d leases, want 1..%d", inserts, got, inserts*evictSample)
+			}
+			for i := range l.shards {
+				if n := len(l.shards[i].m); n > tc.bound || n < tc.bound/2 {
+					t.Fatalf("shard %d holds %d leases, want %d..%d", i, n, tc.bound/2, tc.bound)
+				}
+			}
+		})
+	}
+}
+
+// TestLeaseEvictionSparesLockedLeases: a lease in use is never dropped.
+func TestLeaseEvictionSparesLockedLeases(t *testing.T) {
+	l := testLeaser(leaseShards) // one lease per shard
+	held := l.get("held", t0)
+	held.mu.Lock()
+	defer held.mu.Unlock()
+	s := &l.shards[0]
+	for i := range l.shards {
+		if _, ok := l.shards[i].m["held"]; ok {
+			s = &l.shards[i]
+		}
+	}
+	for i := 0; i < 1000; i++ {
+		l.get(fmt.Sprint("k", i), t0.Add(time.Hour))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m["held"] != held {
+		t.Fatal("a locked lease was evicted")
+	}
+}
+
+// BenchmarkLeaseGetFullShard inserts new keys into leasers whose shards
+// are full of leases that are not idle (the worst case for eviction).
+func BenchmarkLeaseGetFullShard(b *testing.B) {
+	b.ReportAllocs()
+	const maxKeys = 100000
+	l := testLeaser(maxKeys)
+	keys := make([]string, 4*maxKeys)
+	for i := range keys {
+		keys[i] = fmt.Sprint("k", i)
+	}
+	busy := func(k string) {
+		le := l.get(k, t0)
+		le.mu.Lock()
+		le.expires = t0.Add(time.Hour)
+		le.mu.Unlock()
+	}
+	for _, k := range keys[:2*maxKeys] {
+		busy(k)
+	}
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		busy(keys[i%len(keys)])
+	}
+}

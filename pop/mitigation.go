@@ -11,8 +11,10 @@ const mitShards = 32
 
 // mitigationCache remembers identities that are over a limit and until when,
 // so they are rejected without a store call (Cloudflare's key saving). It is
-// bounded: when a shard is full, expired entries are dropped first, then
-// arbitrary ones (a dropped entry only costs a store call). Each policy of a
+// bounded: when a shard is full, an insert looks at a few random entries
+// and drops the one expiring first (an expired one if the sample holds
+// any), so an insert costs O(1) however full the cache; a dropped entry
+// only costs a store call. Each policy of a
 // snapshot owns one; a policy whose definition changes gets a new, empty
 // one, so a raised limit is never blocked by a stale entry.
 type mitigationCache struct {
@@ -21,8 +23,9 @@ type mitigationCache struct {
 }
 
 type mitShard struct {
-	mu sync.RWMutex
-	m  map[string]mitEntry
+	mu       sync.RWMutex
+	m        map[string]mitEntry
+	examined int // entries looked at by evict, for tests
 }
 
 type mitEntry struct {
@@ -61,32 +64,44 @@ func (c *mitigationCache) get(key string, now time.Time) (mitEntry, bool) {
 	return e, true
 }
 
-// put blocks key until until; now is used to recognise expired entries
-// when the shard is full.
+// put blocks key until until. When the shard is full one sampled entry is
+// dropped, the one with the earliest deadline, so an entry already expired
+// at now goes first whenever the sample holds one.
 func (c *mitigationCache) put(key string, now, until time.Time, e mitEntry) {
 	e.until = until.UnixNano()
 	s := c.shard(key)
 	s.mu.Lock()
 	if _, ok := s.m[key]; !ok && len(s.m) >= c.perShard {
-		s.evict(now.UnixNano(), len(s.m)-c.perShard+1)
+		s.evict(len(s.m) - c.perShard + 1)
 	}
 	s.m[key] = e
 	s.mu.Unlock()
 }
 
-// evict drops at least n entries, expired ones first. Caller holds mu.
-func (s *mitShard) evict(now int64, n int) {
-	for k, e := range s.m {
-		if e.until <= now {
-			delete(s.m, k)
-			n--
+// evictSample is how many entries one insert into a full shard looks at.
+const mitEvictSample = 8
+
+// evict drops at least n entries, looking at no more than
+// max(n, mitEvictSample) of them (map iteration order is random, so they
+// are a sample): each time, the sampled entry that expires first (an
+// expired one if any) goes. put calls it with n = 1. Caller holds mu.
+func (s *mitShard) evict(n int) {
+	for n > 0 && len(s.m) > 0 {
+		var (
+			victim string
+			until  int64
+			seen   int
+		)
+		for k, e := range s.m {
+			if seen == 0 || e.until < until {
+				victim, until = k, e.until
+			}
+			if seen++; seen == mitEvictSample {
+				break
+			}
 		}
-	}
-	for k := range s.m {
-		if n <= 0 {
-			return
-		}
-		delete(s.m, k)
+		s.examined += seen
+		delete(s.m, victim)
 		n--
 	}
 }
