@@ -38,6 +38,16 @@ type window struct {
 	q   int64 // Quantity
 }
 
+// windowOf returns the window arithmetic of a validated window limit: N
+// sub-windows for a sliding window, one window for a fixed window.
+func windowOf(l Limit) window {
+	if l.Algorithm == FixedWindow {
+		return window{sub: l.Window.Milliseconds(), q: l.Quantity}
+	}
+	n := l.precision()
+	return window{sub: l.Window.Milliseconds() / int64(n), n: n, q: l.Quantity}
+}
+
 // satSum returns the sum of c saturated at q+1 (anything above q is over).
 func satSum(c []int64, q int64) int64 {
 	s := int64(0)

@@ -114,14 +114,13 @@ func NewWithConfig(store Store, l Limit, cfg Config) (*Limiter, error) {
 	lim := &Limiter{store: store, l: l, cfg: cfg, suffix: limitSuffix(l), graceMs: cfg.Grace.Milliseconds()}
 	switch l.Algorithm {
 	case SlidingWindow:
-		n := l.precision()
-		lim.win = window{sub: l.Window.Milliseconds() / int64(n), n: n, q: l.Quantity}
+		lim.win = windowOf(l)
 		// A sub-window is read until it slides out: n+1 sub-windows after
 		// its start, i.e. window + sub ≤ twice the window (+1 s because
 		// memcached's clock ticks in seconds).
 		lim.ttl = l.Window + time.Duration(lim.win.sub)*time.Millisecond + time.Second
 	case FixedWindow:
-		lim.win = window{sub: l.Window.Milliseconds(), q: l.Quantity}
+		lim.win = windowOf(l)
 		lim.ttl = l.Window + time.Second
 	case TokenBucket:
 		lim.g = newGCRA(l)

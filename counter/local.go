@@ -48,11 +48,8 @@ func NewLocal(l Limit) (*Local, error) {
 	}
 	lo := &Local{l: l}
 	switch l.Algorithm {
-	case SlidingWindow:
-		n := l.precision()
-		lo.win = window{sub: l.Window.Milliseconds() / int64(n), n: n, q: l.Quantity}
-	case FixedWindow:
-		lo.win = window{sub: l.Window.Milliseconds(), q: l.Quantity}
+	case SlidingWindow, FixedWindow:
+		lo.win = windowOf(l)
 	case TokenBucket:
 		lo.g = newGCRA(l)
 	}
