@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"strconv"
 	"time"
 
@@ -45,7 +46,19 @@ func NewMemcacheClient(cfg MemcacheConfig) *memcache.Client {
 	c := memcache.New(cfg.Servers...)
 	c.Timeout = cfg.timeout()
 	c.MaxIdleConns = cfg.maxIdleConns()
+	c.DialContext = dialFast
 	return c
+}
+
+// dialFast dials as gomemcache does by default (its Timeout bounds ctx)
+// and returns a FastConn.
+func dialFast(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return NewFastConn(nc), nil
 }
 
 // MemcacheStore is the Store over memcached (or mcproxy) through

@@ -128,7 +128,8 @@ func (p *PipeStore) do(ctx context.Context, fn func(*pipeConn) error) error {
 		if err != nil {
 			return fmt.Errorf("counter: memcached dial: %w", err)
 		}
-		pc = &pipeConn{c: c, r: bufio.NewReaderSize(c, 4096), w: bufio.NewWriterSize(c, 4096)}
+		fc := NewFastConn(c)
+		pc = &pipeConn{c: fc, r: bufio.NewReaderSize(fc, 4096), w: bufio.NewWriterSize(fc, 4096)}
 	}
 	if err := pc.c.SetDeadline(deadline); err != nil {
 		pc.c.Close()
@@ -526,7 +527,7 @@ func (p *PipeStore) muxConn(ctx context.Context, deadline time.Time) (*muxConn, 
 	if err != nil {
 		return nil, fmt.Errorf("counter: memcached dial: %w", err)
 	}
-	s.mc = newMuxConn(c, p.cfg.Timeout)
+	s.mc = newMuxConn(NewFastConn(c), p.cfg.Timeout)
 	return s.mc, nil
 }
 

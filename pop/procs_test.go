@@ -49,7 +49,11 @@ func binaries(t testing.TB) (edge, mcproxy string) {
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
-	return filepath.Join(binDir, "edge"), filepath.Join(binDir, "mcproxy")
+	mcproxy = filepath.Join(binDir, "mcproxy")
+	if bin := os.Getenv("POPLIMIT_MCPROXY"); bin != "" {
+		mcproxy = bin // benchmark a given build (A/B)
+	}
+	return filepath.Join(binDir, "edge"), mcproxy
 }
 
 // proc is a child process stopped at test end.

@@ -1,9 +1,7 @@
 package proxy
 
 import (
-	"net"
 	"sync"
-	"syscall"
 )
 
 // The client connection's hot path, tuned for syscalls and goroutine
@@ -38,28 +36,12 @@ type clientOut struct {
 	busy  bool   // the writer goroutine is writing buf (blocking)
 	eof   bool   // entries is closed and drained
 	dead  bool   // a write failed: replies are dropped
-
-	writeFn func(fd uintptr) bool // one non-blocking write of buf
-	n       int                   // its result
-	werr    error
 }
 
 // Write appends p (respond writes replies into the output buffer).
 func (o *clientOut) Write(p []byte) (int, error) {
 	o.buf = append(o.buf, p...)
 	return len(p), nil
-}
-
-func rawConn(nc net.Conn) syscall.RawConn {
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	return rc
 }
 
 // queue hands e to the writer in order; it blocks while the client's
@@ -84,7 +66,7 @@ func (cc *clientConn) queue(e *entry) {
 	if !ready {
 		return
 	}
-	if cc.rc != nil {
+	if cc.sock.Raw() {
 		cc.drain()
 	} else {
 		cc.signal()
@@ -156,23 +138,11 @@ func (cc *clientConn) answerReady() {
 // socket does not take is left to the writer goroutine. out.mu is held.
 func (cc *clientConn) writeNow() {
 	o := &cc.out
-	if o.writeFn == nil { // once per connection: a closure passed to Write escapes
-		o.writeFn = func(fd uintptr) bool {
-			for {
-				o.n, o.werr = syscall.Write(int(fd), o.buf)
-				if o.werr != syscall.EINTR {
-					return true // never wait here
-				}
-			}
-		}
-	}
-	err := cc.rc.Write(o.writeFn)
-	n, werr := o.n, o.werr
-	o.werr = nil
+	n, err := cc.sock.TryWrite(o.buf)
 	switch {
-	case err == nil && werr == nil && n == len(o.buf):
+	case err == nil && n == len(o.buf):
 		o.buf = o.buf[:0]
-	case err != nil || (werr != nil && werr != syscall.EAGAIN):
+	case err != nil:
 		o.dead = true
 		o.buf = o.buf[:0]
 		_ = cc.nc.Close() // unblocks the reader
@@ -204,7 +174,7 @@ func (cc *clientConn) writeDirect() {
 			buf := o.buf
 			o.buf = o.spare[:0]
 			o.mu.Unlock()
-			_, err := cc.nc.Write(buf)
+			_, err := cc.sock.Write(buf)
 			o.mu.Lock()
 			if cap(buf) <= maxOutBuffered {
 				o.spare = buf[:0]

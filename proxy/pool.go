@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/poplimit/poplimit/counter"
 )
 
 // PoolConfig configures a Pool of connections to one memcached. Zero means
@@ -264,7 +266,7 @@ func (pc *poolConn) run() {
 				_ = s.nc.SetWriteDeadline(dl)
 				pc.wdeadline = dl
 			}
-			if _, err := s.nc.Write(buf); err != nil {
+			if _, err := s.sock.Write(buf); err != nil {
 				err = fmt.Errorf("write %s: %w", p.cfg.Addr, err)
 				if s.setErr(err) {
 					p.fail(err)
@@ -300,7 +302,7 @@ func (pc *poolConn) dial() (*session, error) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	s := &session{nc: nc, timeout: p.cfg.timeout(), p: p}
+	s := &session{nc: nc, sock: counter.NewFastConn(nc), timeout: p.cfg.timeout(), p: p}
 	pc.mu.Lock()
 	if pc.closed {
 		pc.mu.Unlock()
@@ -319,6 +321,7 @@ func (pc *poolConn) dial() (*session, error) {
 // until the reader matches their replies.
 type session struct {
 	nc      net.Conn
+	sock    *counter.FastConn // nc with raw socket I/O
 	timeout time.Duration
 	p       *Pool
 
@@ -460,7 +463,7 @@ func (s *session) read() {
 			lastDeadline = dl
 		}
 		var m int
-		m, err = s.nc.Read(buf[w:])
+		m, err = s.sock.Read(buf[w:])
 		w += m
 		if err != nil && m > 0 {
 			err = nil // process the data first; the error comes back

@@ -73,7 +73,7 @@ func (cc *clientConn) newCall(e *entry, req *Request) *Call {
 	c := callPool.Get().(*Call)
 	c.Req = req
 	c.Conn = cc.id
-	if cc.rc != nil {
+	if cc.sock.Raw() {
 		c.owner = cc
 	} else {
 		c.wake = cc.wake

@@ -9,8 +9,9 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"github.com/poplimit/poplimit/counter"
 )
 
 // DefaultVersion is what "version" answers by default.
@@ -174,7 +175,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			entries: make(chan *entry, s.cfg.maxPipeline()),
 			wake:    make(chan struct{}, 1),
 			room:    make(chan struct{}, 1),
-			rc:      rawConn(nc),
+			sock:    counter.NewFastConn(nc),
 		}
 		s.mu.Lock()
 		if s.closed {
@@ -231,10 +232,10 @@ type clientConn struct {
 	s       *Server
 	nc      net.Conn
 	id      uint64
-	entries chan *entry     // in client order; send with queue
-	wake    chan struct{}   // wakes the writer (clientio.go)
-	rc      syscall.RawConn // nil: the writer goroutine answers everything
-	out     clientOut       // with rc: replies answered by whoever completes them
+	entries chan *entry       // in client order; send with queue
+	wake    chan struct{}     // wakes the writer (clientio.go)
+	sock    *counter.FastConn // nc with raw socket I/O
+	out     clientOut         // with a raw socket: replies answered by whoever completes them
 	stopped atomic.Bool
 	active  atomic.Int64  // s.cl.tick at the last read (idle timeout)
 	held    atomic.Int64  // bytes of big requests not yet answered
@@ -326,7 +327,7 @@ func (cc *clientConn) readLoop() {
 				copy(nb, buf[:w])
 				buf = nb
 			}
-			m, rerr := cc.nc.Read(buf[w:])
+			m, rerr := cc.sock.Read(buf[w:])
 			cc.active.Store(s.cl.tick.Load())
 			w += m
 			if rerr != nil && m == 0 {
@@ -368,7 +369,7 @@ func (cc *clientConn) writeLoop() {
 		delete(s.conns, cc)
 		s.mu.Unlock()
 	}()
-	if cc.rc != nil {
+	if cc.sock.Raw() {
 		cc.writeDirect()
 		return
 	}
