@@ -42,6 +42,11 @@ type FastConn struct {
 	werrno  syscall.Errno
 	tryFn   func(fd uintptr) bool // one write attempt
 	writeFn func(fd uintptr) bool // write all of wp, waiting for room
+
+	fill    func() []byte // ReadEach's arguments and result
+	consume func(n int) bool
+	eerr    error
+	eachFn  func(fd uintptr) bool
 }
 
 // NewFastConn wraps nc.
@@ -75,6 +80,32 @@ func NewFastConn(nc net.Conn) *FastConn {
 			}
 		}
 		return true
+	}
+	s.eachFn = func(fd uintptr) bool {
+		for {
+			p := s.fill()
+			n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+			switch e {
+			case 0:
+			case syscall.EINTR:
+				continue
+			case syscall.EAGAIN:
+				return false
+			default:
+				s.eerr = s.opError("read", e)
+				return true
+			}
+			if n == 0 {
+				s.eerr = io.EOF
+				return true
+			}
+			if !s.consume(int(n)) {
+				return true
+			}
+			if int(n) < len(p) {
+				return false // drained: wait for the next arrival
+			}
+		}
 	}
 	return s
 }
@@ -132,11 +163,69 @@ func (s *FastConn) Read(p []byte) (int, error) {
 	case err != nil:
 		return 0, err
 	case e != 0:
-		return 0, &net.OpError{Op: "read", Net: s.Conn.LocalAddr().Network(), Err: e, Source: s.Conn.LocalAddr(), Addr: s.Conn.RemoteAddr()}
+		return 0, s.opError("read", e)
 	case n == 0:
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// ReadEach reads until consume says stop: it reads into fill's buffer
+// (fill returns a non-empty slice, called before every read) and hands
+// consume the number of bytes read; consume returns false to stop, and
+// ReadEach then returns nil. It returns io.EOF at end of stream, and an
+// error on a failed read, the read deadline or Close.
+//
+// It is for request/response traffic: after a read that did not fill the
+// buffer, the socket is most likely drained, so ReadEach waits for the
+// next arrival instead of reading again to get EAGAIN (one system call
+// per message saved). That is only sound within one wait registration
+// with the poller (a new RawConn.Read forgets a readiness that arrived
+// before it), which is why consume runs inside it. consume must not
+// block for long, and must never Close the connection (Close waits for
+// ReadEach to return): use Shutdown.
+func (s *FastConn) ReadEach(fill func() []byte, consume func(n int) bool) error {
+	if s.rc == nil {
+		for {
+			n, err := s.Conn.Read(fill())
+			if n > 0 && !consume(n) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	s.fill, s.consume = fill, consume
+	err := s.rc.Read(s.eachFn)
+	if err == nil {
+		err = s.eerr
+	}
+	s.fill, s.consume, s.eerr = nil, nil, nil
+	return err
+}
+
+// Shutdown shuts both directions of the socket down without closing the
+// descriptor: a reader in progress sees EOF, a writer an error. Unlike
+// Close it never waits for a read or write in progress, so it may be
+// called from inside ReadEach's consume or while holding a lock that
+// consume takes.
+func (s *FastConn) Shutdown() error {
+	if s.rc == nil {
+		return s.Conn.Close()
+	}
+	var serr error
+	if err := s.rc.Control(func(fd uintptr) { serr = syscall.Shutdown(int(fd), syscall.SHUT_RDWR) }); err != nil {
+		return err
+	}
+	if serr != nil {
+		return s.opError("shutdown", serr)
+	}
+	return nil
+}
+
+func (s *FastConn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: s.Conn.LocalAddr().Network(), Source: s.Conn.LocalAddr(), Addr: s.Conn.RemoteAddr(), Err: err}
 }
 
 // TryWrite makes one non-blocking write attempt of p: it returns how many
@@ -167,7 +256,7 @@ func (s *FastConn) doWrite(p []byte, f func(uintptr) bool) (int, error) {
 	case err != nil:
 		return n, err
 	case e != 0:
-		return n, &net.OpError{Op: "write", Net: s.Conn.LocalAddr().Network(), Err: e, Source: s.Conn.LocalAddr(), Addr: s.Conn.RemoteAddr()}
+		return n, s.opError("write", e)
 	}
 	return n, nil
 }

@@ -150,3 +150,66 @@ func TestFastConnFallback(t *testing.T) {
 		t.Fatalf("read %q, %v", buf, err)
 	}
 }
+
+// ReadEach hands over every byte of messages that arrive one by one with
+// pauses (after a short read it waits for the next arrival instead of
+// reading to EAGAIN: none may be lost), stops when consume says so, and
+// reports EOF.
+func TestFastConnReadEach(t *testing.T) {
+	c, s := tcpPair(t)
+	fc := NewFastConn(c)
+	go func() {
+		for i := range 20 {
+			s.Write([]byte{byte('a' + i)})
+			if i%3 == 0 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}()
+	buf := make([]byte, 64)
+	var got []byte
+	fill := func() []byte { return buf }
+	err := fc.ReadEach(fill, func(n int) bool {
+		got = append(got, buf[:n]...)
+		return len(got) < 10
+	})
+	if err != nil || len(got) < 10 {
+		t.Fatalf("ReadEach stopped with %q, %v", got, err)
+	}
+	err = fc.ReadEach(fill, func(n int) bool {
+		got = append(got, buf[:n]...)
+		if len(got) == 20 {
+			s.Close()
+		}
+		return true
+	})
+	if err != io.EOF || string(got) != "abcdefghijklmnopqrst" {
+		t.Fatalf("got %q, %v; want every byte then EOF", got, err)
+	}
+}
+
+// Shutdown from inside consume ends ReadEach with EOF (Close there would
+// deadlock), and a deadline ends it with a timeout.
+func TestFastConnReadEachShutdownAndDeadline(t *testing.T) {
+	c, s := tcpPair(t)
+	fc := NewFastConn(c)
+	s.Write([]byte("x"))
+	buf := make([]byte, 8)
+	err := fc.ReadEach(func() []byte { return buf }, func(int) bool {
+		if err := fc.Shutdown(); err != nil {
+			t.Error(err)
+		}
+		return true
+	})
+	if err != io.EOF {
+		t.Fatalf("after Shutdown: %v; want EOF", err)
+	}
+
+	c2, _ := tcpPair(t)
+	fc2 := NewFastConn(c2)
+	fc2.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	err = fc2.ReadEach(func() []byte { return buf }, func(int) bool { return true })
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("past the deadline: %v; want a timeout", err)
+	}
+}

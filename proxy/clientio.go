@@ -145,7 +145,7 @@ func (cc *clientConn) writeNow() {
 	case err != nil:
 		o.dead = true
 		o.buf = o.buf[:0]
-		_ = cc.nc.Close() // unblocks the reader
+		_ = cc.sock.Shutdown() // the reader sees EOF (Close would wait for it)
 	default:
 		if n > 0 {
 			o.buf = o.buf[:copy(o.buf, o.buf[n:])]
@@ -181,7 +181,7 @@ func (cc *clientConn) writeDirect() {
 			}
 			if err != nil {
 				o.dead = true
-				_ = cc.nc.Close() // unblocks the reader
+				_ = cc.sock.Shutdown() // the reader sees EOF (Close would wait for it)
 			}
 		}
 		done := o.eof && o.head == nil

@@ -288,66 +288,133 @@ func (cc *clientConn) readLoop() {
 	defer s.wg.Done()
 	defer cc.signal()
 	defer close(cc.entries)
-	lim := s.cfg.Limits
-	buf := make([]byte, clientBufSize)
-	r, w := 0, 0
-	var req Request
+	rd := &clientReader{cc: cc, buf: make([]byte, clientBufSize)}
+	rd.fillFn, rd.consumeFn = rd.fill, rd.consume // bound once
+	next := stepRead
 	for {
-		if r == w {
-			r, w = 0, 0
-			if len(buf) > 4*clientBufSize {
-				buf = make([]byte, clientBufSize)
+		switch next {
+		case stepStop:
+			return
+		case stepBlock:
+			next = rd.parse(false)
+		case stepRead:
+			rd.next = stepRead
+			err := cc.sock.ReadEach(rd.fillFn, rd.consumeFn)
+			if rd.next != stepRead {
+				next = rd.next // consume stopped reading; err is nil
+				continue
+			}
+			if err != nil {
+				return
 			}
 		}
-		n, err := Parse(buf[r:w], lim, &req)
+	}
+}
+
+// readStep is what the client reader does next.
+type readStep int
+
+const (
+	stepRead  readStep = iota // the buffer holds no complete request
+	stepBlock                 // the next request needs a step that may block
+	stepStop                  // close after the replies already queued
+)
+
+// clientReader is readLoop's state: buf[r:w] holds bytes read and not
+// yet dispatched.
+type clientReader struct {
+	cc   *clientConn
+	buf  []byte
+	r, w int
+	need int // bytes the incomplete request at r needs, when known
+	req  Request
+	next readStep // consume's verdict
+
+	fillFn    func() []byte
+	consumeFn func(int) bool
+}
+
+// fill makes room after buf[r:w] for the next read (FastConn.ReadEach).
+func (rd *clientReader) fill() []byte {
+	if rd.r > 0 {
+		copy(rd.buf, rd.buf[rd.r:rd.w])
+		rd.w -= rd.r
+		rd.r = 0
+	}
+	if rd.need > len(rd.buf) {
+		nb := make([]byte, rd.need)
+		copy(nb, rd.buf[:rd.w])
+		rd.buf = nb
+	} else if rd.w == len(rd.buf) {
+		nb := make([]byte, 2*len(rd.buf))
+		copy(nb, rd.buf[:rd.w])
+		rd.buf = nb
+	}
+	return rd.buf[rd.w:]
+}
+
+// consume takes n more bytes and dispatches every complete request that
+// can be without blocking (it runs inside ReadEach); it asks for more
+// bytes while that is all the reader needs.
+func (rd *clientReader) consume(n int) bool {
+	rd.cc.active.Store(rd.cc.s.cl.tick.Load())
+	rd.w += n
+	rd.next = rd.parse(true)
+	return rd.next == stepRead
+}
+
+// parse dispatches the complete requests in buf[r:w]. With nonBlocking it
+// stops, before acting, at a request whose dispatch may block: a full
+// pipeline, a big request (byte budget), or a too large value to swallow
+// from the socket.
+func (rd *clientReader) parse(nonBlocking bool) readStep {
+	cc := rd.cc
+	s := cc.s
+	for {
+		if rd.r == rd.w {
+			rd.r, rd.w = 0, 0
+			if len(rd.buf) > 4*clientBufSize {
+				rd.buf = make([]byte, clientBufSize)
+			}
+		}
+		full := len(cc.entries) == cap(cc.entries) // only this goroutine sends
+		rd.need = 0
+		n, err := Parse(rd.buf[rd.r:rd.w], s.cfg.Limits, &rd.req)
 		switch {
 		case err == nil:
+			if nonBlocking && (full || n >= bigRequest) {
+				return stepBlock
+			}
 			if n < bigRequest {
-				cc.dispatch(&req, buf[r:w], n, 0)
-				r += n
+				cc.dispatch(&rd.req, rd.buf[rd.r:rd.w], n, 0)
+				rd.r += n
 				continue
 			}
 			cc.held.Add(int64(n))
-			cc.dispatch(&req, buf[r:w], n, int64(n))
-			r += n
+			cc.dispatch(&rd.req, rd.buf[rd.r:rd.w], n, int64(n))
+			rd.r += n
 			cc.waitRoom()
 			continue
 		case err == ErrIncomplete:
-			if r > 0 {
-				copy(buf, buf[r:w])
-				w -= r
-				r = 0
-			}
-			if n > len(buf) {
-				nb := make([]byte, n)
-				copy(nb, buf[:w])
-				buf = nb
-			} else if w == len(buf) {
-				nb := make([]byte, 2*len(buf))
-				copy(nb, buf[:w])
-				buf = nb
-			}
-			m, rerr := cc.sock.Read(buf[w:])
-			cc.active.Store(s.cl.tick.Load())
-			w += m
-			if rerr != nil && m == 0 {
-				return
-			}
-			continue
+			rd.need = n
+			return stepRead
 		}
 		var re *ReplyError
 		if errors.As(err, &re) {
+			if nonBlocking && (full || n > rd.w-rd.r) {
+				return stepBlock
+			}
 			s.st.protocolErrors.Add(1)
-			cc.replyError(&req, re)
-			if n <= w-r {
-				r += n
+			cc.replyError(&rd.req, re)
+			if n <= rd.w-rd.r {
+				rd.r += n
 				continue
 			}
 			// Swallow the rest of a too large value without buffering it.
-			rest := int64(n - (w - r))
-			r, w = 0, 0
+			rest := int64(n - (rd.w - rd.r))
+			rd.r, rd.w = 0, 0
 			if _, err := io.CopyN(io.Discard, cc.nc, rest); err != nil {
-				return
+				return stepStop
 			}
 			continue
 		}
@@ -356,7 +423,7 @@ func (cc *clientConn) readLoop() {
 		if err != ErrQuit {
 			s.st.protocolErrors.Add(1)
 		}
-		return
+		return stepStop
 	}
 }
 
