@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,12 @@ const (
 	// DistKetama is Twemproxy's ketama (see Ketama), for pools that must
 	// place keys exactly as nutcracker does.
 	DistKetama = "ketama"
+	// DistModula is Twemproxy's modula (see Modula): hash % total live
+	// weight, identical placement to nutcracker.
+	DistModula = "modula"
+	// DistRandom is Twemproxy's random (see Random): a uniformly random
+	// live server per request, weights and keys ignored.
+	DistRandom = "random"
 )
 
 // ErrDistribution: unknown distribution name.
@@ -43,10 +50,11 @@ var ErrDistribution = errors.New("shard: unsupported distribution")
 type MembershipConfig struct {
 	// Servers is the pool's shard list, in config order (required).
 	Servers []Server
-	// Distribution is DistConsistent (default, also "") or DistKetama.
+	// Distribution is DistConsistent (default, also ""), DistKetama,
+	// DistModula or DistRandom.
 	Distribution string
-	// Hash is the ketama hash name (see KetamaHash); ignored by
-	// DistConsistent, which always uses xxhash.
+	// Hash is the ketama/modula hash name (see KetamaHash); ignored by
+	// DistConsistent, which always uses xxhash, and by DistRandom.
 	Hash string
 	// Ring configures DistConsistent.
 	Ring RingConfig
@@ -93,7 +101,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 		return nil, ErrNoMembers
 	}
 	switch cfg.Distribution {
-	case "", DistConsistent, DistKetama:
+	case "", DistConsistent, DistKetama, DistModula, DistRandom:
 	default:
 		return nil, fmt.Errorf("%w: %q", ErrDistribution, cfg.Distribution)
 	}
@@ -115,17 +123,25 @@ func (m *Membership) rebuild() error {
 		live[i] = !h.Stats().Ejected
 	}
 	var loc Locator
-	if m.cfg.Distribution == DistKetama {
+	switch m.cfg.Distribution {
+	case DistKetama, DistModula, DistRandom:
 		ks := make([]KetamaServer, len(m.cfg.Servers))
 		for i, s := range m.cfg.Servers {
 			ks[i] = KetamaServer{Addr: s.Addr, Weight: s.Weight, Name: s.Name, Ejected: !live[i]}
 		}
-		k, err := NewKetama(ks, m.cfg.Hash)
+		var err error
+		switch m.cfg.Distribution {
+		case DistKetama:
+			loc, err = NewKetama(ks, m.cfg.Hash)
+		case DistModula:
+			loc, err = NewModula(ks, m.cfg.Hash)
+		default:
+			loc, err = NewRandom(ks, rand.Uint64())
+		}
 		if err != nil {
 			return err
 		}
-		loc = k
-	} else {
+	default:
 		ms := make([]Member, len(m.cfg.Servers))
 		for i, s := range m.cfg.Servers {
 			ms[i] = Member{Name: s.label(), Weight: s.Weight, Ejected: !live[i]}
