@@ -31,15 +31,18 @@ type PoolSpec struct {
 	// Listen is "host:port", or a Unix socket "/path/mc.sock [mode]" (see
 	// ParseListen); default DefaultListen.
 	Listen string
-	// Hash is the ketama hash (fnv1a_64 default, md5, murmur, ...); it is
-	// ignored by the consistent distribution, which always uses xxhash.
+	// Hash is the ketama/modula hash (fnv1a_64 default, md5, murmur, ...);
+	// it is ignored by the consistent distribution, which always uses
+	// xxhash, and by random, which hashes nothing.
 	Hash string
-	// Distribution is "ketama" (same placement as nutcracker) or
-	// "consistent" (xxhash, buraksezer/consistent). The zero value "" means
-	// "consistent", as in shard.MembershipConfig. ParseConfig sets "ketama"
-	// (Twemproxy's default) when a pool's YAML omits distribution or names
-	// an unsupported one (logging a warning), so parsed configs get
-	// ketama unless they ask for consistent.
+	// Distribution is one of Twemproxy's "ketama", "modula" or "random"
+	// (same placement as nutcracker: shard.Ketama, shard.Modula,
+	// shard.Random; with random, a get may miss what a set of the same key
+	// wrote), or "consistent" (xxhash, buraksezer/consistent). The zero
+	// value "" means "consistent", as in shard.MembershipConfig.
+	// ParseConfig sets "ketama" (Twemproxy's default) when a pool's YAML
+	// omits distribution, and rejects a name outside these four, as
+	// nutcracker does.
 	Distribution string
 	// HashTag is the two-character hash tag; "" hashes whole keys.
 	HashTag string
@@ -90,7 +93,7 @@ func (p PoolSpec) Validate() error {
 		return fmt.Errorf("%w: pool %q: %w", ErrConfig, p.Name, err)
 	}
 	switch p.Distribution {
-	case "", shard.DistKetama, shard.DistConsistent:
+	case "", shard.DistKetama, shard.DistModula, shard.DistRandom, shard.DistConsistent:
 	default:
 		return fmt.Errorf("%w: pool %q: distribution %q", ErrConfig, p.Name, p.Distribution)
 	}
@@ -133,12 +136,13 @@ func (p PoolSpec) RouterConfig() RouterConfig {
 
 // ParseConfig parses a Twemproxy (nutcracker.yml) file: a mapping of pool
 // name to pool. Supported keys: listen (host:port or "/path.sock [mode]"),
-// hash, distribution, hash_tag, timeout, server_connections,
+// hash, distribution (ketama, modula, random, or mcproxy's consistent), hash_tag, timeout, server_connections,
 // client_connections, auto_eject_hosts, server_retry_timeout,
 // server_failure_limit, servers, and client_timeout (ms, an mcproxy
-// extension). Pool names must be unique, and so must listen addresses. A key the proxy does not support is
-// logged as a warning to log (nil: slog.Default()) and otherwise ignored;
-// "redis: true" is an error. Pools come back in file order.
+// extension). Pool names must be unique, and so must listen addresses. A
+// key the proxy does not support is logged as a warning to log (nil:
+// slog.Default()) and otherwise ignored; "redis: true", an unknown hash
+// and an unknown distribution are errors. Pools come back in file order.
 func ParseConfig(data []byte, log *slog.Logger) ([]PoolSpec, error) {
 	if log == nil {
 		log = slog.Default()
@@ -203,11 +207,10 @@ func (p *PoolSpec) set(key string, val *yaml.Node, log *slog.Logger) error {
 		}
 	case "distribution":
 		switch val.Value {
-		case shard.DistKetama, shard.DistConsistent:
+		case shard.DistKetama, shard.DistModula, shard.DistRandom, shard.DistConsistent:
 			p.Distribution = val.Value
 		default:
-			log.Warn("mcproxy: unsupported distribution, using ketama", "pool", p.Name, "distribution", val.Value, "line", val.Line)
-			p.Distribution = shard.DistKetama
+			return fmt.Errorf("%q is not a valid distribution (ketama, modula, random or consistent)", val.Value)
 		}
 	case "hash_tag":
 		p.HashTag = val.Value

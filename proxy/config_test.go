@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +107,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad server", "p:\n  servers:\n   - nonsense\n"},
 		{"bad hash tag", "p:\n  hash_tag: \"{\"\n  servers:\n   - 127.0.0.1:1:1\n"},
 		{"bad hash", "p:\n  hash: sha9\n  servers:\n   - 127.0.0.1:1:1\n"},
+		{"bad distribution", "p:\n  distribution: modulo\n  servers:\n   - 127.0.0.1:1:1\n"},
+		{"distribution case", "p:\n  distribution: Modula\n  servers:\n   - 127.0.0.1:1:1\n"},
 		{"bad listen", "p:\n  listen: nowhere\n  servers:\n   - 127.0.0.1:1:1\n"},
 		{"bad socket mode", "p:\n  listen: /tmp/mc.sock 0999\n  servers:\n   - 127.0.0.1:1:1\n"},
 		{"bad client_connections", "p:\n  client_connections: many\n  servers:\n   - 127.0.0.1:1:1\n"},
@@ -170,6 +173,7 @@ func TestPoolSpecSameRouting(t *testing.T) {
 		{"server weight", func(p *PoolSpec) { p.Servers = []shard.Server{{Addr: "a:1", Weight: 2}, {Addr: "b:1"}} }, false},
 		{"timeout", func(p *PoolSpec) { p.Timeout = time.Second }, false},
 		{"hash", func(p *PoolSpec) { p.Hash = "md5" }, false},
+		{"distribution", func(p *PoolSpec) { p.Distribution = shard.DistModula }, false},
 		{"eject", func(p *PoolSpec) { p.AutoEjectHosts = true }, false},
 	}
 	for _, tt := range tests {
@@ -192,5 +196,87 @@ func TestParseConfigOpsExample(t *testing.T) {
 	if len(pools) != 2 || pools[0].Listen != "/tmp/mcproxy-counters.sock 0666" || pools[0].ClientConnections != 4096 ||
 		pools[0].ClientTimeout != 300*time.Second || pools[1].Name != "sessions" {
 		t.Fatalf("pools %+v", pools)
+	}
+}
+
+// TestParseConfigDistributions: every Twemproxy distribution (and mcproxy's
+// consistent) is kept as written, without a warning; a missing one is
+// ketama; the pool's Router places keys as the shard type of that name.
+func TestParseConfigDistributions(t *testing.T) {
+	ks := []shard.KetamaServer{{Addr: "127.0.0.1:11211", Weight: 1, Name: "a"},
+		{Addr: "127.0.0.1:11212", Weight: 2, Name: "b"}, {Addr: "127.0.0.1:11213", Weight: 1, Name: "c"}}
+	tests := []struct {
+		name string
+		line string // the distribution line, "" for none
+		hash string
+		want string
+		// placement, when deterministic: the Locator the pool must agree with
+		ref func() (shard.Locator, error)
+	}{
+		{"omitted is ketama", "", "md5", shard.DistKetama,
+			func() (shard.Locator, error) { return shard.NewKetama(ks, "md5") }},
+		{"ketama", "ketama", "fnv1a_64", shard.DistKetama,
+			func() (shard.Locator, error) { return shard.NewKetama(ks, "fnv1a_64") }},
+		{"modula fnv1a_64", "modula", "fnv1a_64", shard.DistModula,
+			func() (shard.Locator, error) { return shard.NewModula(ks, "fnv1a_64") }},
+		{"modula md5", "modula", "md5", shard.DistModula,
+			func() (shard.Locator, error) { return shard.NewModula(ks, "md5") }},
+		{"random", "random", "fnv1a_64", shard.DistRandom, nil},
+		{"consistent", "consistent", "", shard.DistConsistent, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			yml := "p:\n  listen: 127.0.0.1:1\n"
+			if tc.hash != "" {
+				yml += "  hash: " + tc.hash + "\n"
+			}
+			if tc.line != "" {
+				yml += "  distribution: " + tc.line + "\n"
+			}
+			yml += "  servers:\n   - 127.0.0.1:11211:1 a\n   - 127.0.0.1:11212:2 b\n   - 127.0.0.1:11213:1 c\n"
+			pools, logs := parseConfigLogged(t, []byte(yml))
+			if logs != "" {
+				t.Errorf("warnings: %s", logs)
+			}
+			p := pools[0]
+			if p.Distribution != tc.want {
+				t.Fatalf("Distribution = %q, want %q", p.Distribution, tc.want)
+			}
+			if err := p.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			rc := p.RouterConfig()
+			m, err := shard.NewMembership(shard.MembershipConfig{Servers: rc.Servers, Distribution: rc.Distribution, Hash: rc.Hash})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.ref == nil {
+				return
+			}
+			ref, err := tc.ref()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 500 {
+				h := rc.HashTag.Extract([]byte("k:" + strconv.Itoa(i)))
+				if m.Locate(h) != ref.Locate(h) {
+					t.Fatalf("key %q on shard %d, want %d", h, m.Locate(h), ref.Locate(h))
+				}
+			}
+		})
+	}
+}
+
+func TestPoolSpecValidateDistribution(t *testing.T) {
+	for _, d := range []string{"", shard.DistKetama, shard.DistModula, shard.DistRandom, shard.DistConsistent, "modulo", "RANDOM"} {
+		p := PoolSpec{Name: "p", Distribution: d, Servers: []shard.Server{{Addr: "127.0.0.1:1"}}}
+		err := p.Validate()
+		valid := d != "modulo" && d != "RANDOM"
+		if valid && err != nil {
+			t.Errorf("%q: %v", d, err)
+		}
+		if !valid && !errors.Is(err, ErrConfig) {
+			t.Errorf("%q: err = %v, want ErrConfig", d, err)
+		}
 	}
 }
