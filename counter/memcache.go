@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -50,6 +52,18 @@ func NewMemcacheClient(cfg MemcacheConfig) *memcache.Client {
 	return c
 }
 
+// connGone reports whether err says the server closed the connection
+// (EOF, reset, broken pipe): the signature of a pooled connection that
+// outlived a server or proxy restart. Such a call is retried once on a
+// fresh connection. If the server had in fact applied the command and
+// died before replying, the retry counts it twice: the safe direction for
+// a limiter (stricter, never more admissive), and a crash in that window
+// is far rarer than a restart.
+func connGone(err error) bool {
+	return err != nil && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
+}
+
 // dialFast dials as gomemcache does by default (its Timeout bounds ctx)
 // and returns a FastConn.
 func dialFast(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -64,6 +78,11 @@ func dialFast(ctx context.Context, network, addr string) (net.Conn, error) {
 // MemcacheStore is the Store over memcached (or mcproxy) through
 // gomemcache. It is safe for concurrent use.
 //
+// A call that fails because the server closed the connection (see
+// connGone: a pooled connection that outlived a server or proxy restart)
+// is retried once, after dropping the client's idle connections (they
+// outlived the restart too), so the retry dials.
+//
 // gomemcache takes no context: ctx is checked before each call (a done
 // context fails fast), and the client's Timeout bounds the call itself.
 type MemcacheStore struct {
@@ -74,6 +93,10 @@ var _ Store = (*MemcacheStore)(nil)
 
 // NewMemcacheStore wraps c (see NewMemcacheClient for sensible settings).
 func NewMemcacheStore(c *memcache.Client) *MemcacheStore { return &MemcacheStore{c: c} }
+
+// dropIdle closes the client's idle connections after one was found
+// closed by the server; the client stays usable and dials anew.
+func (m *MemcacheStore) dropIdle() { _ = m.c.Close() }
 
 // Client returns the underlying client.
 func (m *MemcacheStore) Client() *memcache.Client { return m.c }
@@ -124,7 +147,13 @@ func (m *MemcacheStore) Add(ctx context.Context, key string, value []byte, ttl t
 	if err := ctxErr(ctx); err != nil {
 		return err
 	}
-	return mapErr("add", m.c.Add(&memcache.Item{Key: key, Value: value, Expiration: expiration(ttl)}))
+	it := &memcache.Item{Key: key, Value: value, Expiration: expiration(ttl)}
+	err := m.c.Add(it)
+	if connGone(err) {
+		m.dropIdle()
+		err = m.c.Add(it)
+	}
+	return mapErr("add", err)
 }
 
 // Incr implements Store.
@@ -133,6 +162,10 @@ func (m *MemcacheStore) Incr(ctx context.Context, key string, delta uint64) (uin
 		return 0, err
 	}
 	v, err := m.c.Increment(key, delta)
+	if connGone(err) {
+		m.dropIdle()
+		v, err = m.c.Increment(key, delta)
+	}
 	return v, mapErr("incr", err)
 }
 
@@ -142,6 +175,10 @@ func (m *MemcacheStore) Decr(ctx context.Context, key string, delta uint64) (uin
 		return 0, err
 	}
 	v, err := m.c.Decrement(key, delta)
+	if connGone(err) {
+		m.dropIdle()
+		v, err = m.c.Decrement(key, delta)
+	}
 	return v, mapErr("decr", err)
 }
 
@@ -151,6 +188,10 @@ func (m *MemcacheStore) GetMulti(ctx context.Context, keys []string) (map[string
 		return nil, err
 	}
 	items, err := m.c.GetMulti(keys)
+	if connGone(err) {
+		m.dropIdle()
+		items, err = m.c.GetMulti(keys)
+	}
 	if err != nil {
 		return nil, mapErr("get", err)
 	}
@@ -168,6 +209,10 @@ func (m *MemcacheStore) Gets(ctx context.Context, key string) ([]byte, CASToken,
 		return nil, nil, err
 	}
 	it, err := m.c.Get(key)
+	if connGone(err) {
+		m.dropIdle()
+		it, err = m.c.Get(key)
+	}
 	if err != nil {
 		return nil, nil, mapErr("gets", err)
 	}
@@ -185,7 +230,12 @@ func (m *MemcacheStore) CompareAndSwap(ctx context.Context, key string, value []
 	}
 	it.Value = value
 	it.Expiration = expiration(ttl)
-	return mapErr("cas", m.c.CompareAndSwap(it))
+	err := m.c.CompareAndSwap(it)
+	if connGone(err) {
+		m.dropIdle()
+		err = m.c.CompareAndSwap(it)
+	}
+	return mapErr("cas", err)
 }
 
 // parseCount parses a decimal counter value written by the algorithms.

@@ -94,12 +94,18 @@ func (p *PipeStore) Close() error {
 		}
 		s.mu.Unlock()
 	}
+	p.closeIdle()
+	return nil
+}
+
+// closeIdle closes the idle connections.
+func (p *PipeStore) closeIdle() {
 	for {
 		select {
 		case c := <-p.idle:
 			c.c.Close()
 		default:
-			return nil
+			return
 		}
 	}
 }
@@ -110,7 +116,9 @@ var errProto = errors.New("counter: memcached protocol error")
 
 // do runs fn on a pooled connection with the call's deadline; the
 // connection goes back to the pool only when fn succeeded or failed with a
-// Store sentinel (the stream is then still in sync).
+// Store sentinel (the stream is then still in sync). When fn fails on a
+// reused connection that the server closed (connGone), the idle
+// connections are dropped and fn runs once more on a new one.
 func (p *PipeStore) do(ctx context.Context, fn func(*pipeConn) error) error {
 	if err := ctxErr(ctx); err != nil {
 		return err
@@ -119,33 +127,47 @@ func (p *PipeStore) do(ctx context.Context, fn func(*pipeConn) error) error {
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	var pc *pipeConn
-	select {
-	case pc = <-p.idle:
-	default:
-		d := net.Dialer{Deadline: deadline}
-		c, err := d.DialContext(ctx, "tcp", p.cfg.Addr)
-		if err != nil {
-			return fmt.Errorf("counter: memcached dial: %w", err)
+	for retried := false; ; retried = true {
+		var pc *pipeConn
+		reused := false
+		if !retried {
+			select {
+			case pc = <-p.idle:
+				reused = true
+			default:
+			}
 		}
-		fc := NewFastConn(c)
-		pc = &pipeConn{c: fc, r: bufio.NewReaderSize(fc, 4096), w: bufio.NewWriterSize(fc, 4096)}
-	}
-	if err := pc.c.SetDeadline(deadline); err != nil {
-		pc.c.Close()
-		return err
-	}
-	err := fn(pc)
-	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotStored) || errors.Is(err, ErrCASConflict) {
-		select {
-		case p.idle <- pc:
-		default:
+		if pc == nil {
+			d := net.Dialer{Deadline: deadline}
+			c, err := d.DialContext(ctx, "tcp", p.cfg.Addr)
+			if err != nil {
+				return fmt.Errorf("counter: memcached dial: %w", err)
+			}
+			fc := NewFastConn(c)
+			pc = &pipeConn{c: fc, r: bufio.NewReaderSize(fc, 4096), w: bufio.NewWriterSize(fc, 4096)}
+		}
+		if err := pc.c.SetDeadline(deadline); err != nil {
 			pc.c.Close()
+			return err
 		}
-		return err
+		err := fn(pc)
+		if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotStored) || errors.Is(err, ErrCASConflict) {
+			select {
+			case p.idle <- pc:
+			default:
+				pc.c.Close()
+			}
+			return err
+		}
+		pc.c.Close()
+		if reused && connGone(err) {
+			// The server closed a pooled connection (restart): so it
+			// did the other idle ones. Once more on a new connection.
+			p.closeIdle()
+			continue
+		}
+		return fmt.Errorf("counter: memcached %s: %w", p.cfg.Addr, err)
 	}
-	pc.c.Close()
-	return fmt.Errorf("counter: memcached %s: %w", p.cfg.Addr, err)
 }
 
 // call writes a request with write and reads its replies with read: on a
@@ -510,7 +532,7 @@ func (mc *muxConn) reader() {
 }
 
 // conn returns the live multiplexed connection of a slot, dialling one.
-func (p *PipeStore) muxConn(ctx context.Context, deadline time.Time) (*muxConn, error) {
+func (p *PipeStore) muxConn(ctx context.Context, deadline time.Time) (mc *muxConn, reused bool, err error) {
 	s := &p.mux[p.rr.Add(1)%uint64(len(p.mux))]
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -519,16 +541,16 @@ func (p *PipeStore) muxConn(ctx context.Context, deadline time.Time) (*muxConn, 
 		case <-s.mc.closed:
 			s.mc = nil
 		default:
-			return s.mc, nil
+			return s.mc, true, nil
 		}
 	}
 	d := net.Dialer{Deadline: deadline}
 	c, err := d.DialContext(ctx, "tcp", p.cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("counter: memcached dial: %w", err)
+		return nil, false, fmt.Errorf("counter: memcached dial: %w", err)
 	}
 	s.mc = newMuxConn(NewFastConn(c), p.cfg.Timeout)
-	return s.mc, nil
+	return s.mc, false, nil
 }
 
 // callMux is call on a multiplexed connection.
@@ -540,10 +562,24 @@ func (p *PipeStore) callMux(ctx context.Context, write func(*bufio.Writer), read
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	mc, err := p.muxConn(ctx, deadline)
-	if err != nil {
+	// A connection the server closed (restart) fails the call with
+	// connGone; each multiplexed slot may hold one: try them all.
+	for attempt := 0; ; attempt++ {
+		mc, reused, err := p.muxConn(ctx, deadline)
+		if err != nil {
+			return err
+		}
+		err = p.callOn(ctx, mc, deadline, write, read)
+		if reused && attempt < len(p.mux) && connGone(err) {
+			continue
+		}
 		return err
 	}
+}
+
+// callOn runs one call on mc.
+func (p *PipeStore) callOn(ctx context.Context, mc *muxConn, deadline time.Time, write func(*bufio.Writer), read func(*pipeConn) error) error {
+	var err error
 	req, _ := muxReqs.Get().(*muxReq)
 	if req == nil {
 		req = &muxReq{done: make(chan error, 1)}

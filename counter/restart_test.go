@@ -1,0 +1,54 @@
+package counter_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/counter"
+)
+
+// After memcached (or mcproxy) restarts, every pooled connection is dead.
+// The first call on each must not fail: a worker would count those
+// failures towards its breaker and fail open or closed across the fleet
+// at every proxy restart. The stores retry once, on a fresh connection,
+// a call that failed on a reused connection before any reply byte.
+func TestStoresSurviveServerRestart(t *testing.T) {
+	ms := bench.MemcachedForTest(t, 1)
+	m := ms[0]
+	for _, sc := range []struct {
+		name  string
+		store counter.Store
+	}{
+		{"gomemcache", counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{Servers: []string{m.Addr}, Timeout: time.Second}))},
+		{"pipe", counter.NewPipeStore(counter.PipeConfig{Addr: m.Addr, Timeout: time.Second})},
+		{"pipe-mux", counter.NewPipeStore(counter.PipeConfig{Addr: m.Addr, Timeout: time.Second, Multiplex: 2})},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			ctx := context.Background()
+			key := "restart:" + sc.name
+			// Several connections in the pool, all idle afterwards.
+			const conns = 4
+			errs := make(chan error, conns)
+			for i := 0; i < conns; i++ {
+				go func() { errs <- sc.store.Add(ctx, key, []byte("0"), time.Minute) }()
+			}
+			for i := 0; i < conns; i++ {
+				<-errs // one STORED, the others NOT_STORED
+			}
+			if err := m.Restart(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 2*conns; i++ {
+				if err := sc.store.Add(ctx, key, []byte("7"), time.Minute); err != nil && err != counter.ErrNotStored {
+					t.Fatalf("call %d after restart: %v", i, err)
+				}
+			}
+			v, err := sc.store.Incr(ctx, key, 1)
+			if err != nil || v != 8 {
+				t.Fatalf("incr after restart: %d, %v; want 8", v, err)
+			}
+		})
+	}
+}
