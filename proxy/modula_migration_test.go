@@ -1,0 +1,208 @@
+package proxy_test
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/proxy"
+	"github.com/poplimit/poplimit/shard"
+)
+
+// migNutcracker skips the test when Debian's nutcracker is missing, unless
+// POPLIMIT_REQUIRE_MEMCACHED is set (then NutcrackerForTest fails it).
+func migNutcracker(t *testing.T) {
+	t.Helper()
+	if !bench.NutcrackerInstalled() && os.Getenv(bench.RequireMemcachedEnv) == "" {
+		t.Skip(bench.ErrNoNutcracker)
+	}
+}
+
+// migServeYAML serves the one pool of a nutcracker.yml through an
+// in-process mcproxy Router on a free loopback port, exactly as mcproxy
+// --config would route it, and returns the address.
+func migServeYAML(t *testing.T, yml string) string {
+	t.Helper()
+	pools, err := proxy.ParseConfig([]byte(yml), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pools) != 1 {
+		t.Fatalf("%d pools", len(pools))
+	}
+	rt, err := proxy.NewRouter(pools[0].RouterConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, addr := proxy.ServeForTest(t, rt, nil)
+	return addr
+}
+
+// migFlush empties a memcached shard.
+func migFlush(t *testing.T, addr string) {
+	t.Helper()
+	rw := bench.DialForTest(t, addr)
+	rw.WriteString("flush_all\r\n")
+	if err := rw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := rw.ReadString('\n'); err != nil || line != "OK\r\n" {
+		t.Fatalf("flush_all %s: %q %v", addr, line, err)
+	}
+}
+
+// migSet sets keys[i] to "v<i>" through addr, 100 pipelined sets at a time.
+func migSet(t *testing.T, addr string, keys []string) {
+	t.Helper()
+	rw := bench.DialForTest(t, addr)
+	for lo := 0; lo < len(keys); lo += 100 {
+		hi := min(lo+100, len(keys))
+		for i := lo; i < hi; i++ {
+			v := "v" + strconv.Itoa(i)
+			fmt.Fprintf(rw, "set %s 0 0 %d\r\n%s\r\n", keys[i], len(v), v)
+		}
+		if err := rw.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for i := lo; i < hi; i++ {
+			if line, err := rw.ReadString('\n'); err != nil || line != "STORED\r\n" {
+				t.Fatalf("set %q via %s: %q %v", keys[i], addr, line, err)
+			}
+		}
+	}
+}
+
+// migGet reads keys through addr in 100-key multi-gets and returns how many
+// were found and how many of those had a value other than "v<i>".
+func migGet(t *testing.T, addr string, keys []string) (hits, wrong int) {
+	t.Helper()
+	index := make(map[string]int, len(keys))
+	for i, k := range keys {
+		index[k] = i
+	}
+	err := bench.MultiGet(bench.DialForTest(t, addr), keys, 100, func(key string, data []byte) {
+		hits++
+		if i, ok := index[key]; !ok || string(data) != "v"+strconv.Itoa(i) {
+			wrong++
+		}
+	})
+	if err != nil {
+		t.Fatalf("get via %s: %v", addr, err)
+	}
+	return hits, wrong
+}
+
+func migKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		if i%3 == 0 {
+			keys[i] = fmt.Sprintf("rl:{user%d}:w%d", i/3, i%7)
+		} else {
+			keys[i] = "mig:" + strconv.Itoa(i)
+		}
+	}
+	return keys
+}
+
+// TestModulaMigration is the modula follow-up of issue 5: 10,000 keys
+// written through Debian's nutcracker with distribution modula (3 real
+// memcached shards, weights 1,2,1, named) are all read back through mcproxy
+// parsing the same nutcracker.yml (only the listen address changed). As a
+// control, the same keys read through a ketama pool over the same shards
+// (what mcproxy did before modula existed) mostly miss.
+func TestModulaMigration(t *testing.T) {
+	shards := bench.MemcachedForTest(t, 3)
+	migNutcracker(t)
+	tests := []struct {
+		name    string
+		hash    string
+		hashTag string
+	}{
+		{"fnv1a_64", "fnv1a_64", ""},
+		{"md5 hash_tag", "md5", "{}"},
+	}
+	weights := []int{1, 2, 1}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := bench.TwemproxyPool{Hash: tc.hash, HashTag: tc.hashTag, Distribution: shard.DistModula, TimeoutMS: 2000}
+			for i, m := range shards {
+				pool.Servers = append(pool.Servers, fmt.Sprintf("%s:%d mc-%c", m.Addr, weights[i], 'a'+i))
+				migFlush(t, m.Addr)
+			}
+			nc := bench.NutcrackerForTest(t, pool)
+			keys := migKeys(10000)
+			migSet(t, nc.Addr, keys)
+
+			// Every shard holds its weight's share (a quarter, a half, a
+			// quarter), so a wrong placement could not go unnoticed.
+			for i, m := range shards {
+				got, _ := migGet(t, m.Addr, keys)
+				want := float64(len(keys)*weights[i]) / 4
+				if math.Abs(float64(got)-want) > 0.15*want {
+					t.Errorf("shard %d (weight %d) holds %d keys, want about %.0f", i, weights[i], got, want)
+				}
+			}
+
+			pool.Listen = bench.FreeAddrForTest(t)
+			hits, wrong := migGet(t, migServeYAML(t, pool.YAML()), keys)
+			t.Logf("%s: %d/%d hits through mcproxy (modula), %d wrong values", tc.name, hits, len(keys), wrong)
+			if hits != len(keys) || wrong != 0 {
+				t.Fatalf("%d/%d keys written via nutcracker found via mcproxy (%d wrong values), want all", hits, len(keys), wrong)
+			}
+
+			ketama := pool
+			ketama.Distribution, ketama.Listen = shard.DistKetama, bench.FreeAddrForTest(t)
+			hits, _ = migGet(t, migServeYAML(t, ketama.YAML()), keys)
+			t.Logf("%s: control: %d/%d hits through a ketama pool", tc.name, hits, len(keys))
+			if hits > len(keys)*3/4 {
+				t.Errorf("a ketama pool found %d/%d modula-placed keys: the test cannot tell placements apart", hits, len(keys))
+			}
+		})
+	}
+}
+
+// TestRandomSpreadLikeNutcracker: with distribution random, Twemproxy
+// ignores weights and keys, spreading sets evenly over the live shards;
+// mcproxy parsing the same YAML spreads them the same way (weights 1,2,1,
+// 3,000 sets each, a loose ±20% bound per shard).
+func TestRandomSpreadLikeNutcracker(t *testing.T) {
+	shards := bench.MemcachedForTest(t, 3)
+	migNutcracker(t)
+	pool := bench.TwemproxyPool{Hash: "fnv1a_64", Distribution: shard.DistRandom, TimeoutMS: 2000}
+	for i, m := range shards {
+		pool.Servers = append(pool.Servers, fmt.Sprintf("%s:%d mc-%c", m.Addr, []int{1, 2, 1}[i], 'a'+i))
+	}
+	const n = 3000
+	spread := func(via, prefix string) []int {
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = prefix + strconv.Itoa(i)
+		}
+		migSet(t, via, keys)
+		got := make([]int, len(shards))
+		total := 0
+		for i, m := range shards {
+			got[i], _ = migGet(t, m.Addr, keys)
+			total += got[i]
+		}
+		if total != n {
+			t.Fatalf("%d keys stored in all, want %d (each set on one shard)", total, n)
+		}
+		return got
+	}
+	nc := bench.NutcrackerForTest(t, pool)
+	ncSpread := spread(nc.Addr, "rnd:nc:")
+	pool.Listen = bench.FreeAddrForTest(t)
+	mcSpread := spread(migServeYAML(t, pool.YAML()), "rnd:mc:")
+	t.Logf("keys per shard (weights 1,2,1): nutcracker %v, mcproxy %v", ncSpread, mcSpread)
+	for name, got := range map[string][]int{"nutcracker": ncSpread, "mcproxy": mcSpread} {
+		for i, c := range got {
+			if math.Abs(float64(c)-n/3.0) > 0.2*n/3.0 {
+				t.Errorf("%s: shard %d got %d of %d sets, want about %d", name, i, c, n, n/3)
+			}
+		}
+	}
+}
