@@ -374,10 +374,10 @@ func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []stri
 	if !l.breaker.Allow(now) {
 		return l.fallback(ctx, p, rs, keys, now)
 	}
-	sctx, cancel := context.WithTimeout(ctx, l.cfg.storeDeadline())
 	start := l.clock()
+	sctx := newStoreCtx(ctx, time.Now().Add(l.cfg.storeDeadline()))
 	d, err := l.count(sctx, rs, keys, now)
-	cancel()
+	sctx.release()
 	l.cfg.Metrics.store(l.clock().Sub(start), err)
 	if err != nil && ctx.Err() != nil {
 		// The client went away: not the store's fault, and not a
