@@ -1,8 +1,9 @@
 // Package shard places keys on memcached shards and tracks shard health.
 //
 // A Ring is an immutable placement (buraksezer/consistent with bounded
-// loads, hashing with xxhash); Ketama (ketama.go) is Twemproxy's. Both
-// satisfy Locator. HashTag extracts the part of a key that is hashed, so all
+// loads, hashing with xxhash); Ketama (ketama.go), Modula and Random
+// (modula.go) are Twemproxy's distributions, placing keys exactly as
+// nutcracker does. All satisfy Locator. HashTag extracts the part of a key that is hashed, so all
 // keys of one identity land on one shard. Health is a per-shard state
 // machine driven by time (Twemproxy's auto_eject_hosts,
 // server_failure_limit, server_retry_timeout, plus re-admission only after a

@@ -66,7 +66,7 @@ func newApp() *cli.App {
 			&cli.StringFlag{Name: "listen", Value: proxy.DefaultListen, Usage: "listen address: host:port (loopback by default), or a Unix socket unix:/path/mc.sock[ mode] (e.g. \"unix:/run/mc.sock 0666\")"},
 			&cli.StringSliceFlag{Name: "shard", Usage: "memcached shard host:port[:weight [name]] (repeat)"},
 			&cli.StringFlag{Name: "hash-tag", Value: "{}", Usage: "two-character hash tag; \"\" hashes whole keys"},
-			&cli.StringFlag{Name: "distribution", Value: shard.DistConsistent, Usage: "consistent (xxhash) or ketama (Twemproxy's)"},
+			&cli.StringFlag{Name: "distribution", Value: shard.DistConsistent, Usage: "consistent (xxhash), or Twemproxy's ketama, modula or random"},
 			&cli.StringFlag{Name: "hash", Usage: "ketama hash (fnv1a_64 default)"},
 			&cli.DurationFlag{Name: "timeout", Value: 400 * time.Millisecond, Usage: "per request and connect timeout"},
 			&cli.IntFlag{Name: "server-connections", Value: 1, Usage: "pipelined connections per shard"},
