@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -488,5 +489,29 @@ func TestCanceledClientNotAdmitted(t *testing.T) {
 				t.Errorf("%d rejection events queued for a canceled client, want 0", q)
 			}
 		})
+	}
+}
+
+// Reloads are counted by result: a file that fails validation is
+// "invalid", one that cannot be read "unreadable".
+func TestReloadMetricsByResult(t *testing.T) {
+	clk := newTestClock(t0)
+	cfg := storeConfig(newFlakyStore(clk.Now))
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Metrics = m
+	l := newTestLimiter(t, cfg, policyDoc("open")) // ok: 1
+	if err := l.LoadBytes("bad.yml", []byte("tiers: [")); err == nil {
+		t.Fatal("a broken file loaded")
+	}
+	if err := l.LoadFile(filepath.Join(t.TempDir(), "missing.yml")); err == nil {
+		t.Fatal("a missing file loaded")
+	}
+	for result, want := range map[string]float64{"ok": 1, "invalid": 1, "unreadable": 1} {
+		if got := testutil.ToFloat64(m.reloads.WithLabelValues(result)); got != want {
+			t.Errorf("reloads{result=%q} = %v, want %v", result, got, want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package pop
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -93,7 +94,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "poplimit_mitigation_cache_total", Help: "Mitigation cache events: hit (rejected with no store call), insert.",
 		}, []string{"policy", "event"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "poplimit_policy_reloads_total", Help: "Policy reloads by result (ok, invalid).",
+			Name: "poplimit_policy_reloads_total", Help: "Policy reloads by result (ok, invalid: the file failed validation, unreadable: it could not be read).",
 		}, []string{"result"}),
 		eventsDrop: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "poplimit_rejection_events_dropped_total", Help: "Rejection events dropped because the queue was full or the sink failed.",
@@ -161,8 +162,12 @@ func (m *Metrics) reload(err error) {
 	if m == nil {
 		return
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrInvalidPolicy):
 		m.reloads.WithLabelValues("invalid").Inc()
+		return
+	case err != nil:
+		m.reloads.WithLabelValues("unreadable").Inc()
 		return
 	}
 	m.reloads.WithLabelValues("ok").Inc()
