@@ -92,6 +92,12 @@ type ProxySystemSummary struct {
 	// (for memcached: the one shard); ClientCPUPerMillion the driver's.
 	CPUPerMillion       float64 `json:"cpu_s_per_mop"`
 	ClientCPUPerMillion float64 `json:"client_cpu_s_per_mop"`
+	// ShardsCPUPerMillion is the 3 memcached shards' CPU seconds per
+	// million ops; PathCPUPerMillion the whole path's: driver, proxy (none
+	// for memcached direct) and shards. On a machine the load generator
+	// shares, cores ÷ PathCPUPerMillion bounds ops/s.
+	ShardsCPUPerMillion float64 `json:"shards_cpu_s_per_mop"`
+	PathCPUPerMillion   float64 `json:"path_cpu_s_per_mop"`
 }
 
 // ProxyMixSummary compares the systems on one mix. Ratios are of sums over
@@ -163,6 +169,10 @@ func RunProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*ProxyCompare
 		}
 		shards = append(shards, m)
 	}
+	var shardPids []int
+	for _, m := range shards {
+		shardPids = append(shardPids, m.Pid())
+	}
 	rep.Systems = append(rep.Systems, ProxySystem{Name: SystemMemcached, Addr: shards[0].Addr,
 		Pid: shards[0].Pid(), Detail: "memcached -t 2 -m 64, shard 1 of 3, no proxy"})
 
@@ -217,7 +227,13 @@ func RunProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*ProxyCompare
 					return nil, ctx.Err()
 				}
 				lc := base
+				// The system first, then every shard it is not.
 				lc.Addr, lc.CPUPids, lc.Seed = s.Addr, []int{s.Pid}, uint64(round)
+				for _, pid := range shardPids {
+					if pid != s.Pid {
+						lc.CPUPids = append(lc.CPUPids, pid)
+					}
+				}
 				res, err := RunProxyLoad(ctx, lc)
 				if err != nil {
 					return nil, fmt.Errorf("%s %s round %d: %w", s.Name, mix, round, err)
@@ -295,7 +311,7 @@ func summariseMix(mix string, systems []ProxySystem, runs []*ProxyLoadResult) Pr
 	for _, s := range systems {
 		sum := ProxySystemSummary{System: s.Name}
 		hist := NewLatency()
-		var cpu, client float64
+		var cpu, client, shardsCPU float64
 		for _, r := range runs {
 			if r.Mix != mix || r.System != s.Name {
 				continue
@@ -308,6 +324,9 @@ func summariseMix(mix string, systems []ProxySystem, runs []*ProxyLoadResult) Pr
 			if len(r.CPUSeconds) > 0 {
 				cpu += r.CPUSeconds[0]
 			}
+			for _, c := range r.CPUSeconds[min(1, len(r.CPUSeconds)):] {
+				shardsCPU += c
+			}
 			client += r.ClientCPUSeconds
 		}
 		if sum.Runs == 0 {
@@ -318,6 +337,14 @@ func summariseMix(mix string, systems []ProxySystem, runs []*ProxyLoadResult) Pr
 		if sum.Ops > 0 {
 			sum.CPUPerMillion = cpu / float64(sum.Ops) * 1e6
 			sum.ClientCPUPerMillion = client / float64(sum.Ops) * 1e6
+			if s.Name == SystemMemcached { // the system is a shard
+				shardsCPU += cpu
+			}
+			sum.ShardsCPUPerMillion = shardsCPU / float64(sum.Ops) * 1e6
+			sum.PathCPUPerMillion = sum.ClientCPUPerMillion + sum.ShardsCPUPerMillion
+			if s.Name != SystemMemcached {
+				sum.PathCPUPerMillion += sum.CPUPerMillion
+			}
 		}
 		ms.Systems = append(ms.Systems, sum)
 		byName[s.Name] = &ms.Systems[len(ms.Systems)-1]
@@ -358,11 +385,12 @@ func (r *ProxyCompareReport) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.3f\t%.3f\t%.3f\t%d\t%.2f\t%.2f\t\n", run.Mix, run.System, run.Round,
 			run.OpsPerSec, run.Latency.P50, run.Latency.P99, run.Latency.P999, run.Errors, run.CPUPerMillion(0), client)
 	}
-	fmt.Fprintln(tw, "\nmix\tsystem (all rounds)\truns\tops/s\tp50 ms\tp99 ms\tp999 ms\terrors\tcpu s/Mop\tclient cpu s/Mop\t")
+	fmt.Fprintln(tw, "\nmix\tsystem (all rounds)\truns\tops/s\tp50 ms\tp99 ms\tp999 ms\terrors\tcpu s/Mop\tclient cpu s/Mop\tshards cpu s/Mop\tpath cpu s/Mop\t")
 	for _, ms := range r.Summary {
 		for _, s := range ms.Systems {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.3f\t%.3f\t%.3f\t%d\t%.2f\t%.2f\t\n", ms.Mix, s.System, s.Runs,
-				s.OpsPerSec, s.Latency.P50, s.Latency.P99, s.Latency.P999, s.Errors, s.CPUPerMillion, s.ClientCPUPerMillion)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.3f\t%.3f\t%.3f\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t\n", ms.Mix, s.System, s.Runs,
+				s.OpsPerSec, s.Latency.P50, s.Latency.P99, s.Latency.P999, s.Errors, s.CPUPerMillion, s.ClientCPUPerMillion,
+				s.ShardsCPUPerMillion, s.PathCPUPerMillion)
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -401,7 +429,8 @@ func (r *ProxyCompareReport) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "(throughput ratios are ratios of summed ops: every run has the same duration)")
+	fmt.Fprintln(w, "(throughput ratios are ratios of summed ops: every run has the same duration;")
+	fmt.Fprintln(w, " path cpu = client + proxy + 3 shards per op: with every process on the same cores, cores / path cpu bounds ops/s)")
 	return nil
 }
 

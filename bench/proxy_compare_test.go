@@ -47,6 +47,14 @@ func TestRunProxyCompareTiny(t *testing.T) {
 		if r.Ops == 0 || r.Errors != 0 {
 			t.Errorf("%s %s round %d: ops %d errors %d (%s)", r.Mix, r.System, r.Round, r.Ops, r.Errors, r.FirstError)
 		}
+		// CPU of the system, then of every shard it is not.
+		want := 4
+		if r.System == SystemMemcached {
+			want = 3
+		}
+		if len(r.CPUSeconds) != want {
+			t.Errorf("%s %s: CPU of %d processes", r.Mix, r.System, len(r.CPUSeconds))
+		}
 		if r.Mix != MixIncr && r.Misses != 0 {
 			t.Errorf("%s %s: %d misses after preload", r.Mix, r.System, r.Misses)
 		}
@@ -58,6 +66,17 @@ func TestRunProxyCompareTiny(t *testing.T) {
 		if ms.NutcrackerOverMemcached <= 0 || len(ms.Systems) != len(rep.Systems) {
 			t.Errorf("%s summary %+v", ms.Mix, ms)
 		}
+		for _, ss := range ms.Systems {
+			path := ss.ClientCPUPerMillion + ss.ShardsCPUPerMillion
+			if ss.System != SystemMemcached {
+				path += ss.CPUPerMillion
+			} else if ss.ShardsCPUPerMillion < ss.CPUPerMillion {
+				t.Errorf("%s memcached: shards CPU %v below the shard's own %v", ms.Mix, ss.ShardsCPUPerMillion, ss.CPUPerMillion)
+			}
+			if d := ss.PathCPUPerMillion - path; d > 1e-9 || d < -1e-9 {
+				t.Errorf("%s %s: path CPU %v, want client+proxy+shards %v", ms.Mix, ss.System, ss.PathCPUPerMillion, path)
+			}
+		}
 		if (len(rep.Systems) == 3) != (ms.McproxyOverNutcracker > 0) {
 			t.Errorf("%s: mcproxy/nutcracker ratio %v with %d systems", ms.Mix, ms.McproxyOverNutcracker, len(rep.Systems))
 		}
@@ -66,7 +85,7 @@ func TestRunProxyCompareTiny(t *testing.T) {
 	if err := rep.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"side by side", "nutcracker/memcached", "mcproxy/nutcracker", "getset", "mget", "cpu s/Mop"} {
+	for _, want := range []string{"side by side", "nutcracker/memcached", "mcproxy/nutcracker", "getset", "mget", "cpu s/Mop", "path cpu s/Mop"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
