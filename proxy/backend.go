@@ -80,7 +80,13 @@ type Call struct {
 	wake     chan struct{}
 	owner    *clientConn // instead of wake: Finish answers what it can
 	finished atomic.Bool
-	req      Request // storage for Req when the proxy builds sub-requests
+	// req is the storage for Req when the proxy builds a sub-request by
+	// splitting a multi-key request over shards: Router.do counts a call
+	// whose Req is &c.req as one fragment (nutcracker's "fragments").
+	req Request
+	// wire is the byte length of Req's wire form, set by Pool.Do (its
+	// queue stats subtract it when the call leaves a queue).
+	wire int
 }
 
 // NewCall returns an empty Call ready for Do.
@@ -130,5 +136,6 @@ func (c *Call) reset() {
 	c.wake = nil
 	c.owner = nil
 	c.finished.Store(false)
+	c.wire = 0
 	c.req.Reset()
 }

@@ -22,6 +22,7 @@ type poolSnap struct {
 	shards                []shardSnap
 	liveShards, allShards int
 	serverConnsConfigured int
+	fragments             uint64 // summed over the shards
 }
 
 type shardSnap struct {
@@ -31,6 +32,7 @@ type shardSnap struct {
 	ejectedAt   time.Time
 	inFlight    uint64
 	t           shardTotals
+	w           BackendStats // zero for backends without Stats
 }
 
 // snapshot reads every pool's counters; totals include Routers replaced by
@@ -72,12 +74,16 @@ func (p *Proxy) snapshot() []poolSnap {
 			cur := rt.totals(i)
 			ss.t.add(cur)
 			ss.inFlight = cur.requests - cur.lat.count()
+			ss.w = rt.backendStats(i)
+			ps.fragments += rt.stats[i].fragments.Load()
 			for old := range lp.draining {
 				for j, osv := range old.m.Servers() {
 					if serverLabel(osv) == label {
 						ot := old.totals(j)
 						ss.t.add(ot)
 						ss.inFlight += ot.requests - ot.lat.count()
+						ss.w.add(old.backendStats(j))
+						ps.fragments += old.stats[j].fragments.Load()
 					}
 				}
 			}
@@ -93,9 +99,107 @@ func (p *Proxy) snapshot() []poolSnap {
 }
 
 // openConner is implemented by backends that can report their open
-// connections; metrics fall back to the configured server_connections.
+// connections (Pool); metrics fall back to the configured
+// server_connections.
 type openConner interface {
 	OpenConns() int
+}
+
+// statser is implemented by backends that count their wire bytes and
+// queues (Pool); the stats of other backends (MemoryBackend) are 0.
+type statser interface {
+	Stats() BackendStats
+}
+
+// backendStats returns shard i's backend stats, zero when it has none.
+func (r *Router) backendStats(i int) BackendStats {
+	if s, ok := r.backends[i].(statser); ok {
+		return s.Stats()
+	}
+	return BackendStats{}
+}
+
+// BackendStats are a backend's wire counters and queue gauges, with
+// nutcracker 0.5's meanings for its server stats of the same names.
+// Counters only grow; gauges are sampled without stopping traffic, so a
+// queue moving between stages may be missed or (for an instant) seen in
+// both.
+type BackendStats struct {
+	// RequestBytes (request_bytes) is the bytes of requests sent to the
+	// shard: their wire form, all connections.
+	RequestBytes uint64
+	// ResponseBytes (response_bytes) is the bytes of complete replies read
+	// from the shard and matched to requests.
+	ResponseBytes uint64
+	// ServerEOF (server_eof) is the connections the shard closed: end of
+	// stream on read (a connection the proxy closed does not count).
+	ServerEOF uint64
+	// InQueue (in_queue) is the requests accepted by Do and not written
+	// to a socket yet, InQueueBytes (in_queue_bytes) their wire bytes.
+	InQueue, InQueueBytes uint64
+	// OutQueue (out_queue) is the requests written and waiting for their
+	// reply, OutQueueBytes (out_queue_bytes) their wire bytes.
+	OutQueue, OutQueueBytes uint64
+}
+
+func (s *BackendStats) add(o BackendStats) {
+	s.RequestBytes += o.RequestBytes
+	s.ResponseBytes += o.ResponseBytes
+	s.ServerEOF += o.ServerEOF
+	s.InQueue += o.InQueue
+	s.InQueueBytes += o.InQueueBytes
+	s.OutQueue += o.OutQueue
+	s.OutQueueBytes += o.OutQueueBytes
+}
+
+var (
+	_ statser    = (*Pool)(nil)
+	_ openConner = (*Pool)(nil)
+)
+
+// Stats returns the pool's wire counters and queue gauges, summed over its
+// connections. A request is in the in-queue from Do until its connection's
+// writer hands it, with the batch it is written in, to the connection
+// (before the write system call), then in the out-queue until its reply is
+// read or it fails. request_bytes counts at that hand-over, like
+// nutcracker's when it forwards: a write that fails later does not
+// subtract. Stats takes each connection's mutex briefly; the request path
+// pays one atomic add per counter per batch, none per request.
+func (p *Pool) Stats() BackendStats {
+	var st BackendStats
+	for _, pc := range p.conns {
+		// done before sent: sent is counted first, so out ≥ 0.
+		done, doneBytes := pc.doneCalls.Load(), pc.doneBytes.Load()
+		pc.mu.Lock()
+		st.InQueue += uint64(len(pc.queued) + pc.dialing)
+		st.InQueueBytes += uint64(len(pc.wbuf) + pc.dialingBytes)
+		pc.mu.Unlock()
+		sent, sentBytes := pc.sentCalls.Load(), pc.sentBytes.Load()
+		st.RequestBytes += sentBytes
+		if sent > done {
+			st.OutQueue += sent - done
+		}
+		if sentBytes > doneBytes {
+			st.OutQueueBytes += sentBytes - doneBytes
+		}
+		st.ResponseBytes += pc.responseBytes.Load()
+		st.ServerEOF += pc.eof.Load()
+	}
+	return st
+}
+
+// OpenConns returns the number of connections the pool has open now (0
+// before the first request and while redialling).
+func (p *Pool) OpenConns() int {
+	n := 0
+	for _, pc := range p.conns {
+		pc.mu.Lock()
+		if pc.sess != nil && !pc.sess.broken.Load() {
+			n++
+		}
+		pc.mu.Unlock()
+	}
+	return n
 }
 
 var (
@@ -108,6 +212,13 @@ var (
 	descShardEjects   = prometheus.NewDesc("mcproxy_shard_ejections_total", "Times the shard was ejected from the ring (auto_eject_hosts).", shardLabels, nil)
 	descShardLive     = prometheus.NewDesc("mcproxy_shard_live", "1 while the shard is on the ring, 0 while ejected.", shardLabels, nil)
 	descShardInFlight = prometheus.NewDesc("mcproxy_shard_in_flight", "Calls sent to the shard and not answered yet.", shardLabels, nil)
+	descShardReqBytes = prometheus.NewDesc("mcproxy_shard_request_bytes_total", "Bytes of requests written to the shard (request_bytes); 0 for in-process shards.", shardLabels, nil)
+	descShardRspBytes = prometheus.NewDesc("mcproxy_shard_response_bytes_total", "Bytes of replies read from the shard (response_bytes); 0 for in-process shards.", shardLabels, nil)
+	descShardEOF      = prometheus.NewDesc("mcproxy_shard_server_eof_total", "Connections the shard closed, end of stream on read (server_eof).", shardLabels, nil)
+	descShardInQ      = prometheus.NewDesc("mcproxy_shard_in_queue", "Requests queued for the shard, not written yet (in_queue).", shardLabels, nil)
+	descShardInQBytes = prometheus.NewDesc("mcproxy_shard_in_queue_bytes", "Wire bytes of the requests queued for the shard, not written yet (in_queue_bytes).", shardLabels, nil)
+	descShardOutQ     = prometheus.NewDesc("mcproxy_shard_out_queue", "Requests written to the shard, waiting for their reply (out_queue).", shardLabels, nil)
+	descShardOutQByte = prometheus.NewDesc("mcproxy_shard_out_queue_bytes", "Wire bytes of the requests written to the shard, waiting for their reply (out_queue_bytes).", shardLabels, nil)
 	descShardConns    = prometheus.NewDesc("mcproxy_shard_server_connections", "Open connections to the shard when its backend reports them (OpenConns), else server_connections as configured.", shardLabels, nil)
 	descShardLatency  = prometheus.NewDesc("mcproxy_shard_latency_seconds", "Time from reading a request to its shard reply being ready, per call.", shardLabels, nil)
 	descClientConns   = prometheus.NewDesc("mcproxy_client_connections", "Open client connections.", poolLabels, nil)
@@ -119,6 +230,7 @@ var (
 	descServerErrors  = prometheus.NewDesc("mcproxy_server_errors_total", "SERVER_ERROR replies sent to clients.", poolLabels, nil)
 	descDraining      = prometheus.NewDesc("mcproxy_pool_draining_routers", "Shard sets replaced by a reload that still finish their in-flight requests.", poolLabels, nil)
 	descLiveShards    = prometheus.NewDesc("mcproxy_pool_live_shards", "Shards on the ring.", poolLabels, nil)
+	descFragments     = prometheus.NewDesc("mcproxy_pool_fragments_total", "Sub-requests created by splitting multi-key gets over shards: k per get spanning k shards (fragments).", poolLabels, nil)
 	descReloads       = prometheus.NewDesc("mcproxy_reloads_total", "Configuration loads by result (ok, error).", []string{"result"}, nil)
 	descReloadOK      = prometheus.NewDesc("mcproxy_config_last_reload_successful", "1 if the last configuration load succeeded.", nil, nil)
 	descUptime        = prometheus.NewDesc("mcproxy_uptime_seconds", "Seconds since the proxy started.", nil, nil)
@@ -128,6 +240,8 @@ var (
 func (p *Proxy) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descShardRequests, descShardErrors, descShardTimeouts,
 		descShardEjects, descShardLive, descShardInFlight, descShardConns, descShardLatency,
+		descShardReqBytes, descShardRspBytes, descShardEOF, descShardInQ, descShardInQBytes,
+		descShardOutQ, descShardOutQByte, descFragments,
 		descClientConns, descClientTotal, descClientReject, descClientIdle, descClientMax,
 		descProtoErrors, descServerErrors, descLiveShards, descDraining, descReloads, descReloadOK, descUptime} {
 		ch <- d
@@ -153,6 +267,7 @@ func (p *Proxy) Collect(ch chan<- prometheus.Metric) {
 		gauge(descClientMax, float64(ps.maxClients), ps.name)
 		gauge(descLiveShards, float64(ps.liveShards), ps.name)
 		gauge(descDraining, float64(ps.draining), ps.name)
+		counter(descFragments, ps.fragments, ps.name)
 		for _, ss := range ps.shards {
 			l := []string{ps.name, ss.label}
 			counter(descShardRequests, ss.t.requests, l...)
@@ -166,6 +281,13 @@ func (p *Proxy) Collect(ch chan<- prometheus.Metric) {
 			gauge(descShardLive, live, l...)
 			gauge(descShardInFlight, float64(ss.inFlight), l...)
 			gauge(descShardConns, float64(ss.conns), l...)
+			counter(descShardReqBytes, ss.w.RequestBytes, l...)
+			counter(descShardRspBytes, ss.w.ResponseBytes, l...)
+			counter(descShardEOF, ss.w.ServerEOF, l...)
+			gauge(descShardInQ, float64(ss.w.InQueue), l...)
+			gauge(descShardInQBytes, float64(ss.w.InQueueBytes), l...)
+			gauge(descShardOutQ, float64(ss.w.OutQueue), l...)
+			gauge(descShardOutQByte, float64(ss.w.OutQueueBytes), l...)
 			buckets := make(map[float64]uint64, latBuckets-1)
 			var cum uint64
 			for k := 0; k < latBuckets-1; k++ {

@@ -23,9 +23,23 @@ import (
 // not), client_err protocol errors, forward_error calls failed at a shard
 // (SERVER_ERROR), server_err failures other than timeouts, server_timedout
 // timeouts, server_connections the open connections when the backend
-// reports them (else the configured server_connections),
-// responses calls answered, in_queue calls in flight. fragments,
-// server_eof and the byte and queue-byte counts are not tracked and are 0.
+// reports them (a Pool does; else the configured server_connections),
+// requests calls sent, responses calls answered. fragments counts the
+// sub-requests of multi-key gets split over shards: a get whose keys span
+// k shards makes k fragments, one whose keys all live on one shard is
+// passed through whole and makes none (nutcracker 0.5.0 declares this
+// stat but never increments it; 0.3 counted one per key split off).
+//
+// The server byte and queue fields come from the backend's BackendStats
+// (see Pool.Stats): server_eof the connections the shard closed (EOF on
+// read), request_bytes the request bytes written to the shard,
+// response_bytes the reply bytes read from it, in_queue and
+// in_queue_bytes the requests queued for the shard and not written yet
+// and their wire bytes, out_queue and out_queue_bytes the requests written
+// and awaiting their reply and their bytes. The in-process MemoryBackend
+// has no wire and no queue (it answers inside Do): these fields are 0 for
+// its shards. Counters of a shard set replaced by a reload are included
+// while it drains.
 func (p *Proxy) StatsJSON(version string) []byte {
 	now := p.now()
 	host, _ := os.Hostname()
@@ -71,7 +85,7 @@ func (p *Proxy) StatsJSON(version string) []byte {
 		num("client_connections", uint64(max(ps.clientConns, 0)), false)
 		num("server_ejects", ejects, false)
 		num("forward_error", fwdErr, false)
-		num("fragments", 0, len(ps.shards) == 0)
+		num("fragments", ps.fragments, len(ps.shards) == 0)
 		for si, ss := range ps.shards {
 			str(ss.label)
 			b = append(b, ": {"...)
@@ -79,19 +93,19 @@ func (p *Proxy) StatsJSON(version string) []byte {
 			if !ss.ejectedAt.IsZero() {
 				ejectedAt = uint64(ss.ejectedAt.UnixMicro())
 			}
-			num("server_eof", 0, false)
+			num("server_eof", ss.w.ServerEOF, false)
 			num("server_err", ss.t.errors-ss.t.timeouts, false)
 			num("server_timedout", ss.t.timeouts, false)
 			num("server_connections", uint64(max(ss.conns, 0)), false)
 			num("server_ejected_at", ejectedAt, false)
 			num("requests", ss.t.requests, false)
-			num("request_bytes", 0, false)
+			num("request_bytes", ss.w.RequestBytes, false)
 			num("responses", ss.t.lat.count(), false)
-			num("response_bytes", 0, false)
-			num("in_queue", ss.inFlight, false)
-			num("in_queue_bytes", 0, false)
-			num("out_queue", 0, false)
-			num("out_queue_bytes", 0, true)
+			num("response_bytes", ss.w.ResponseBytes, false)
+			num("in_queue", ss.w.InQueue, false)
+			num("in_queue_bytes", ss.w.InQueueBytes, false)
+			num("out_queue", ss.w.OutQueue, false)
+			num("out_queue_bytes", ss.w.OutQueueBytes, true)
 			b = append(b, '}')
 			if si < len(ps.shards)-1 {
 				b = append(b, ", "...)

@@ -116,7 +116,9 @@ func (p *Pool) Do(c *Call) {
 		c.Finish(ErrBackendClosed)
 		return
 	}
+	n := len(pc.wbuf)
 	pc.wbuf = c.Req.AppendWire(pc.wbuf)
+	c.wire = len(pc.wbuf) - n
 	pc.queued = append(pc.queued, c)
 	wake := pc.idle
 	pc.idle = false
@@ -203,9 +205,25 @@ type poolConn struct {
 	closed bool
 	sess   *session // live or broken; nil before the first dial
 
+	// dialing, dialingBytes: the batch the writer took from queued and
+	// holds while it connects (still queued, for Pool.Stats).
+	dialing, dialingBytes int
+
 	spareBuf   []byte // the other write buffer (owned by the writer)
 	spareCalls []*Call
 	wdeadline  time.Time // last write deadline set (writer only)
+
+	// Counted once per batch of calls pushed to a session (under its
+	// mutex, so before the reader can see them), and once per batch of
+	// replies (or of calls failed) by the sessions' readers.
+	_             [64]byte      // off the cache line of mu
+	sentCalls     atomic.Uint64 // calls pushed to a session
+	sentBytes     atomic.Uint64 // their wire bytes (request_bytes)
+	_             [48]byte      // writer and reader apart
+	doneCalls     atomic.Uint64 // calls pushed and then finished
+	doneBytes     atomic.Uint64 // their wire bytes
+	responseBytes atomic.Uint64
+	eof           atomic.Uint64 // sessions the shard closed (EOF on read)
 }
 
 // run is the connection's writer: it sleeps until requests are queued,
@@ -248,9 +266,13 @@ func (pc *poolConn) run() {
 		buf, calls := pc.wbuf, pc.queued
 		pc.wbuf, pc.queued = pc.spareBuf[:0], pc.spareCalls[:0]
 		s := pc.sess
+		redial := s == nil || s.broken.Load()
+		if redial {
+			pc.dialing, pc.dialingBytes = len(calls), len(buf)
+		}
 		pc.mu.Unlock()
 
-		if s == nil || s.broken.Load() {
+		if redial {
 			var err error
 			if s, err = pc.dial(); err != nil {
 				for _, c := range calls {
@@ -260,7 +282,7 @@ func (pc *poolConn) run() {
 				continue
 			}
 		}
-		if s.push(calls) {
+		if s.push(calls, len(buf)) {
 			now := time.Now()
 			if dl := now.Add(s.timeout); dl.Sub(pc.wdeadline) > s.timeout/4 {
 				_ = s.nc.SetWriteDeadline(dl)
@@ -286,6 +308,7 @@ func (pc *poolConn) recycle(buf []byte, calls []*Call) {
 	}
 	pc.mu.Lock()
 	pc.spareBuf, pc.spareCalls = buf[:0], calls[:0]
+	pc.dialing, pc.dialingBytes = 0, 0
 }
 
 // dial connects a new session and starts its reader; the caller is the
@@ -302,7 +325,7 @@ func (pc *poolConn) dial() (*session, error) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	s := &session{nc: nc, sock: counter.NewFastConn(nc), timeout: p.cfg.timeout(), p: p}
+	s := &session{nc: nc, sock: counter.NewFastConn(nc), timeout: p.cfg.timeout(), p: p, pc: pc}
 	pc.mu.Lock()
 	if pc.closed {
 		pc.mu.Unlock()
@@ -311,6 +334,7 @@ func (pc *poolConn) dial() (*session, error) {
 	}
 	pc.sess = s
 	pc.wdeadline = time.Time{}
+	pc.dialing, pc.dialingBytes = 0, 0 // pushed next
 	p.wg.Add(1)
 	pc.mu.Unlock()
 	go s.read()
@@ -324,6 +348,7 @@ type session struct {
 	sock    *counter.FastConn // nc with raw socket I/O
 	timeout time.Duration
 	p       *Pool
+	pc      *poolConn // its slot: the reader counts replies there
 
 	mu      sync.Mutex
 	pending []*Call // written (or being written), in order
@@ -335,10 +360,10 @@ type session struct {
 	err    error // set before broken
 }
 
-// push appends calls to pending before they are written, so that the
-// reader can match their replies. When the session is dead it finishes
-// them with its error and reports false.
-func (s *session) push(calls []*Call) bool {
+// push appends calls, whose wire form is nbytes long, to pending before
+// they are written, so that the reader can match their replies. When the
+// session is dead it finishes them with its error and reports false.
+func (s *session) push(calls []*Call, nbytes int) bool {
 	s.mu.Lock()
 	if s.dead {
 		s.mu.Unlock()
@@ -348,6 +373,9 @@ func (s *session) push(calls []*Call) bool {
 		return false
 	}
 	s.pending = append(s.pending, calls...)
+	// Counted before the reader can take them: done never passes sent.
+	s.pc.sentCalls.Add(uint64(len(calls)))
+	s.pc.sentBytes.Add(uint64(nbytes))
 	s.mu.Unlock()
 	return true
 }
@@ -387,7 +415,7 @@ func (s *session) read() {
 	var owners []*clientConn // clients with calls finished in this batch
 	var err error
 	for err == nil {
-		answered := false
+		answered, replyBytes, wireBytes := 0, 0, 0
 		for r < w {
 			if i == len(cur) {
 				cur, i = s.take(cur), 0
@@ -414,10 +442,17 @@ func (s *session) read() {
 			r += n
 			cur[i] = nil
 			i++
-			answered = true
+			answered++
+			replyBytes += n
+			wireBytes += c.wire // c may be reused once finished
 			if o := c.finish(nil); o != nil && (len(owners) == 0 || owners[len(owners)-1] != o) {
 				owners = append(owners, o)
 			}
+		}
+		if answered > 0 {
+			s.pc.responseBytes.Add(uint64(replyBytes))
+			s.pc.doneBytes.Add(uint64(wireBytes))
+			s.pc.doneCalls.Add(uint64(answered))
 		}
 		// Answer each client once per batch of replies: one write
 		// carries all of a pipelining client's replies.
@@ -426,7 +461,7 @@ func (s *session) read() {
 			owners[k] = nil
 		}
 		owners = owners[:0]
-		if answered {
+		if answered > 0 {
 			s.p.ok()
 		}
 		if err != nil {
@@ -482,6 +517,7 @@ func (s *session) read() {
 		}
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		s.pc.eof.Add(1)
 		err = fmt.Errorf("%s closed the connection", s.p.cfg.Addr)
 	}
 	if s.setErr(err) {
@@ -492,12 +528,19 @@ func (s *session) read() {
 	rest := s.pending
 	s.pending = nil
 	s.mu.Unlock()
+	failed, wireBytes := 0, 0
 	for _, c := range cur[i:] {
+		failed++
+		wireBytes += c.wire
 		c.Finish(s.err)
 	}
 	for _, c := range rest {
+		failed++
+		wireBytes += c.wire
 		c.Finish(s.err)
 	}
+	s.pc.doneBytes.Add(uint64(wireBytes))
+	s.pc.doneCalls.Add(uint64(failed))
 }
 
 func firstLine(b []byte) []byte {

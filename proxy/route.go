@@ -62,10 +62,11 @@ type Router struct {
 }
 
 type shardCounters struct {
-	requests atomic.Uint64
-	errors   atomic.Uint64
-	timeouts atomic.Uint64
-	_        [40]byte // keep shards on separate cache lines
+	requests  atomic.Uint64
+	errors    atomic.Uint64
+	timeouts  atomic.Uint64
+	fragments atomic.Uint64 // sub-requests of multi-key requests split over shards
+	_         [32]byte      // keep shards on separate cache lines
 }
 
 // NewRouter builds the shard membership and a backend per shard.
@@ -142,11 +143,16 @@ func (r *Router) Len() int { return len(r.backends) }
 // Membership exposes shard health and placement.
 func (r *Router) Membership() *shard.Membership { return r.m }
 
-// do sends c to shard i.
+// do sends c to shard i. A call carrying its own sub-request (c.Req ==
+// &c.req: a multi-key request split over shards) counts as a fragment.
 func (r *Router) do(i int, c *Call) {
 	c.shard = i
 	c.router = r
-	r.stats[i].requests.Add(1)
+	st := &r.stats[i]
+	st.requests.Add(1)
+	if c.Req == &c.req {
+		st.fragments.Add(1)
+	}
 	r.backends[i].Do(c)
 }
 
