@@ -20,6 +20,11 @@ const MemoryVersion = "1.6.18-poplimit-memory"
 // and tests without memcached. Requests run synchronously inside Do, so
 // calls are applied in the order Do is called. It is safe for concurrent
 // use.
+//
+// It has no wire and no queue, so it implements neither Stats nor
+// OpenConns: in the Twemproxy stats its shards report request_bytes,
+// response_bytes, server_eof, in_queue, in_queue_bytes, out_queue and
+// out_queue_bytes as 0, and server_connections as configured.
 type MemoryBackend struct {
 	store  *MemoryStore
 	now    func() time.Time
