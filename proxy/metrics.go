@@ -134,11 +134,13 @@ type BackendStats struct {
 	// ServerEOF (server_eof) is the connections the shard closed: end of
 	// stream on read (a connection the proxy closed does not count).
 	ServerEOF uint64
-	// InQueue (in_queue) is the requests accepted by Do and not written
-	// to a socket yet, InQueueBytes (in_queue_bytes) their wire bytes.
+	// InQueue (in_queue) is the requests accepted by Do and not yet
+	// handed to a connection, InQueueBytes (in_queue_bytes) their wire
+	// bytes.
 	InQueue, InQueueBytes uint64
-	// OutQueue (out_queue) is the requests written and waiting for their
-	// reply, OutQueueBytes (out_queue_bytes) their wire bytes.
+	// OutQueue (out_queue) is the requests handed to a connection
+	// (written, or in the write under way) and waiting for their reply,
+	// OutQueueBytes (out_queue_bytes) their wire bytes.
 	OutQueue, OutQueueBytes uint64
 }
 
@@ -212,13 +214,13 @@ var (
 	descShardEjects   = prometheus.NewDesc("mcproxy_shard_ejections_total", "Times the shard was ejected from the ring (auto_eject_hosts).", shardLabels, nil)
 	descShardLive     = prometheus.NewDesc("mcproxy_shard_live", "1 while the shard is on the ring, 0 while ejected.", shardLabels, nil)
 	descShardInFlight = prometheus.NewDesc("mcproxy_shard_in_flight", "Calls sent to the shard and not answered yet.", shardLabels, nil)
-	descShardReqBytes = prometheus.NewDesc("mcproxy_shard_request_bytes_total", "Bytes of requests written to the shard (request_bytes); 0 for in-process shards.", shardLabels, nil)
+	descShardReqBytes = prometheus.NewDesc("mcproxy_shard_request_bytes_total", "Wire bytes of the requests sent to the shard (request_bytes); 0 for in-process shards.", shardLabels, nil)
 	descShardRspBytes = prometheus.NewDesc("mcproxy_shard_response_bytes_total", "Bytes of replies read from the shard (response_bytes); 0 for in-process shards.", shardLabels, nil)
 	descShardEOF      = prometheus.NewDesc("mcproxy_shard_server_eof_total", "Connections the shard closed, end of stream on read (server_eof).", shardLabels, nil)
-	descShardInQ      = prometheus.NewDesc("mcproxy_shard_in_queue", "Requests queued for the shard, not written yet (in_queue).", shardLabels, nil)
-	descShardInQBytes = prometheus.NewDesc("mcproxy_shard_in_queue_bytes", "Wire bytes of the requests queued for the shard, not written yet (in_queue_bytes).", shardLabels, nil)
-	descShardOutQ     = prometheus.NewDesc("mcproxy_shard_out_queue", "Requests written to the shard, waiting for their reply (out_queue).", shardLabels, nil)
-	descShardOutQByte = prometheus.NewDesc("mcproxy_shard_out_queue_bytes", "Wire bytes of the requests written to the shard, waiting for their reply (out_queue_bytes).", shardLabels, nil)
+	descShardInQ      = prometheus.NewDesc("mcproxy_shard_in_queue", "Requests queued for the shard, not sent yet (in_queue).", shardLabels, nil)
+	descShardInQBytes = prometheus.NewDesc("mcproxy_shard_in_queue_bytes", "Wire bytes of the requests queued for the shard, not sent yet (in_queue_bytes).", shardLabels, nil)
+	descShardOutQ     = prometheus.NewDesc("mcproxy_shard_out_queue", "Requests sent to the shard, waiting for their reply (out_queue).", shardLabels, nil)
+	descShardOutQByte = prometheus.NewDesc("mcproxy_shard_out_queue_bytes", "Wire bytes of the requests sent to the shard, waiting for their reply (out_queue_bytes).", shardLabels, nil)
 	descShardConns    = prometheus.NewDesc("mcproxy_shard_server_connections", "Open connections to the shard when its backend reports them (OpenConns), else server_connections as configured.", shardLabels, nil)
 	descShardLatency  = prometheus.NewDesc("mcproxy_shard_latency_seconds", "Time from reading a request to its shard reply being ready, per call.", shardLabels, nil)
 	descClientConns   = prometheus.NewDesc("mcproxy_client_connections", "Open client connections.", poolLabels, nil)

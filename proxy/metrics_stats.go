@@ -32,14 +32,15 @@ import (
 //
 // The server byte and queue fields come from the backend's BackendStats
 // (see Pool.Stats): server_eof the connections the shard closed (EOF on
-// read), request_bytes the request bytes written to the shard,
-// response_bytes the reply bytes read from it, in_queue and
-// in_queue_bytes the requests queued for the shard and not written yet
-// and their wire bytes, out_queue and out_queue_bytes the requests written
-// and awaiting their reply and their bytes. The in-process MemoryBackend
-// has no wire and no queue (it answers inside Do): these fields are 0 for
-// its shards. Counters of a shard set replaced by a reload are included
-// while it drains.
+// read), request_bytes the wire bytes of the requests sent to the shard,
+// response_bytes the bytes of the replies read from it, in_queue and
+// in_queue_bytes the requests queued for a connection to the shard and
+// not handed to it yet and their wire bytes, out_queue and
+// out_queue_bytes the requests sent and awaiting their reply and their
+// bytes. The in-process MemoryBackend has no wire and no queue (it
+// answers inside Do): these fields are 0 for its shards. The counters of
+// a shard set replaced by a reload are included while it drains, and
+// not after it is closed (see the shardTotals of reload.go).
 func (p *Proxy) StatsJSON(version string) []byte {
 	now := p.now()
 	host, _ := os.Hostname()
