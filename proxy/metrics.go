@@ -74,23 +74,37 @@ func (p *Proxy) snapshot() []poolSnap {
 			cur := rt.totals(i)
 			ss.t.add(cur)
 			ss.inFlight = cur.requests - cur.lat.count()
-			ss.w = rt.backendStats(i)
-			ps.fragments += rt.stats[i].fragments.Load()
+			ss.w = cur.wire // queue gauges: live Routers only
 			for old := range lp.draining {
 				for j, osv := range old.m.Servers() {
 					if serverLabel(osv) == label {
 						ot := old.totals(j)
 						ss.t.add(ot)
 						ss.inFlight += ot.requests - ot.lat.count()
-						ss.w.add(old.backendStats(j))
-						ps.fragments += old.stats[j].fragments.Load()
+						ss.w.add(ot.wire)
 					}
 				}
 			}
+			// Counters include the closed Routers too, so they never go back.
+			ss.w.RequestBytes, ss.w.ResponseBytes, ss.w.ServerEOF = ss.t.wire.RequestBytes, ss.t.wire.ResponseBytes, ss.t.wire.ServerEOF
+			ps.fragments += ss.t.fragments
 			if ss.live {
 				ps.liveShards++
 			}
 			ps.shards = append(ps.shards, ss)
+		}
+		// The pool's fragments also count shards reloads removed.
+		for label, t := range lp.retired {
+			if !seen[label] {
+				ps.fragments += t.fragments
+			}
+		}
+		for old := range lp.draining {
+			for j, osv := range old.m.Servers() {
+				if !seen[serverLabel(osv)] {
+					ps.fragments += old.stats[j].fragments.Load()
+				}
+			}
 		}
 		lp.mu.Unlock()
 		out = append(out, ps)

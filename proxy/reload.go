@@ -79,7 +79,11 @@ func (r *Router) Drain(ctx context.Context, quiet time.Duration) error {
 // had (reloads replace Routers; the totals stay monotonic).
 type shardTotals struct {
 	requests, errors, timeouts, ejections uint64
+	fragments                             uint64
 	lat                                   latencySnap
+	// wire's counters (bytes, server_eof) are summed; its queue gauges
+	// are only meaningful for a live Router's own totals.
+	wire BackendStats
 }
 
 func (t *shardTotals) add(o shardTotals) {
@@ -87,7 +91,9 @@ func (t *shardTotals) add(o shardTotals) {
 	t.errors += o.errors
 	t.timeouts += o.timeouts
 	t.ejections += o.ejections
+	t.fragments += o.fragments
 	t.lat.add(o.lat)
+	t.wire.add(o.wire)
 }
 
 func (r *Router) totals(i int) shardTotals {
@@ -96,7 +102,9 @@ func (r *Router) totals(i int) shardTotals {
 		errors:    r.stats[i].errors.Load(),
 		timeouts:  r.stats[i].timeouts.Load(),
 		ejections: r.m.Health(i).Stats().Ejections,
+		fragments: r.stats[i].fragments.Load(),
 		lat:       r.lat[i].snapshot(),
+		wire:      r.backendStats(i),
 	}
 }
 
