@@ -87,6 +87,11 @@ type Call struct {
 	// wire is the byte length of Req's wire form, set by Pool.Do (its
 	// queue stats subtract it when the call leaves a queue).
 	wire int
+	// budget is the client's byte budget (clientConn.held): a reply of at
+	// least bigRequest bytes is counted against it from Finish (held)
+	// until the client connection releases the call.
+	budget *atomic.Int64
+	held   int64
 }
 
 // NewCall returns an empty Call ready for Do.
@@ -107,6 +112,10 @@ func (c *Call) Finish(err error) {
 // finishing a batch of calls drains each client once.
 func (c *Call) finish(err error) *clientConn {
 	c.Err = err
+	if c.budget != nil && len(c.Reply) >= bigRequest {
+		c.held = int64(len(c.Reply))
+		c.budget.Add(c.held)
+	}
 	wake, owner := c.wake, c.owner // c may be reused once finished is set
 	c.done <- struct{}{}
 	c.finished.Store(true)
@@ -130,6 +139,9 @@ func (c *Call) Done() <-chan struct{} { return c.done }
 func (c *Call) reset() {
 	c.Req = nil
 	c.Reply = c.Reply[:0]
+	if cap(c.Reply) > bigRequest { // a pooled call keeps no big buffer
+		c.Reply = nil
+	}
 	c.Err = nil
 	c.shard = 0
 	c.router = nil
@@ -137,5 +149,6 @@ func (c *Call) reset() {
 	c.owner = nil
 	c.finished.Store(false)
 	c.wire = 0
+	c.budget, c.held = nil, 0
 	c.req.Reset()
 }

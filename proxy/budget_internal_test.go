@@ -150,3 +150,92 @@ func TestClientByteBudget(t *testing.T) {
 		})
 	}
 }
+
+// valueBackend answers every get at once with one value of size bytes.
+type valueBackend struct {
+	size int
+	got  chan struct{}
+}
+
+func (b *valueBackend) Do(c *Call) {
+	c.Reply = fmt.Appendf(c.Reply, "VALUE %s 0 %d\r\n", c.Req.Keys[0], b.size)
+	c.Reply = append(c.Reply, strings.Repeat("v", b.size)...)
+	c.Reply = append(c.Reply, "\r\nEND\r\n"...)
+	c.Finish(nil)
+	b.got <- struct{}{}
+}
+
+func (b *valueBackend) Close() error { return nil }
+
+// TestClientByteBudgetReplies: big replies count against MaxClientBytes
+// too. A client that pipelines gets of big values and does not read makes
+// the proxy stop reading it once the replies it holds exceed the budget
+// (plus what the sockets and the output buffer take), instead of holding
+// every reply in memory; all are answered once the client reads.
+func TestClientByteBudgetReplies(t *testing.T) {
+	const value, count = 100 << 10, 400 // 40 MiB of replies
+	b := &valueBackend{size: value, got: make(chan struct{}, count)}
+	r, err := NewRouter(RouterConfig{
+		Servers:    []shard.Server{{Addr: "values:1"}},
+		NewBackend: func(int, shard.Server, BackendHooks) (Backend, error) { return b, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	srv, err := NewServer(ServerConfig{Router: r, MaxClientBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}()
+	c, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetReadBuffer(64 << 10)
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	go func() {
+		bw := bufio.NewWriter(c)
+		for i := 0; i < count; i++ {
+			fmt.Fprintf(bw, "get k%d\r\n", i)
+		}
+		_ = bw.Flush()
+	}()
+	// Count the gets the backend answers until they stop coming.
+	seen := 0
+	for stalled := false; !stalled; {
+		select {
+		case <-b.got:
+			seen++
+		case <-time.After(300 * time.Millisecond):
+			stalled = true
+		}
+	}
+	// Sockets (a few MiB on loopback), the 256 KiB output buffer and the
+	// 1 MiB budget: far from all 40 MiB.
+	if seen >= count/2 {
+		t.Fatalf("the proxy took %d of %d big gets from a client that reads nothing (%d MiB of replies)",
+			seen, count, seen*value>>20)
+	}
+	t.Logf("%d gets (%d MiB of replies) before the proxy stopped reading", seen, seen*value>>20)
+	br := bufio.NewReaderSize(c, 1<<20)
+	for i := 0; i < count; i++ {
+		line, err := br.ReadString('\n')
+		if err != nil || line != fmt.Sprintf("VALUE k%d 0 %d\r\n", i, value) {
+			t.Fatalf("reply %d: %q, %v", i, line, err)
+		}
+		if _, err := br.Discard(value + len("\r\nEND\r\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

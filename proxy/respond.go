@@ -73,6 +73,7 @@ func (cc *clientConn) newCall(e *entry, req *Request) *Call {
 	c := callPool.Get().(*Call)
 	c.Req = req
 	c.Conn = cc.id
+	c.budget = &cc.held
 	if cc.sock.Raw() {
 		c.owner = cc
 	} else {

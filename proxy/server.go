@@ -43,11 +43,11 @@ type ServerConfig struct {
 	// connection once the replies already due are written; zero means
 	// never.
 	ClientIdleTimeout time.Duration
-	// MaxClientBytes bounds the bytes of large requests (a value of at
-	// least bigRequest bytes, e.g. a 1 MiB set) one client has in flight:
-	// reading from the client pauses while they exceed it, until replies
-	// are answered. Small requests are bounded by MaxPipeline alone.
-	// Default 16 MiB.
+	// MaxClientBytes bounds the bytes of large requests and replies (at
+	// least bigRequest bytes, e.g. a 1 MiB set, or a get of a 1 MiB
+	// value) one client has in flight or not yet taken: reading from the
+	// client pauses while they exceed it, until replies are answered and
+	// written. Small ones are bounded by MaxPipeline alone. Default 16 MiB.
 	MaxClientBytes int64
 }
 
@@ -238,7 +238,7 @@ type clientConn struct {
 	out     clientOut         // with a raw socket: replies answered by whoever completes them
 	stopped atomic.Bool
 	active  atomic.Int64  // s.cl.tick at the last read (idle timeout)
-	held    atomic.Int64  // bytes of big requests not yet answered
+	held    atomic.Int64  // bytes of big requests and replies not yet answered
 	room    chan struct{} // wakes the reader once held drops to the budget
 }
 
@@ -247,6 +247,9 @@ type clientConn struct {
 func (cc *clientConn) release(e *entry) {
 	h := e.held
 	e.held = 0
+	for _, c := range e.calls {
+		h += c.held // big replies
+	}
 	releaseEntry(e)
 	if h == 0 {
 		return
@@ -382,8 +385,12 @@ func (rd *clientReader) parse(nonBlocking bool) readStep {
 		n, err := Parse(rd.buf[rd.r:rd.w], s.cfg.Limits, &rd.req)
 		switch {
 		case err == nil:
-			if nonBlocking && (full || n >= bigRequest) {
+			over := cc.held.Load() > s.cfg.maxClientBytes() // big replies waiting for the client
+			if nonBlocking && (full || over || n >= bigRequest) {
 				return stepBlock
+			}
+			if over {
+				cc.waitRoom()
 			}
 			if n < bigRequest {
 				cc.dispatch(&rd.req, rd.buf[rd.r:rd.w], n, 0)
