@@ -316,8 +316,26 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 			return Result{}, err
 		}
 	}
+	bumped := false
 	if !batched && len(missing) > 0 {
-		if err := lim.fetchClosed(ctx, key, id, missing, counts, cacheable); err != nil {
+		if n <= w.q {
+			// The store cannot batch (gomemcache has no pipelining):
+			// read the closed sub-windows on another connection while
+			// counting in the current one, so that a cold window waits
+			// for one round trip, not two. If the read fails after the
+			// count succeeded, the request stays counted (an error, and
+			// one count too many: the strict side).
+			errc := make(chan error, 1)
+			go func() { errc <- lim.fetchClosed(ctx, key, id, missing, counts, cacheable) }()
+			cur, err = lim.bump(ctx, curKey, n, seen)
+			if ferr := <-errc; err == nil {
+				err = ferr
+			}
+			if err != nil {
+				return Result{}, err
+			}
+			bumped = true
+		} else if err := lim.fetchClosed(ctx, key, id, missing, counts, cacheable); err != nil {
 			return Result{}, err
 		}
 	}
@@ -330,7 +348,7 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 		counts[w.n] = cur
 		return w.result(counts, id, e, nowNs, n, false, -1), nil
 	}
-	if !batched {
+	if !batched && !bumped {
 		cur, err = lim.bump(ctx, curKey, n, seen)
 		if err != nil {
 			return Result{}, err
