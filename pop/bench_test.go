@@ -155,7 +155,9 @@ func BenchmarkDecide(b *testing.B) {
 // shared machine (2 cores ÷ that figure bounds decisions/s). The
 // "admitted" case counts every decision in the store; "admitted-leased"
 // serves hot identities from token leases; "blocked" clients are served
-// from the mitigation cache.
+// from the mitigation cache. POPLIMIT_BENCH_KEYS sets the number of Zipf
+// identities (default 100,000; e.g. 100 to see the full path with every
+// window warm, one round trip per decision).
 func BenchmarkFullPath(b *testing.B) {
 	_, mcBin := binaries(b)
 	ms := bench.MemcachedForTest(b, 3)
@@ -194,7 +196,7 @@ func fullPath(b *testing.B, store *counter.CountingStore, px *proc, ms []*bench.
 			pools := make(chan []*http.Request, par*runtimeProcs())
 			hists := make(chan *hdrhistogram.Histogram, cap(pools))
 			for i := 0; i < cap(pools); i++ {
-				reqs := requests(512, 100000, uint64(i))
+				reqs := requests(512, benchKeys(), uint64(i))
 				if bc.quantity == 1 { // block every identity of the pool
 					for _, r := range reqs {
 						l.Decide(context.Background(), r, time.Now())
@@ -284,4 +286,12 @@ func reportCPU(b *testing.B, cpu0 time.Duration) {
 	b.StopTimer()
 	d := cpuTime([]int{os.Getpid()}) - cpu0
 	b.ReportMetric(float64(d.Nanoseconds())/float64(b.N), "cpu-ns/op")
+}
+
+// benchKeys is the identities of BenchmarkFullPath (POPLIMIT_BENCH_KEYS).
+func benchKeys() int {
+	if v, err := strconv.Atoi(os.Getenv("POPLIMIT_BENCH_KEYS")); err == nil && v > 0 {
+		return v
+	}
+	return 100000
 }
