@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -84,6 +85,7 @@ func newApp() *cli.App {
 			&cli.StringFlag{Name: "stats-addr", Value: "127.0.0.1", Usage: "address of --stats-port, like nutcracker -a"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 5 * time.Second, Usage: "on SIGTERM, how long in-flight requests may take before connections are closed"},
 			&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, Usage: "on reload, how long replaced shards may take to answer their in-flight requests"},
+			&cli.IntFlag{Name: "procs", Usage: "threads running proxy code at once (GOMAXPROCS; 0: one per core). On a host where the proxy shares a few cores with its clients, 1 spends less CPU per request; more cores serve more requests"},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json (log/slog, to stderr)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn or error"},
 		},
@@ -113,6 +115,12 @@ func run(c *cli.Context) error {
 		return err
 	}
 	slog.SetDefault(log)
+	switch n := c.Int("procs"); {
+	case n < 0:
+		return fmt.Errorf("--procs %d: want 0 (one per core) or more", n)
+	case n > 0:
+		runtime.GOMAXPROCS(n)
+	}
 	path := c.String("config")
 	pools, err := poolsFromFlags(c, log)
 	if err != nil {

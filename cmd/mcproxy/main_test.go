@@ -168,7 +168,7 @@ func TestMcproxyProcess(t *testing.T) {
 
 func TestMcproxyEmbedded(t *testing.T) {
 	bin := buildMcproxy(t)
-	p := startMcproxy(t, bin, "", "--embedded", "3")
+	p := startMcproxy(t, bin, "", "--embedded", "3", "--procs", "1")
 	mc := memcache.New(p.addr)
 	defer mc.Close()
 	var keys []string

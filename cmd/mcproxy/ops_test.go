@@ -34,7 +34,7 @@ func TestMcproxyVersionAndHelp(t *testing.T) {
 			t.Errorf("--help lacks --%s", name)
 		}
 	}
-	for _, bad := range [][]string{{"--embedded", "1", "--log-format", "xml"}, {"--embedded", "1", "--log-level", "loud"}} {
+	for _, bad := range [][]string{{"--embedded", "1", "--log-format", "xml"}, {"--embedded", "1", "--log-level", "loud"}, {"--embedded", "1", "--procs", "-1"}} {
 		if out, err := exec.Command(bin, bad...).CombinedOutput(); err == nil {
 			t.Errorf("%v accepted: %s", bad, out)
 		}
