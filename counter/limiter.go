@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -325,10 +326,9 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 			// for one round trip, not two. If the read fails after the
 			// count succeeded, the request stays counted (an error, and
 			// one count too many: the strict side).
-			errc := make(chan error, 1)
-			go func() { errc <- lim.fetchClosed(ctx, key, id, missing, counts, cacheable) }()
+			f := lim.startFetchClosed(ctx, key, id, missing, len(counts), cacheable)
 			cur, err = lim.bump(ctx, curKey, n, seen)
-			if ferr := <-errc; err == nil {
+			if ferr := f.wait(counts); err == nil {
 				err = ferr
 			}
 			if err != nil {
@@ -417,6 +417,33 @@ func (lim *Limiter) fetchClosed(ctx context.Context, key string, id int64, missi
 		return err
 	}
 	return lim.fillClosed(key, id, missing, keys, vals, counts, cache)
+}
+
+// closedFetch is fetchClosed running in its own goroutine, on its own
+// copies of missing and counts (so that the caller's stay on its stack).
+type closedFetch struct {
+	errc    chan error
+	missing []int64
+	counts  []int64
+	base    int64 // counts[i] is sub-window base+i
+}
+
+// startFetchClosed starts fetchClosed; wait returns its outcome.
+func (lim *Limiter) startFetchClosed(ctx context.Context, key string, id int64, missing []int64, n int, cache bool) *closedFetch {
+	f := &closedFetch{errc: make(chan error, 1), missing: slices.Clone(missing), counts: make([]int64, n), base: id - int64(lim.win.n)}
+	go func() { f.errc <- lim.fetchClosed(ctx, key, id, f.missing, f.counts, cache) }()
+	return f
+}
+
+// wait waits for the fetch and fills the fetched sub-windows into counts.
+func (f *closedFetch) wait(counts []int64) error {
+	err := <-f.errc
+	if err == nil {
+		for _, sid := range f.missing {
+			counts[sid-f.base] = f.counts[sid-f.base]
+		}
+	}
+	return err
 }
 
 // fillClosed puts the fetched closed sub-windows into counts and the cache.
