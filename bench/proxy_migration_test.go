@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 )
@@ -51,19 +50,12 @@ func TestTwemproxyMigration(t *testing.T) {
 			pool := TwemproxyPool{Hash: tc.hash, HashTag: tc.hashTag, Distribution: "ketama", TimeoutMS: 2000}
 			for i, m := range shards {
 				pool.Servers = append(pool.Servers, tc.entry(i, m.Addr))
-				flushShard(t, m.Addr)
+				FlushForTest(t, m.Addr)
 			}
 			nc := NutcrackerForTest(t, pool)
 
-			keys := make([]string, 10000)
-			for i := range keys {
-				if i%3 == 0 {
-					keys[i] = fmt.Sprintf("rl:{user%d}:w%d", i/3, i%7)
-				} else {
-					keys[i] = "mig:" + strconv.Itoa(i)
-				}
-			}
-			writeValues(t, nc.Addr, keys)
+			keys := MigrationKeys(10000)
+			SetValuesForTest(t, nc.Addr, keys)
 
 			dir := t.TempDir()
 			pool.Listen = FreeAddrForTest(t)
@@ -83,7 +75,7 @@ func TestTwemproxyMigration(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			hits, wrong := readValues(t, pool.Listen, keys)
+			hits, wrong := GetValuesForTest(t, pool.Listen, keys)
 			t.Logf("%s: %d/%d hits through mcproxy, %d wrong values", tc.name, hits, len(keys), wrong)
 			if hits != len(keys) || wrong != 0 {
 				log, _ := os.ReadFile(filepath.Join(dir, "mcproxy.log"))
@@ -92,57 +84,4 @@ func TestTwemproxyMigration(t *testing.T) {
 			}
 		})
 	}
-}
-
-func flushShard(t *testing.T, addr string) {
-	t.Helper()
-	rw := DialForTest(t, addr)
-	rw.WriteString("flush_all\r\n")
-	if err := rw.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if line, err := rw.ReadString('\n'); err != nil || line != "OK\r\n" {
-		t.Fatalf("flush_all %s: %q %v", addr, line, err)
-	}
-}
-
-// writeValues sets keys[i] to "v<i>", 100 pipelined sets at a time.
-func writeValues(t *testing.T, addr string, keys []string) {
-	t.Helper()
-	rw := DialForTest(t, addr)
-	for lo := 0; lo < len(keys); lo += 100 {
-		hi := min(lo+100, len(keys))
-		for i := lo; i < hi; i++ {
-			v := "v" + strconv.Itoa(i)
-			fmt.Fprintf(rw, "set %s 0 0 %d\r\n%s\r\n", keys[i], len(v), v)
-		}
-		if err := rw.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		for i := lo; i < hi; i++ {
-			if line, err := rw.ReadString('\n'); err != nil || line != "STORED\r\n" {
-				t.Fatalf("set %q via %s: %q %v", keys[i], addr, line, err)
-			}
-		}
-	}
-}
-
-// readValues gets keys in 100-key multi-gets and counts the keys found and
-// those found with a value other than "v<i>".
-func readValues(t *testing.T, addr string, keys []string) (hits, wrong int) {
-	t.Helper()
-	index := make(map[string]int, len(keys))
-	for i, k := range keys {
-		index[k] = i
-	}
-	err := MultiGet(DialForTest(t, addr), keys, 100, func(key string, data []byte) {
-		hits++
-		if i, ok := index[key]; !ok || string(data) != "v"+strconv.Itoa(i) {
-			wrong++
-		}
-	})
-	if err != nil {
-		t.Fatalf("get via %s: %v", addr, err)
-	}
-	return hits, wrong
 }

@@ -41,72 +41,6 @@ func migServeYAML(t *testing.T, yml string) string {
 	return addr
 }
 
-// migFlush empties a memcached shard.
-func migFlush(t *testing.T, addr string) {
-	t.Helper()
-	rw := bench.DialForTest(t, addr)
-	rw.WriteString("flush_all\r\n")
-	if err := rw.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if line, err := rw.ReadString('\n'); err != nil || line != "OK\r\n" {
-		t.Fatalf("flush_all %s: %q %v", addr, line, err)
-	}
-}
-
-// migSet sets keys[i] to "v<i>" through addr, 100 pipelined sets at a time.
-func migSet(t *testing.T, addr string, keys []string) {
-	t.Helper()
-	rw := bench.DialForTest(t, addr)
-	for lo := 0; lo < len(keys); lo += 100 {
-		hi := min(lo+100, len(keys))
-		for i := lo; i < hi; i++ {
-			v := "v" + strconv.Itoa(i)
-			fmt.Fprintf(rw, "set %s 0 0 %d\r\n%s\r\n", keys[i], len(v), v)
-		}
-		if err := rw.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		for i := lo; i < hi; i++ {
-			if line, err := rw.ReadString('\n'); err != nil || line != "STORED\r\n" {
-				t.Fatalf("set %q via %s: %q %v", keys[i], addr, line, err)
-			}
-		}
-	}
-}
-
-// migGet reads keys through addr in 100-key multi-gets and returns how many
-// were found and how many of those had a value other than "v<i>".
-func migGet(t *testing.T, addr string, keys []string) (hits, wrong int) {
-	t.Helper()
-	index := make(map[string]int, len(keys))
-	for i, k := range keys {
-		index[k] = i
-	}
-	err := bench.MultiGet(bench.DialForTest(t, addr), keys, 100, func(key string, data []byte) {
-		hits++
-		if i, ok := index[key]; !ok || string(data) != "v"+strconv.Itoa(i) {
-			wrong++
-		}
-	})
-	if err != nil {
-		t.Fatalf("get via %s: %v", addr, err)
-	}
-	return hits, wrong
-}
-
-func migKeys(n int) []string {
-	keys := make([]string, n)
-	for i := range keys {
-		if i%3 == 0 {
-			keys[i] = fmt.Sprintf("rl:{user%d}:w%d", i/3, i%7)
-		} else {
-			keys[i] = "mig:" + strconv.Itoa(i)
-		}
-	}
-	return keys
-}
-
 // TestModulaMigration is the modula follow-up of issue 5: 10,000 keys
 // written through Debian's nutcracker with distribution modula (3 real
 // memcached shards, weights 1,2,1, named) are all read back through mcproxy
@@ -130,16 +64,16 @@ func TestModulaMigration(t *testing.T) {
 			pool := bench.TwemproxyPool{Hash: tc.hash, HashTag: tc.hashTag, Distribution: shard.DistModula, TimeoutMS: 2000}
 			for i, m := range shards {
 				pool.Servers = append(pool.Servers, fmt.Sprintf("%s:%d mc-%c", m.Addr, weights[i], 'a'+i))
-				migFlush(t, m.Addr)
+				bench.FlushForTest(t, m.Addr)
 			}
 			nc := bench.NutcrackerForTest(t, pool)
-			keys := migKeys(10000)
-			migSet(t, nc.Addr, keys)
+			keys := bench.MigrationKeys(10000)
+			bench.SetValuesForTest(t, nc.Addr, keys)
 
 			// Every shard holds its weight's share (a quarter, a half, a
 			// quarter), so a wrong placement could not go unnoticed.
 			for i, m := range shards {
-				got, _ := migGet(t, m.Addr, keys)
+				got, _ := bench.GetValuesForTest(t, m.Addr, keys)
 				want := float64(len(keys)*weights[i]) / 4
 				if math.Abs(float64(got)-want) > 0.15*want {
 					t.Errorf("shard %d (weight %d) holds %d keys, want about %.0f", i, weights[i], got, want)
@@ -147,7 +81,7 @@ func TestModulaMigration(t *testing.T) {
 			}
 
 			pool.Listen = bench.FreeAddrForTest(t)
-			hits, wrong := migGet(t, migServeYAML(t, pool.YAML()), keys)
+			hits, wrong := bench.GetValuesForTest(t, migServeYAML(t, pool.YAML()), keys)
 			t.Logf("%s: %d/%d hits through mcproxy (modula), %d wrong values", tc.name, hits, len(keys), wrong)
 			if hits != len(keys) || wrong != 0 {
 				t.Fatalf("%d/%d keys written via nutcracker found via mcproxy (%d wrong values), want all", hits, len(keys), wrong)
@@ -155,7 +89,7 @@ func TestModulaMigration(t *testing.T) {
 
 			ketama := pool
 			ketama.Distribution, ketama.Listen = shard.DistKetama, bench.FreeAddrForTest(t)
-			hits, _ = migGet(t, migServeYAML(t, ketama.YAML()), keys)
+			hits, _ = bench.GetValuesForTest(t, migServeYAML(t, ketama.YAML()), keys)
 			t.Logf("%s: control: %d/%d hits through a ketama pool", tc.name, hits, len(keys))
 			if hits > len(keys)*3/4 {
 				t.Errorf("a ketama pool found %d/%d modula-placed keys: the test cannot tell placements apart", hits, len(keys))
@@ -181,11 +115,11 @@ func TestRandomSpreadLikeNutcracker(t *testing.T) {
 		for i := range keys {
 			keys[i] = prefix + strconv.Itoa(i)
 		}
-		migSet(t, via, keys)
+		bench.SetValuesForTest(t, via, keys)
 		got := make([]int, len(shards))
 		total := 0
 		for i, m := range shards {
-			got[i], _ = migGet(t, m.Addr, keys)
+			got[i], _ = bench.GetValuesForTest(t, m.Addr, keys)
 			total += got[i]
 		}
 		if total != n {
