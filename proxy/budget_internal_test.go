@@ -56,6 +56,38 @@ func (b *holdBackend) Close() error {
 	return nil
 }
 
+// serveBackend serves a one-shard Router over b with the client byte
+// budget, on a loopback port; the server, then the backend, are closed at
+// the end of the test (a backend holding calls must finish them for
+// Shutdown to end).
+func serveBackend(t *testing.T, b Backend, budget int64) string {
+	t.Helper()
+	r, err := NewRouter(RouterConfig{
+		Servers:    []shard.Server{{Addr: "test:1"}},
+		NewBackend: func(int, shard.Server, BackendHooks) (Backend, error) { return b, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewServer(ServerConfig{Router: r, MaxClientBytes: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = b.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		_ = r.Close()
+	})
+	return ln.Addr().String()
+}
+
 // TestClientByteBudget: while the backend holds a client's big sets, the
 // proxy stops reading that client once MaxClientBytes are in flight; small
 // requests are bounded by MaxPipeline only. Every request is answered once
@@ -74,32 +106,8 @@ func TestClientByteBudget(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := &holdBackend{got: make(chan struct{}, tt.count)}
-			r, err := NewRouter(RouterConfig{
-				Servers: []shard.Server{{Addr: "hold:1"}},
-				NewBackend: func(int, shard.Server, BackendHooks) (Backend, error) {
-					return b, nil
-				},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			srv, err := NewServer(ServerConfig{Router: r, MaxClientBytes: tt.budget})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			go func() { _ = srv.Serve(ln) }()
-			defer func() {
-				_ = b.Close() // held calls must finish for Shutdown to end
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = srv.Shutdown(ctx)
-			}()
-			c, err := net.Dial("tcp", ln.Addr().String())
+			addr := serveBackend(t, b, tt.budget)
+			c, err := net.Dial("tcp", addr)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,34 +183,13 @@ func (b *valueBackend) Close() error { return nil }
 func TestClientByteBudgetReplies(t *testing.T) {
 	const value, count = 100 << 10, 400 // 40 MiB of replies
 	b := &valueBackend{size: value, got: make(chan struct{}, count)}
-	r, err := NewRouter(RouterConfig{
-		Servers:    []shard.Server{{Addr: "values:1"}},
-		NewBackend: func(int, shard.Server, BackendHooks) (Backend, error) { return b, nil },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	srv, err := NewServer(ServerConfig{Router: r, MaxClientBytes: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}()
-	c, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	addr := serveBackend(t, b, 1<<20)
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_ = c.SetReadBuffer(64 << 10)
+	_ = c.(*net.TCPConn).SetReadBuffer(64 << 10)
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	go func() {
 		bw := bufio.NewWriter(c)
