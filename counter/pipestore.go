@@ -586,12 +586,16 @@ func (p *PipeStore) callOn(ctx context.Context, mc *muxConn, deadline time.Time,
 	}
 	req.write, req.read, req.deadline = write, read, deadline
 	select {
-	case mc.queue <- req:
-	case <-mc.closed:
-		return fmt.Errorf("counter: memcached %s: %w", p.cfg.Addr, mc.err)
-	case <-ctx.Done():
-		muxReqs.Put(req) // never queued
-		return ctxErr(ctx)
+	case mc.queue <- req: // room: no need for ctx.Done (it may cost a timer)
+	default:
+		select {
+		case mc.queue <- req:
+		case <-mc.closed:
+			return fmt.Errorf("counter: memcached %s: %w", p.cfg.Addr, mc.err)
+		case <-ctx.Done():
+			muxReqs.Put(req) // never queued
+			return ctxErr(ctx)
+		}
 	}
 	// No giving up on ctx from here: the reader may be filling the
 	// caller's results. The wait is bounded by the read deadline.
