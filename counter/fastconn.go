@@ -57,17 +57,12 @@ func NewFastConn(nc net.Conn) *FastConn {
 	}
 	// The closures are made once: one passed to RawConn escapes.
 	s.readFn = func(fd uintptr) bool {
-		for {
-			n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&s.rp[0])), uintptr(len(s.rp)))
-			switch e {
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false // wait for readiness
-			}
-			s.rn, s.rerrno = int(n), e
-			return true
+		n, e := rawRead(fd, s.rp)
+		if e == syscall.EAGAIN {
+			return false // wait for readiness
 		}
+		s.rn, s.rerrno = n, e
+		return true
 	}
 	s.tryFn = func(fd uintptr) bool {
 		s.write(fd)
@@ -84,30 +79,34 @@ func NewFastConn(nc net.Conn) *FastConn {
 	s.eachFn = func(fd uintptr) bool {
 		for {
 			p := s.fill()
-			n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			switch e {
-			case 0:
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
+			n, e := rawRead(fd, p)
+			switch {
+			case e == syscall.EAGAIN:
 				return false
-			default:
+			case e != 0:
 				s.eerr = s.opError("read", e)
 				return true
-			}
-			if n == 0 {
+			case n == 0:
 				s.eerr = io.EOF
 				return true
-			}
-			if !s.consume(int(n)) {
+			case !s.consume(n):
 				return true
-			}
-			if int(n) < len(p) {
+			case n < len(p):
 				return false // drained: wait for the next arrival
 			}
 		}
 	}
 	return s
+}
+
+// rawRead reads into p (not empty) with one read(2), retried on EINTR.
+func rawRead(fd uintptr, p []byte) (int, syscall.Errno) {
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		if e != syscall.EINTR {
+			return int(n), e
+		}
+	}
 }
 
 // write writes wp[wn:] once, adding to wn; it reports false when the
