@@ -38,9 +38,10 @@ import (
 // not handed to it yet and their wire bytes, out_queue and
 // out_queue_bytes the requests sent and awaiting their reply and their
 // bytes. The in-process MemoryBackend has no wire and no queue (it
-// answers inside Do): these fields are 0 for its shards. The counters of
-// a shard set replaced by a reload are included while it drains, and
-// not after it is closed (see the shardTotals of reload.go).
+// answers inside Do): these fields are 0 for its shards. Counters
+// include the shard sets replaced by reloads, draining or closed (see the
+// shardTotals of reload.go), so they never go back; queue gauges count
+// the live and draining sets only.
 func (p *Proxy) StatsJSON(version string) []byte {
 	now := p.now()
 	host, _ := os.Hostname()
