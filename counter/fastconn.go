@@ -4,7 +4,6 @@ import (
 	"io"
 	"net"
 	"syscall"
-	"unsafe"
 )
 
 // FastConn is a net.Conn whose Read and Write make raw system calls on
@@ -49,96 +48,13 @@ type FastConn struct {
 	eachFn  func(fd uintptr) bool
 }
 
-// NewFastConn wraps nc.
+// NewFastConn wraps nc. On systems other than Unix it forwards to nc.
 func NewFastConn(nc net.Conn) *FastConn {
 	s := &FastConn{Conn: nc, rc: rawConn(nc)}
-	if s.rc == nil {
-		return s
-	}
-	// The closures are made once: one passed to RawConn escapes.
-	s.readFn = func(fd uintptr) bool {
-		n, e := rawRead(fd, s.rp)
-		if e == syscall.EAGAIN {
-			return false // wait for readiness
-		}
-		s.rn, s.rerrno = n, e
-		return true
-	}
-	s.tryFn = func(fd uintptr) bool {
-		s.write(fd)
-		return true
-	}
-	s.writeFn = func(fd uintptr) bool {
-		for s.werrno == 0 && s.wn < len(s.wp) {
-			if !s.write(fd) {
-				return false
-			}
-		}
-		return true
-	}
-	s.eachFn = func(fd uintptr) bool {
-		for {
-			p := s.fill()
-			n, e := rawRead(fd, p)
-			switch {
-			case e == syscall.EAGAIN:
-				return false
-			case e != 0:
-				s.eerr = s.opError("read", e)
-				return true
-			case n == 0:
-				s.eerr = io.EOF
-				return true
-			case !s.consume(n):
-				return true
-			case n < len(p):
-				return false // drained: wait for the next arrival
-			}
-		}
+	if s.rc != nil {
+		s.initRaw()
 	}
 	return s
-}
-
-// rawRead reads into p (not empty) with one read(2), retried on EINTR.
-func rawRead(fd uintptr, p []byte) (int, syscall.Errno) {
-	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-		if e != syscall.EINTR {
-			return int(n), e
-		}
-	}
-}
-
-// write writes wp[wn:] once, adding to wn; it reports false when the
-// socket is full.
-func (s *FastConn) write(fd uintptr) bool {
-	p := s.wp[s.wn:]
-	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-		switch e {
-		case 0:
-			s.wn += int(n)
-			return true
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false
-		}
-		s.werrno = e
-		return true
-	}
-}
-
-func rawConn(nc net.Conn) syscall.RawConn {
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	return rc
 }
 
 // Raw reports whether s makes raw system calls (false: it forwards to
@@ -213,14 +129,7 @@ func (s *FastConn) Shutdown() error {
 	if s.rc == nil {
 		return s.Conn.Close()
 	}
-	var serr error
-	if err := s.rc.Control(func(fd uintptr) { serr = syscall.Shutdown(int(fd), syscall.SHUT_RDWR) }); err != nil {
-		return err
-	}
-	if serr != nil {
-		return s.opError("shutdown", serr)
-	}
-	return nil
+	return s.shutdownRaw()
 }
 
 func (s *FastConn) opError(op string, err error) error {
