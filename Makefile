@@ -2,7 +2,7 @@
 GO ?= go
 export POPLIMIT_REQUIRE_MEMCACHED = 1
 
-.PHONY: test demo deps build vet fuzz bench clean
+.PHONY: test demo deps build vet cross fuzz bench clean
 
 # deps installs the Debian packages the integration suite runs against
 # (memcached, libmemcached-tools for memccapable, nutcracker) when missing.
@@ -15,9 +15,18 @@ build:
 vet:
 	$(GO) vet ./...
 
-# test: vet, then every test with the race detector, including the
-# integration suite against real memcached, memccapable and nutcracker.
-test: deps vet
+# cross: the library and the daemons also build for macOS and Windows
+# (FastConn's raw system calls are Unix-only; bench and popbench are
+# Linux tools).
+LIBS = ./counter ./pop ./proxy ./shard ./cmd/edge ./cmd/mcproxy
+cross:
+	GOOS=darwin $(GO) build $(LIBS)
+	GOOS=windows $(GO) build $(LIBS)
+
+# test: vet and cross builds, then every test with the race detector,
+# including the integration suite against real memcached, memccapable and
+# nutcracker.
+test: deps vet cross
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 # demo: a whole PoP with live traffic (real memcached when installed, the
