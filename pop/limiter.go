@@ -2,6 +2,7 @@ package pop
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -385,6 +386,12 @@ func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []stri
 		l.breaker.Release()
 		return Decision{Reason: ReasonCanceled}
 	}
+	if errors.Is(err, counter.ErrContention) {
+		// A hot key, not a sick store: failing open here would let
+		// whoever hammers one key open the breaker for every key.
+		l.breaker.Observe(now, nil)
+		return contended(rs)
+	}
 	l.breaker.Observe(now, err)
 	if err != nil {
 		return l.fallback(ctx, p, rs, keys, now)
@@ -394,6 +401,24 @@ func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []stri
 		l.cfg.Metrics.mitigationInsert(p.spec.Name)
 	}
 	return d
+}
+
+// contended is the rejection of a request whose count could not be
+// updated (counter.ErrContention): bound to the first token bucket of the
+// rule (the limit that races), retry after one token's interval.
+func contended(rs *rules) Decision {
+	lim := rs.limits[0].spec.Limit
+	for _, r := range rs.limits {
+		if r.spec.Limit.Algorithm == counter.TokenBucket {
+			lim = r.spec.Limit
+			break
+		}
+	}
+	retry := max(lim.Window/time.Duration(max(lim.Quantity, 1)), time.Millisecond)
+	return Decision{
+		Status: http.StatusTooManyRequests, Reason: ReasonContention,
+		Binding: LimitResult{Limit: lim, Result: counter.Result{Limit: lim.Quantity, Reset: retry, RetryAfter: retry}},
+	}
 }
 
 // count asks the shared count (and the leases) about every limit.

@@ -52,6 +52,11 @@ const (
 	ReasonFailOpen   Reason = "fail_open"   // store unavailable, admitted
 	ReasonFailClosed Reason = "fail_closed" // store unavailable, 503
 	ReasonFailLocal  Reason = "fail_local"  // store unavailable, local budget
+	// ReasonContention: the store answered, but a limit could not update
+	// its count (the token bucket lost its compare-and-swap race
+	// Config.CASRetries times: a hot key). Rejected with 429, nothing
+	// counted; not a store failure (no breaker, no fail mode).
+	ReasonContention Reason = "contention"
 	// ReasonCanceled: the request's context ended (the client went away)
 	// before the store answered. Not admitted, whatever the fail mode, and
 	// not a store failure (no fail-open count, no rejection event); Status
