@@ -241,7 +241,9 @@ func (pc *pipeConn) values(out map[string][]byte, cas *uint64) error {
 		if string(l) == "END" {
 			return nil
 		}
-		f := bytes.Fields(l)
+		// memcached separates fields with ASCII spaces only: a legal key
+		// may hold bytes bytes.Fields would take for Unicode spaces.
+		f := bytes.FieldsFunc(l, func(r rune) bool { return r == ' ' })
 		if len(f) < 4 || string(f[0]) != "VALUE" {
 			return fmt.Errorf("%w: %q", errProto, l)
 		}
