@@ -100,33 +100,61 @@ func (t TrustedProxies) contains(a netip.Addr) bool {
 	return false
 }
 
-// ClientIP returns the client address of r. X-Forwarded-For and Forwarded
-// are honoured only when the peer is a trusted proxy; the chain is walked
-// from the right and the first untrusted hop is the client (so a client
-// cannot spoof its address by prepending entries). Forwarded (RFC 7239)
-// wins over X-Forwarded-For when both are present. The zero Addr is returned
-// when RemoteAddr does not parse.
+// DefaultMaxForwardedHops is how many forwarding hops ClientIP examines
+// when no other bound is given (File.MaxForwardedHops zero).
+const DefaultMaxForwardedHops = 16
+
+// maxHopBytes bounds one hop (an X-Forwarded-For entry or a Forwarded
+// element): a longer one is unparsable and ends the trusted chain, so the
+// cost of a hop is bounded too.
+const maxHopBytes = 256
+
+// ClientIP returns the client address of r, examining at most
+// DefaultMaxForwardedHops hops (ClientIPHops).
 func (t TrustedProxies) ClientIP(r *http.Request) netip.Addr {
+	return t.ClientIPHops(r, DefaultMaxForwardedHops)
+}
+
+// ClientIPHops returns the client address of r. X-Forwarded-For and
+// Forwarded are honoured only when the peer is a trusted proxy; the chain
+// is walked from the right and the first untrusted hop is the client (so a
+// client cannot spoof its address by prepending entries). Forwarded (RFC
+// 7239) wins over X-Forwarded-For when both are present.
+//
+// At most maxHops hops are examined (≤ 0: DefaultMaxForwardedHops), each
+// at most 256 bytes: when every examined hop is trusted, the leftmost one
+// examined is the client (a trusted proxy's address, never one a client
+// chose). The work is therefore bounded whatever the header's size: the
+// header is scanned backwards and only the hops examined are read. An
+// unparsable hop ends the chain (the last address vouched for is the
+// client). The zero Addr is returned when RemoteAddr does not parse.
+func (t TrustedProxies) ClientIPHops(r *http.Request, maxHops int) netip.Addr {
 	peer := parseHostAddr(r.RemoteAddr)
 	if !peer.IsValid() || len(t) == 0 || !t.contains(peer) {
 		return peer
 	}
-	var hops []string
-	if fw := r.Header.Values("Forwarded"); len(fw) > 0 {
-		hops = forwardedFor(fw)
-	} else if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
-		for _, line := range xff {
-			for _, h := range strings.Split(line, ",") {
-				hops = append(hops, strings.TrimSpace(h))
-			}
-		}
+	if maxHops <= 0 {
+		maxHops = DefaultMaxForwardedHops
+	}
+	lines, fwd := r.Header["Forwarded"], true
+	if len(lines) == 0 {
+		lines, fwd = r.Header["X-Forwarded-For"], false
 	}
 	client := peer
-	for i := len(hops) - 1; i >= 0; i-- {
-		a := parseHostAddr(hops[i])
+	hops := hopsFromRight{lines: lines, i: len(lines) - 1, rest: lastOf(lines)}
+	for n := 0; n < maxHops; n++ {
+		h, ok := hops.next()
+		if !ok {
+			break
+		}
+		if fwd {
+			h = forwardedForValue(h)
+		}
+		a := netip.Addr{}
+		if len(h) <= maxHopBytes {
+			a = parseHostAddr(h)
+		}
 		if !a.IsValid() {
-			// An unparsable hop ends the trusted chain: keep the last
-			// address we could vouch for.
 			return client
 		}
 		client = a.Unmap()
@@ -137,22 +165,65 @@ func (t TrustedProxies) ClientIP(r *http.Request) netip.Addr {
 	return client
 }
 
-// forwardedFor extracts the for= values of RFC 7239 Forwarded fields, in
-// order.
-func forwardedFor(lines []string) []string {
-	var out []string
-	for _, line := range lines {
-		for _, elem := range strings.Split(line, ",") {
-			for _, pair := range strings.Split(elem, ";") {
-				k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
-				if !ok || !strings.EqualFold(k, "for") {
-					continue
-				}
-				out = append(out, strings.Trim(v, `"`))
+func lastOf(lines []string) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	return lines[len(lines)-1]
+}
+
+// hopsFromRight yields the comma-separated entries of header lines from the
+// last one backwards, scanning only as far as it is asked to go.
+type hopsFromRight struct {
+	lines []string
+	i     int    // current line
+	rest  string // unread part of line i
+}
+
+func (h *hopsFromRight) next() (string, bool) {
+	// Empty entries ("a,,b", blank lines) are skipped.
+	for h.i >= 0 {
+		if c := strings.LastIndexByte(h.rest, ','); c >= 0 {
+			e := strings.TrimSpace(h.rest[c+1:])
+			h.rest = h.rest[:c]
+			if e != "" {
+				return e, true
 			}
+			continue
+		}
+		e := strings.TrimSpace(h.rest)
+		h.i--
+		if h.i >= 0 {
+			h.rest = h.lines[h.i]
+		} else {
+			h.rest = ""
+		}
+		if e != "" {
+			return e, true
 		}
 	}
-	return out
+	return "", false
+}
+
+// forwardedForValue is the for= value of one RFC 7239 Forwarded element
+// (pairs separated by ';'), unquoted; "" when it has none.
+func forwardedForValue(elem string) string {
+	if len(elem) > maxHopBytes {
+		return ""
+	}
+	for elem != "" {
+		pair := elem
+		if i := strings.IndexByte(elem, ';'); i >= 0 {
+			pair, elem = elem[:i], elem[i+1:]
+		} else {
+			elem = ""
+		}
+		k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if ok && strings.EqualFold(strings.TrimSpace(k), "for") {
+			return strings.Trim(strings.TrimSpace(v), `"`)
+		}
+	}
+	return ""
 }
 
 // parseHostAddr accepts "1.2.3.4", "1.2.3.4:80", "[::1]:80", "[::1]", "::1".

@@ -47,6 +47,43 @@ func TestClientIP(t *testing.T) {
 	}
 }
 
+// TestClientIPHopCap: at most maxHops hops are examined from the right, a
+// hop longer than 256 bytes ends the chain, and blank entries are skipped.
+func TestClientIPHopCap(t *testing.T) {
+	trusted := TrustedProxies{netip.MustParsePrefix("10.0.0.0/8")}
+	chain := "198.51.100.7, 10.0.0.4, 10.0.0.3, 10.0.0.2, 10.0.0.1"
+	for _, tc := range []struct {
+		name string
+		xff  []string
+		fwd  []string
+		max  int
+		want string
+	}{
+		{"within cap", []string{chain}, nil, 5, "198.51.100.7"},
+		{"cap stops at a trusted hop", []string{chain}, nil, 3, "10.0.0.3"},
+		{"cap of one", []string{chain}, nil, 1, "10.0.0.1"},
+		{"default cap", []string{chain}, nil, 0, "198.51.100.7"},
+		{"hops over lines", []string{"198.51.100.7, 10.0.0.3", "", "10.0.0.2 ,, 10.0.0.1"}, nil, 4, "198.51.100.7"},
+		{"long hop ends chain", []string{strings.Repeat("1", 300) + ", 10.0.0.1"}, nil, 5, "10.0.0.1"},
+		{"forwarded capped", nil, []string{`for=198.51.100.7, for=10.0.0.2;proto=https`, `for="10.0.0.1:80"`}, 2, "10.0.0.2"},
+		{"forwarded element without for", nil, []string{`for=198.51.100.7, proto=https`}, 5, "10.1.2.3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = "10.1.2.3:80"
+			for _, v := range tc.xff {
+				r.Header.Add("X-Forwarded-For", v)
+			}
+			for _, v := range tc.fwd {
+				r.Header.Add("Forwarded", v)
+			}
+			if got := trusted.ClientIPHops(r, tc.max); got.String() != tc.want {
+				t.Errorf("ClientIPHops(%d) = %v, want %v", tc.max, got, tc.want)
+			}
+		})
+	}
+}
+
 func TestAPIKeyExtract(t *testing.T) {
 	src := APIKeySource{Header: "X-API-Key", Bearer: true, Query: "api_key"}
 	tests := []struct {

@@ -242,21 +242,27 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 	if s == nil {
 		return Decision{Allowed: true, Reason: ReasonNoPolicy}
 	}
-	ip := s.file.TrustedProxies.ClientIP(r)
-	if s.prefilter != nil && ip.IsValid() {
-		res, err := s.prefilter.AllowN(ctx, ip.String(), now, 1)
+	ip := s.file.TrustedProxies.ClientIPHops(r, s.file.maxHops())
+	// Per-IP counts key on the client's network (ip_prefix: an IPv6 /64
+	// by default), so rotating addresses within it shares one count.
+	cnet := s.file.ClientNet(ip)
+	if s.prefilter != nil && cnet.IsValid() {
+		res, err := s.prefilter.AllowN(ctx, cnet.String(), now, 1)
 		if err == nil && !res.Allowed {
 			d := Decision{Status: http.StatusTooManyRequests, Policy: "prefilter", Reason: ReasonPrefilter, Binding: LimitResult{s.prefilter.Limit(), res}}
 			l.finish(&d, ip, Identity{})
 			return d
 		}
 	}
-	pattern := s.route(r)
+	pattern := s.route(r).pattern
 	p := s.routes[pattern]
 	if p == nil {
-		return Decision{Allowed: true, Reason: ReasonNoPolicy}
+		if p = s.unmatched; p == nil {
+			return Decision{Allowed: true, Reason: ReasonNoPolicy}
+		}
+		pattern = unmatchedRoute
 	}
-	id := Identity{IP: ip, Route: pattern}
+	id := Identity{IP: cnet, Route: pattern}
 	tier := p.spec.DefaultTier
 	if p.needKey {
 		id.APIKey = s.file.APIKey.Extract(r)

@@ -10,9 +10,12 @@ import (
 // Middleware puts the limiter in front of next: every limited response
 // carries the rate-limit headers selected by the policy file; a rejection
 // is answered here (429 for a quota, 503 when the limiter is unhealthy and
-// the policy fails closed) and never reaches next.
+// the policy fails closed) and never reaches next. next receives the
+// request with its path in the canonical form it was matched by
+// (Normalize): the upstream reads the path that was limited.
 func (l *Limiter) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r = l.Normalize(r)
 		d := l.Decide(r.Context(), r, l.clock())
 		WriteHeaders(w.Header(), d, l.Headers())
 		if !d.Allowed {

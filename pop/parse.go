@@ -57,6 +57,14 @@ type parser struct {
 	file string
 	errs []error
 	mux  *http.ServeMux // every route seen so far, to report conflicts
+	// routes are the route patterns seen, for checks that need the
+	// whole file.
+	routes []routeNode
+}
+
+type routeNode struct {
+	node           *yaml.Node
+	field, pattern string
 }
 
 func (p *parser) errf(n *yaml.Node, field, format string, args ...any) {
@@ -171,8 +179,38 @@ func (p *parser) list(n *yaml.Node, path string, fn func(i int, v *yaml.Node)) {
 func (p *parser) file_(n *yaml.Node) *File {
 	f := &File{Name: p.file, Keys: map[string]KeyRecord{}, Tiers: map[string]TierSpec{}}
 	var tiersNode, keysNode, policiesNode *yaml.Node
-	p.fields(n, "", []string{"version", "headers", "trusted_proxies", "api_key", "user_header", "prefilter", "keys", "tiers", "policies"}, func(k string, v *yaml.Node) {
+	var defaultNode, unmatchedNode *yaml.Node
+	p.fields(n, "", []string{"version", "headers", "trusted_proxies", "api_key", "user_header", "prefilter", "keys", "tiers", "policies",
+		"default_policy", "unmatched", "case_insensitive_paths", "max_forwarded_hops", "ip_prefix"}, func(k string, v *yaml.Node) {
 		switch k {
+		case "default_policy":
+			f.DefaultPolicy, defaultNode = p.str(v, k), v
+		case "unmatched":
+			if p.str(v, k) != "unlimited" {
+				p.errf(v, k, "must be unlimited (or set default_policy instead); got %q", v.Value)
+			}
+			f.UnmatchedUnlimited, unmatchedNode = true, v
+		case "case_insensitive_paths":
+			f.CaseInsensitivePaths = p.bool(v, k)
+		case "max_forwarded_hops":
+			f.MaxForwardedHops = int(p.int(v, k, 1))
+			if f.MaxForwardedHops > 1024 {
+				p.errf(v, k, "must be ≤ 1024, got %d", f.MaxForwardedHops)
+			}
+		case "ip_prefix":
+			p.fields(v, k, []string{"ipv4", "ipv6"}, func(k2 string, v2 *yaml.Node) {
+				if k2 == "ipv4" {
+					f.IPv4Prefix = int(p.int(v2, join(k, k2), 1))
+					if f.IPv4Prefix > 32 {
+						p.errf(v2, join(k, k2), "must be ≤ 32, got %d", f.IPv4Prefix)
+					}
+					return
+				}
+				f.IPv6Prefix = int(p.int(v2, join(k, k2), 1))
+				if f.IPv6Prefix > 128 {
+					p.errf(v2, join(k, k2), "must be ≤ 128, got %d", f.IPv6Prefix)
+				}
+			})
 		case "version":
 			if ver := p.int(v, k, 1); ver != 1 {
 				p.errf(v, k, "unsupported version %d (want 1)", ver)
@@ -275,7 +313,33 @@ func (p *parser) file_(n *yaml.Node) *File {
 			f.Policies = append(f.Policies, ps)
 		})
 	}
+	p.unmatched(f, defaultNode, unmatchedNode)
 	return f
+}
+
+// unmatched checks default_policy and unmatched together, and that route
+// patterns are lower case when paths are matched case-insensitively.
+func (p *parser) unmatched(f *File, defaultNode, unmatchedNode *yaml.Node) {
+	if defaultNode != nil && unmatchedNode != nil {
+		p.errf(unmatchedNode, "unmatched", "conflicts with default_policy (line %d): pick one", defaultNode.Line)
+	}
+	if defaultNode != nil && f.DefaultPolicy != "" {
+		found := false
+		for _, ps := range f.Policies {
+			found = found || ps.Name == f.DefaultPolicy
+		}
+		if !found {
+			p.errf(defaultNode, "default_policy", "unknown policy %q", f.DefaultPolicy)
+		}
+	}
+	if !f.CaseInsensitivePaths {
+		return
+	}
+	for _, rn := range p.routes {
+		if patternHasUpper(rn.pattern) {
+			p.errf(rn.node, rn.field, "route %q has upper case letters, but case_insensitive_paths matches lower-cased paths only", rn.pattern)
+		}
+	}
 }
 
 func (p *parser) prefilter(n *yaml.Node, path string) *PrefilterSpec {
@@ -428,6 +492,7 @@ func (p *parser) policy(n *yaml.Node, path string, f *File) PolicySpec {
 					return
 				}
 				ps.Routes = append(ps.Routes, r)
+				p.routes = append(p.routes, routeNode{e, rp, r})
 			})
 		case "identity":
 			p.list(v, fp, func(i int, e *yaml.Node) {
@@ -491,8 +556,8 @@ func (p *parser) policy(n *yaml.Node, path string, f *File) PolicySpec {
 	if ps.Name == "" {
 		p.errf(n, join(path, "name"), "required")
 	}
-	if len(ps.Routes) == 0 {
-		p.errf(n, join(path, "routes"), "at least one route pattern is required")
+	if len(ps.Routes) == 0 && (ps.Name == "" || ps.Name != f.DefaultPolicy) {
+		p.errf(n, join(path, "routes"), "at least one route pattern is required (only the default_policy may have none)")
 	}
 	if len(ps.Identity) == 0 {
 		ps.Identity = []Part{PartIP}

@@ -2,6 +2,7 @@ package pop
 
 import (
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
@@ -101,7 +102,9 @@ type LeaseSpec struct {
 type PolicySpec struct {
 	Name string
 	// Routes are net/http ServeMux patterns ("GET /api/{id}"); a request
-	// matches the most specific pattern over all policies.
+	// matches the most specific pattern over all policies, after its path
+	// is normalised (NormalizePath). Only the file's default policy may
+	// have none.
 	Routes []string
 	// Identity lists the parts composing the counted key, in order.
 	Identity []Part
@@ -139,4 +142,59 @@ type File struct {
 	Keys     map[string]KeyRecord
 	Tiers    map[string]TierSpec
 	Policies []PolicySpec
+
+	// DefaultPolicy names the policy applied to every request no route
+	// matches (`default_policy:`; that policy may list no routes). With
+	// none, unmatched requests are not limited: UnmatchedUnlimited says
+	// the file asked for that explicitly (`unmatched: unlimited`); a load
+	// warns either way.
+	DefaultPolicy      string
+	UnmatchedUnlimited bool
+	// CaseInsensitivePaths (`case_insensitive_paths: true`) says the
+	// upstream reads paths case-insensitively: paths are lower-cased
+	// before matching (and forwarded so), and route patterns must be lower
+	// case.
+	CaseInsensitivePaths bool
+	// MaxForwardedHops bounds the X-Forwarded-For / Forwarded hops
+	// examined from the right (`max_forwarded_hops:`); default
+	// DefaultMaxForwardedHops.
+	MaxForwardedHops int
+	// IPv4Prefix and IPv6Prefix are the network sizes, in bits, per-IP
+	// identities and the pre-filter count by (`ip_prefix: {ipv4: 32,
+	// ipv6: 64}`): every address of one IPv6 /64 shares one count by
+	// default. Zero means the default (32, 64).
+	IPv4Prefix, IPv6Prefix int
+}
+
+// maxHops is MaxForwardedHops resolved.
+func (f *File) maxHops() int {
+	if f.MaxForwardedHops > 0 {
+		return f.MaxForwardedHops
+	}
+	return DefaultMaxForwardedHops
+}
+
+// ClientNet is the network a per-IP count keys on: a masked to the file's
+// ip_prefix for its family (the zero Addr stays zero).
+func (f *File) ClientNet(a netip.Addr) netip.Addr {
+	if !a.IsValid() {
+		return a
+	}
+	bits := f.IPv6Prefix
+	if a.Is4() {
+		bits = f.IPv4Prefix
+		if bits == 0 {
+			bits = 32
+		}
+	} else if bits == 0 {
+		bits = 64
+	}
+	if bits >= a.BitLen() {
+		return a
+	}
+	p, err := a.Prefix(bits)
+	if err != nil {
+		return a
+	}
+	return p.Addr()
 }

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
@@ -22,6 +20,7 @@ type snapshot struct {
 	routes    map[string]*policy // by ServeMux pattern
 	policies  map[string]*policy // by name
 	prefilter counter.Allower    // nil when the file has none
+	unmatched *policy            // the default policy, nil when none
 	loadedAt  time.Time
 }
 
@@ -81,50 +80,6 @@ func withCost(a counter.Allower, cost int64) counter.Allower {
 
 func newRouteMux() *http.ServeMux { return http.NewServeMux() }
 
-// routeCacheEntries bounds a snapshot's route cache.
-const routeCacheEntries = 4096
-
-// routeCache memoises ServeMux lookups by everything the mux reads of a
-// request (method, host, path), because matching allocates. Bounded: once
-// full, new (method, host, path) triples are matched by the mux every time
-// (so a scan of random paths cannot grow memory, and cannot evict the
-// routes cached before it).
-type routeCache struct {
-	mu sync.RWMutex
-	m  map[routeKey]string
-	n  atomic.Int64 // len(m), readable without the lock
-}
-
-type routeKey struct{ method, host, path, rawPath string }
-
-// route is the ServeMux pattern r matches ("" for none).
-func (s *snapshot) route(r *http.Request) string {
-	if r.URL == nil {
-		_, pat := s.mux.Handler(r)
-		return pat
-	}
-	k := routeKey{r.Method, r.Host, r.URL.Path, r.URL.RawPath}
-	s.rc.mu.RLock()
-	pat, ok := s.rc.m[k]
-	s.rc.mu.RUnlock()
-	if ok {
-		return pat
-	}
-	_, pat = s.mux.Handler(r)
-	if s.rc.n.Load() < routeCacheEntries {
-		s.rc.mu.Lock()
-		if s.rc.m == nil {
-			s.rc.m = make(map[routeKey]string)
-		}
-		if len(s.rc.m) < routeCacheEntries {
-			s.rc.m[k] = pat
-			s.rc.n.Store(int64(len(s.rc.m)))
-		}
-		s.rc.mu.Unlock()
-	}
-	return pat
-}
-
 var nopHandler = func(http.ResponseWriter, *http.Request) {}
 
 // localLimit divides l for one of workers workers, rounding down but never
@@ -171,10 +126,17 @@ func (l *Limiter) compile(f *File, old *snapshot, now time.Time) (s *snapshot, e
 			}
 		}
 		s.policies[ps.Name] = p
+		if ps.Name == f.DefaultPolicy {
+			s.unmatched = p
+		}
 		for _, pat := range ps.Routes {
 			s.mux.HandleFunc(pat, nopHandler)
 			s.routes[pat] = p
 		}
+	}
+	if s.unmatched == nil {
+		l.cfg.logger().Warn("requests that match no route are not limited (set default_policy to limit them)",
+			"file", f.Name, "explicit", f.UnmatchedUnlimited)
 	}
 	return s, nil
 }
