@@ -103,6 +103,17 @@ func TestParseErrors(t *testing.T) {
 		{"max_batch over allowance/cost", strings.Replace(minimalPolicy, "window: 1s}", "window: 1s, cost: 2}", 1) + "    lease: {enabled: true, max_batch: 6}\n", 10, "policies[0].lease.max_batch", "exceeds"},
 		{"max_batch over an override", minimalPolicy + "    overrides:\n      free: [{name: o, algorithm: token_bucket, quantity: 2, window: 1s, burst: 3}]\n    lease: {enabled: true, max_batch: 4}\n", 12, "policies[0].lease.max_batch", "exceeds"},
 		{"max_batch over a key's tier", strings.Replace(strings.Replace(minimalPolicy, "tier: free", "tier: api_key\n    default_tier: big", 1), "policies:", "  big:\n    limits: [{name: b, algorithm: fixed_window, quantity: 100, window: 1s}]\npolicies:", 1) + "    lease: {enabled: true, max_batch: 50}\n", 13, "policies[0].lease.max_batch", "tier free"},
+		{"unknown default policy", minimalPolicy + "default_policy: nope\n", 10, "default_policy", "unknown policy"},
+		{"default and unmatched", minimalPolicy + "default_policy: p\nunmatched: unlimited\n", 11, "unmatched", "conflicts with default_policy (line 10)"},
+		{"bad unmatched", minimalPolicy + "unmatched: limited\n", 10, "unmatched", "must be unlimited"},
+		{"routes required but for the default", minimalPolicy + "  - {name: q, tier: free}\n", 10, "policies[1].routes", "only the default_policy"},
+		{"upper-case route with case_insensitive_paths", minimalPolicy + "  - {name: q, routes: [\"/API/{Id}\"], tier: free}\ncase_insensitive_paths: true\n", 10, "policies[1].routes[0]", "upper case"},
+		{"bad case_insensitive_paths", minimalPolicy + "case_insensitive_paths: maybe\n", 10, "case_insensitive_paths", "true or false"},
+		{"ipv6 prefix too long", minimalPolicy + "ip_prefix: {ipv6: 129}\n", 10, "ip_prefix.ipv6", "≤ 128"},
+		{"ipv4 prefix zero", minimalPolicy + "ip_prefix: {ipv4: 0}\n", 10, "ip_prefix.ipv4", "≥ 1"},
+		{"unknown ip_prefix field", minimalPolicy + "ip_prefix: {ipv5: 8}\n", 10, "ip_prefix.ipv5", "unknown field"},
+		{"max_forwarded_hops zero", minimalPolicy + "max_forwarded_hops: 0\n", 10, "max_forwarded_hops", "≥ 1"},
+		{"max_forwarded_hops too many", minimalPolicy + "max_forwarded_hops: 5000\n", 10, "max_forwarded_hops", "≤ 1024"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
