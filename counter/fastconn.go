@@ -43,7 +43,7 @@ type FastConn struct {
 	writeFn func(fd uintptr) bool // write all of wp, waiting for room
 
 	fill    func() []byte // ReadEach's arguments and result
-	consume func(n int) bool
+	consume func(n int) ReadNext
 	eerr    error
 	eachFn  func(fd uintptr) bool
 }
@@ -85,25 +85,45 @@ func (s *FastConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// ReadNext is what ReadEach does after consume took a read's bytes.
+type ReadNext uint8
+
+const (
+	// ReadStop ends ReadEach (it returns nil).
+	ReadStop ReadNext = iota
+	// ReadDrain reads again until the socket has nothing (EAGAIN), ends
+	// (io.EOF) or fails. It is the safe verdict: a peer's close that
+	// arrived with the last bytes shows only on the next read.
+	ReadDrain
+	// ReadShort lets a read that did not fill the buffer wait for the
+	// next arrival instead of reading again: consume returns it only
+	// when the bytes it took make the caller write to the peer (a reply
+	// is due), because a write to a peer that has closed draws a reset,
+	// which wakes the wait. Without that write a close that came with
+	// the bytes would never be seen.
+	ReadShort
+)
+
 // ReadEach reads until consume says stop: it reads into fill's buffer
 // (fill returns a non-empty slice, called before every read) and hands
-// consume the number of bytes read; consume returns false to stop, and
+// consume the number of bytes read; consume returns ReadStop to stop, and
 // ReadEach then returns nil. It returns io.EOF at end of stream, and an
 // error on a failed read, the read deadline or Close.
 //
-// It is for request/response traffic: after a read that did not fill the
-// buffer, the socket is most likely drained, so ReadEach waits for the
-// next arrival instead of reading again to get EAGAIN (one system call
-// per message saved). That is only sound within one wait registration
-// with the poller (a new RawConn.Read forgets a readiness that arrived
-// before it), which is why consume runs inside it. consume must not
-// block for long, and must never Close the connection (Close waits for
-// ReadEach to return): use Shutdown.
-func (s *FastConn) ReadEach(fill func() []byte, consume func(n int) bool) error {
+// It is for request/response traffic: when consume returns ReadShort
+// after a read that did not fill the buffer, the socket is most likely
+// drained, so ReadEach waits for the next arrival instead of reading
+// again to get EAGAIN (one system call per message saved). That is only
+// sound within one wait registration with the poller (a new RawConn.Read
+// forgets a readiness that arrived before it), which is why consume runs
+// inside it, and only when a reply is due (see ReadShort). consume must
+// not block for long, and must never Close the connection (Close waits
+// for ReadEach to return): use Shutdown.
+func (s *FastConn) ReadEach(fill func() []byte, consume func(n int) ReadNext) error {
 	if s.rc == nil {
 		for {
 			n, err := s.Conn.Read(fill())
-			if n > 0 && !consume(n) {
+			if n > 0 && consume(n) == ReadStop {
 				return nil
 			}
 			if err != nil {

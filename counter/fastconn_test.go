@@ -13,7 +13,18 @@ import (
 // tcpPair returns both ends of a loopback TCP connection.
 func tcpPair(t *testing.T) (client, server net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return connPair(t, "tcp")
+}
+
+// connPair returns both ends of a loopback TCP or a Unix socket
+// connection.
+func connPair(t *testing.T, network string) (client, server net.Conn) {
+	t.Helper()
+	addr := "127.0.0.1:0"
+	if network == "unix" {
+		addr = t.TempDir() + "/s.sock"
+	}
+	ln, err := net.Listen(network, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +34,7 @@ func tcpPair(t *testing.T) (client, server net.Conn) {
 		c, _ := ln.Accept()
 		acc <- c
 	}()
-	client, err = net.Dial("tcp", ln.Addr().String())
+	client, err = net.Dial(network, ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,19 +180,22 @@ func TestFastConnReadEach(t *testing.T) {
 	buf := make([]byte, 64)
 	var got []byte
 	fill := func() []byte { return buf }
-	err := fc.ReadEach(fill, func(n int) bool {
+	err := fc.ReadEach(fill, func(n int) ReadNext {
 		got = append(got, buf[:n]...)
-		return len(got) < 10
+		if len(got) < 10 {
+			return ReadShort
+		}
+		return ReadStop
 	})
 	if err != nil || len(got) < 10 {
 		t.Fatalf("ReadEach stopped with %q, %v", got, err)
 	}
-	err = fc.ReadEach(fill, func(n int) bool {
+	err = fc.ReadEach(fill, func(n int) ReadNext {
 		got = append(got, buf[:n]...)
 		if len(got) == 20 {
 			s.Close()
 		}
-		return true
+		return ReadShort
 	})
 	if err != io.EOF || string(got) != "abcdefghijklmnopqrst" {
 		t.Fatalf("got %q, %v; want every byte then EOF", got, err)
@@ -195,11 +209,11 @@ func TestFastConnReadEachShutdownAndDeadline(t *testing.T) {
 	fc := NewFastConn(c)
 	s.Write([]byte("x"))
 	buf := make([]byte, 8)
-	err := fc.ReadEach(func() []byte { return buf }, func(int) bool {
+	err := fc.ReadEach(func() []byte { return buf }, func(int) ReadNext {
 		if err := fc.Shutdown(); err != nil {
 			t.Error(err)
 		}
-		return true
+		return ReadShort
 	})
 	if err != io.EOF {
 		t.Fatalf("after Shutdown: %v; want EOF", err)
@@ -208,8 +222,36 @@ func TestFastConnReadEachShutdownAndDeadline(t *testing.T) {
 	c2, _ := tcpPair(t)
 	fc2 := NewFastConn(c2)
 	fc2.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
-	err = fc2.ReadEach(func() []byte { return buf }, func(int) bool { return true })
+	err = fc2.ReadEach(func() []byte { return buf }, func(int) ReadNext { return ReadShort })
 	if !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("past the deadline: %v; want a timeout", err)
+	}
+}
+
+// A close that arrives with the last bytes, before ReadEach starts (the
+// poller's readiness for both is forgotten by then), is seen: with
+// ReadDrain a short read is followed by another read, which returns EOF.
+// The read deadline only bounds the test (before the fix: a wait forever).
+func TestFastConnReadEachSeesCloseWithData(t *testing.T) {
+	for _, network := range []string{"tcp", "unix"} {
+		t.Run(network, func(t *testing.T) {
+			c, s := connPair(t, network)
+			fc := NewFastConn(c)
+			if _, err := s.Write([]byte("get k")); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			time.Sleep(10 * time.Millisecond) // data and FIN both queued
+			fc.SetReadDeadline(time.Now().Add(2 * time.Second))
+			buf := make([]byte, 64)
+			var got []byte
+			err := fc.ReadEach(func() []byte { return buf }, func(n int) ReadNext {
+				got = append(got, buf[:n]...)
+				return ReadDrain
+			})
+			if err != io.EOF || string(got) != "get k" {
+				t.Fatalf("got %q, %v; want \"get k\" then EOF", got, err)
+			}
+		})
 	}
 }

@@ -45,10 +45,14 @@ func (s *FastConn) initRaw() {
 			case n == 0:
 				s.eerr = io.EOF
 				return true
-			case !s.consume(n):
+			}
+			switch s.consume(n) {
+			case ReadStop:
 				return true
-			case n < len(p):
-				return false // drained: wait for the next arrival
+			case ReadShort:
+				if n < len(p) {
+					return false // drained: wait for the next arrival
+				}
 			}
 		}
 	}

@@ -332,9 +332,12 @@ type clientReader struct {
 	need int // bytes the incomplete request at r needs, when known
 	req  Request
 	next readStep // consume's verdict
+	// replies: a request dispatched since the last read answers the
+	// client (not noreply or quiet), so a write to the client follows.
+	replies bool
 
 	fillFn    func() []byte
-	consumeFn func(int) bool
+	consumeFn func(int) counter.ReadNext
 }
 
 // fill makes room after buf[r:w] for the next read (FastConn.ReadEach).
@@ -358,12 +361,22 @@ func (rd *clientReader) fill() []byte {
 
 // consume takes n more bytes and dispatches every complete request that
 // can be without blocking (it runs inside ReadEach); it asks for more
-// bytes while that is all the reader needs.
-func (rd *clientReader) consume(n int) bool {
+// bytes while that is all the reader needs. It lets a short read wait for
+// the next arrival only when a reply to these bytes is due: otherwise
+// (a partial request, noreply, quiet meta) a close that came with them
+// would go unnoticed (see counter.ReadShort).
+func (rd *clientReader) consume(n int) counter.ReadNext {
 	rd.cc.active.Store(rd.cc.s.cl.tick.Load())
 	rd.w += n
+	rd.replies = false
 	rd.next = rd.parse(true)
-	return rd.next == stepRead
+	switch {
+	case rd.next != stepRead:
+		return counter.ReadStop
+	case rd.replies:
+		return counter.ReadShort
+	}
+	return counter.ReadDrain
 }
 
 // parse dispatches the complete requests in buf[r:w]. With nonBlocking it
@@ -392,6 +405,7 @@ func (rd *clientReader) parse(nonBlocking bool) readStep {
 			if over {
 				cc.waitRoom()
 			}
+			rd.replies = rd.replies || !(rd.req.Noreply || rd.req.Quiet)
 			if n < bigRequest {
 				cc.dispatch(&rd.req, rd.buf[rd.r:rd.w], n, 0)
 				rd.r += n
