@@ -3,7 +3,6 @@ package pop
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -124,25 +123,6 @@ func (l *Limiter) ReloadHandler(path string) http.Handler {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(http.StatusUnprocessableEntity)
 			io.WriteString(w, "policy rejected, previous policy kept:\n"+err.Error()+"\n")
-			return
-		}
-		io.WriteString(w, "ok\n")
-	})
-}
-
-// HealthHandler answers 200 when a policy is loaded and the store breaker
-// is closed, 503 otherwise, with a one-line reason.
-func (l *Limiter) HealthHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var err error
-		switch {
-		case !l.Loaded():
-			err = ErrNoPolicy
-		case l.breaker.State() != BreakerClosed:
-			err = errors.New("store breaker " + l.breaker.State().String())
-		}
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ok\n")
