@@ -9,9 +9,16 @@
 //	     --admin 127.0.0.1:9090 --workers-per-pop 4 --store-deadline 20ms \
 //	     --store-client gomemcache
 //
-// The admin listener serves /metrics (Prometheus), /healthz and POST
-// /reload. The policy file is also reloaded when it changes on disk and on
-// SIGHUP. This file only wires flags to package pop and counter.
+// The admin listener serves /metrics (Prometheus), /healthz (JSON: ok,
+// degraded with reasons, failing) and POST /reload (behind --reload-token
+// when set), and /debug/pprof/ with --pprof. The policy file is also
+// reloaded when it changes on disk and on SIGHUP. Upstream exchanges are
+// bounded (--upstream-*-timeout: 504; --max-body-bytes: 413) and the
+// forwarding headers of untrusted peers are replaced (pop.Forwarder);
+// slow clients are cut off (--read-header-timeout, --read-timeout,
+// --write-timeout, --idle-timeout, --max-header-bytes). Both listeners
+// default to loopback. This file only wires flags to package pop and
+// counter.
 package main
 
 import (
@@ -21,7 +28,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
+	"net/http/pprof"
 	"net/url"
 	"os"
 	"os/signal"
@@ -45,7 +52,17 @@ func main() {
 			"before being proxied to --upstream. Counts live in memcached behind --memcached (normally the\n" +
 			"host's mcproxy); without --memcached, an in-process store is used (one worker, no sharing).\n" +
 			"Admin endpoints on --admin: GET /metrics, GET /healthz, POST /reload. SIGHUP and edits of the\n" +
-			"policy file reload it too; an invalid file keeps the previous policy.",
+			"policy file reload it too; an invalid file keeps the previous policy (and /healthz says degraded).\n\n" +
+			"Paths are normalised before matching (dot segments, duplicate and trailing slashes, escaped\n" +
+			"unreserved characters; case with case_insensitive_paths) and forwarded in that form; requests no\n" +
+			"route matches get the policy file's default_policy. X-Forwarded-For, Forwarded, X-Forwarded-Proto\n" +
+			"and -Host from a peer outside trusted_proxies are replaced by this hop's view before proxying; a\n" +
+			"trusted proxy's chains are kept (their last max_forwarded_hops entries) and the peer appended.\n" +
+			"Upstream: 504 when --upstream-dial-timeout, --upstream-header-timeout or --upstream-timeout\n" +
+			"expires, 413 beyond --max-body-bytes. Clients: --read-header-timeout, --read-timeout,\n" +
+			"--write-timeout, --idle-timeout, --max-header-bytes. Failed accepts (EMFILE) back off and count in\n" +
+			"poplimit_edge_accept_errors_total. Both listeners default to loopback; a non-loopback --admin is\n" +
+			"logged as a warning.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", Usage: "address of the proxied HTTP listener"},
 			&cli.StringFlag{Name: "upstream", Required: true, Usage: "upstream base `URL`, e.g. http://127.0.0.1:9000"},
@@ -59,6 +76,20 @@ func main() {
 			&cli.StringFlag{Name: "store-client", Value: "gomemcache", Usage: "memcached client: 'gomemcache' (counter.MemcacheStore over bradfitz/gomemcache, the project's designated workers' client; several addresses are hashed by gomemcache) or 'pipe' (counter.PipeStore: pipelined, one round trip per sliding-window decision and ~20% less CPU per decision; one --memcached address, normally mcproxy)"},
 			&cli.IntFlag{Name: "store-multiplex", Value: 0, Usage: "with --store-client pipe: number of connections shared by all requests (concurrent store calls are written together, replies read in order: fewer syscalls); 0 = one pooled connection per call"},
 			&cli.StringFlag{Name: "events", Usage: "write rejection events as JSON lines to `FILE` ('-' for stderr); empty disables"},
+			// The upstream exchange (pop.ForwardConfig): 504 when a timeout expires, 413 over the body limit.
+			&cli.DurationFlag{Name: "upstream-dial-timeout", Value: 5 * time.Second, Usage: "connecting to the upstream (504 on expiry)"},
+			&cli.DurationFlag{Name: "upstream-header-timeout", Value: 30 * time.Second, Usage: "waiting for the upstream's response headers once the request is sent (504 on expiry)"},
+			&cli.DurationFlag{Name: "upstream-timeout", Value: 60 * time.Second, Usage: "one whole upstream exchange, response body included (504 when no response started, else the response is cut)"},
+			&cli.Int64Flag{Name: "max-body-bytes", Value: 10 << 20, Usage: "largest request body forwarded; longer ones get 413; negative = no limit"},
+			// The client side (http.Server): slow clients are cut off.
+			&cli.IntFlag{Name: "max-header-bytes", Value: 64 << 10, Usage: "largest request line + headers accepted (431 beyond)"},
+			&cli.DurationFlag{Name: "read-header-timeout", Value: 10 * time.Second, Usage: "time a client has to send its request headers"},
+			&cli.DurationFlag{Name: "read-timeout", Value: 60 * time.Second, Usage: "time a client has to send a whole request, body included"},
+			&cli.DurationFlag{Name: "write-timeout", Value: 90 * time.Second, Usage: "time to write a response, from the end of the request headers (keep it above --upstream-timeout)"},
+			&cli.DurationFlag{Name: "idle-timeout", Value: 60 * time.Second, Usage: "how long an idle keep-alive connection is kept"},
+			// Admin listener.
+			&cli.StringFlag{Name: "reload-token", EnvVars: []string{"EDGE_RELOAD_TOKEN"}, Usage: "POST /reload requires 'Authorization: Bearer TOKEN' (env EDGE_RELOAD_TOKEN); empty = no token"},
+			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof under /debug/pprof/ on the admin listener"},
 		},
 		Action: run,
 	}
@@ -138,31 +169,33 @@ func run(c *cli.Context) error {
 	hup := limiter.ReloadOnSignal(ctx, policy, syscall.SIGHUP)
 	go limiter.Run(ctx, 0)
 
-	proxy := httputil.NewSingleHostReverseProxy(upstream)
-	proxy.Transport = &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        1024,
-		MaxIdleConnsPerHost: 1024,
-		IdleConnTimeout:     90 * time.Second,
+	proxy, err := limiter.Forwarder(upstream, pop.ForwardConfig{
+		DialTimeout:           c.Duration("upstream-dial-timeout"),
+		ResponseHeaderTimeout: c.Duration("upstream-header-timeout"),
+		Timeout:               c.Duration("upstream-timeout"),
+		MaxBodyBytes:          c.Int64("max-body-bytes"),
+		Logger:                logger,
+	})
+	if err != nil {
+		return err
 	}
-	proxy.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
-
-	servers := []*http.Server{{Addr: c.String("listen"), Handler: limiter.Middleware(proxy), ReadHeaderTimeout: 10 * time.Second}}
-	if addr := c.String("admin"); addr != "" {
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		mux.Handle("GET /healthz", limiter.HealthHandler())
-		mux.Handle("/reload", limiter.ReloadHandler(policy))
-		servers = append(servers, &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second})
+	servers, err := newServers(c, logger, limiter.Middleware(proxy), adminMux(c, logger, reg, limiter, policy))
+	if err != nil {
+		return err
 	}
 	errc := make(chan error, len(servers))
-	for _, s := range servers {
+	acceptErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "poplimit_edge_accept_errors_total", Help: "Failed accepts (EMFILE, ENFILE, ...) by listener; the server backs off and keeps serving.",
+	}, []string{"listener"})
+	reg.MustRegister(acceptErrors)
+	for name, s := range servers {
 		ln, err := net.Listen("tcp", s.Addr)
 		if err != nil {
 			return err
 		}
-		logger.Info("listening", "addr", ln.Addr().String())
+		logger.Info("listening", "listener", name, "addr", ln.Addr().String())
+		count := acceptErrors.WithLabelValues(name)
+		ln = pop.WatchAccept(ln, pop.AcceptWatch{Logger: logger, Count: func(error) { count.Inc() }})
 		go func() { errc <- s.Serve(ln) }()
 	}
 	select {
@@ -181,6 +214,57 @@ func run(c *cli.Context) error {
 		err = nil
 	}
 	return err
+}
+
+// newServers builds the proxied listener's server and, with --admin, the
+// admin one, with the client-side limits and timeouts of the flags.
+func newServers(c *cli.Context, logger *slog.Logger, proxied, admin http.Handler) (map[string]*http.Server, error) {
+	if c.Int("max-header-bytes") <= 0 {
+		return nil, fmt.Errorf("--max-header-bytes %d: want more than 0", c.Int("max-header-bytes"))
+	}
+	if w, u := c.Duration("write-timeout"), c.Duration("upstream-timeout"); w > 0 && w <= u {
+		logger.Warn("--write-timeout is not above --upstream-timeout: slow upstream responses are cut by the write deadline", "write-timeout", w, "upstream-timeout", u)
+	}
+	srv := func(addr string, h http.Handler) *http.Server {
+		return &http.Server{
+			Addr: addr, Handler: h,
+			MaxHeaderBytes:    c.Int("max-header-bytes"),
+			ReadHeaderTimeout: c.Duration("read-header-timeout"),
+			ReadTimeout:       c.Duration("read-timeout"),
+			WriteTimeout:      c.Duration("write-timeout"),
+			IdleTimeout:       c.Duration("idle-timeout"),
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		}
+	}
+	servers := map[string]*http.Server{"proxy": srv(c.String("listen"), proxied)}
+	if !pop.IsLoopback(c.String("listen")) {
+		logger.Info("the proxied listener is not on loopback", "addr", c.String("listen"))
+	}
+	if addr := c.String("admin"); addr != "" {
+		servers["admin"] = srv(addr, admin)
+		if !pop.IsLoopback(addr) {
+			logger.Warn("the admin listener is not on loopback: /metrics, /healthz and POST /reload are reachable from the network", "addr", addr, "reload-token", c.String("reload-token") != "", "pprof", c.Bool("pprof"))
+		}
+	}
+	return servers, nil
+}
+
+// adminMux serves /metrics, /healthz, POST /reload (behind --reload-token)
+// and, with --pprof, /debug/pprof/.
+func adminMux(c *cli.Context, logger *slog.Logger, reg *prometheus.Registry, limiter *pop.Limiter, policy string) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("GET /healthz", limiter.HealthHandler())
+	mux.Handle("/reload", pop.RequireToken(c.String("reload-token"), limiter.ReloadHandler(policy)))
+	if c.Bool("pprof") {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		logger.Info("pprof on the admin listener", "path", "/debug/pprof/")
+	}
+	return mux
 }
 
 // newStore builds the shared count's store: an in-process one without

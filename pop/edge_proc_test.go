@@ -1,0 +1,109 @@
+package pop_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// edgeSafetyDoc: one limited route, a default policy for the rest, and
+// only 10.0.0.0/8 trusted (the test client on 127.0.0.1 is not).
+const edgeSafetyDoc = `version: 1
+headers: seed
+trusted_proxies: [10.0.0.0/8]
+default_policy: rest
+tiers:
+  t: {limits: [{name: q, algorithm: fixed_window, quantity: 100, window: 1m}]}
+policies:
+  - {name: widgets, routes: ["/api/widgets"], identity: [ip], tier: t}
+  - {name: rest, identity: [ip], tier: t}
+`
+
+// TestEdgeSafeProxy runs the edge binary with default flags but a short
+// --upstream-timeout and a --reload-token: a 10 s upstream gets 504 at the
+// timeout; a spoofed X-Forwarded-For is replaced; the upstream reads the
+// normalised path; unmatched paths get the default policy; POST /reload
+// needs the token; /healthz says degraded while the file is invalid.
+func TestEdgeSafeProxy(t *testing.T) {
+	bin, _ := binaries(t)
+	seen := make(chan string, 4)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			select {
+			case <-time.After(10 * time.Second):
+			case <-r.Context().Done():
+			}
+			return
+		}
+		seen <- r.URL.EscapedPath() + " xff=" + r.Header.Get("X-Forwarded-For")
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	policy := writePolicy(t, dir, edgeSafetyDoc)
+	e := startEdge(t, bin, up.URL, "", policy, "--upstream-timeout", "500ms", "--reload-token", "tok")
+	base := "http://" + e.addr
+
+	start := time.Now()
+	status, _ := get(t, base+"/slow", "")
+	took := time.Since(start)
+	if status != http.StatusGatewayTimeout || took < 500*time.Millisecond || took > 3*time.Second {
+		t.Errorf("10 s upstream: %d after %v, want 504 after about 500ms", status, took)
+	}
+	t.Logf("10 s upstream with --upstream-timeout 500ms: %d after %v", status, took)
+
+	r, _ := http.NewRequest("GET", base+"//API/./x/../widgets/", nil)
+	r.Header.Set("X-Forwarded-For", "6.6.6.6")
+	resp, err := httpClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := <-seen; got != "/API/widgets xff=127.0.0.1" || resp.Header.Get("Ratelimit-Limit") != "100" {
+		t.Errorf("upstream saw %q (limit header %q), want the normalised path and the peer as X-Forwarded-For", got, resp.Header.Get("Ratelimit-Limit"))
+	}
+	if status, h := get(t, base+"/api/a/b/c", ""); status != 200 || h.Get("Ratelimit-Limit") != "100" {
+		t.Errorf("unmatched path: %d, limit %q: not under the default policy", status, h.Get("Ratelimit-Limit"))
+	}
+	<-seen
+
+	reload := func(token string) int {
+		r, _ := http.NewRequest("POST", "http://"+e.admin+"/reload", nil)
+		if token != "" {
+			r.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := httpClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := reload(""); c != http.StatusUnauthorized {
+		t.Errorf("reload without token: %d, want 401", c)
+	}
+	if c := reload("tok"); c != 200 {
+		t.Errorf("reload with token: %d", c)
+	}
+	writePolicy(t, dir, strings.Replace(edgeSafetyDoc, "default_policy: rest", "default_policy: nope", 1))
+	if c := reload("tok"); c != http.StatusUnprocessableEntity {
+		t.Errorf("reload of an invalid file: %d, want 422", c)
+	}
+	resp, err = http.Get("http://" + e.admin + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h struct {
+		Status  string
+		Reasons []string
+	}
+	json.NewDecoder(resp.Body).Decode(&h)
+	resp.Body.Close()
+	if h.Status != "degraded" || len(h.Reasons) == 0 || !strings.Contains(h.Reasons[0], "default_policy") {
+		t.Errorf("healthz with an invalid file: %+v", h)
+	}
+}
