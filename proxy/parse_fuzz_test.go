@@ -1,0 +1,174 @@
+package proxy
+
+import (
+	"bytes"
+	"slices"
+	"testing"
+	"time"
+)
+
+// parseSentinels are every error Parse may return: the connection-level
+// errors and the *ReplyError values (compared by identity: Parse never
+// makes a new one).
+var parseSentinels = []error{ErrIncomplete, ErrLineTooLong, ErrBinaryProtocol, ErrQuit,
+	ErrUnknownCommand, ErrBadFormat, ErrBadDataChunk, ErrBadDelta, ErrBadExptime, ErrBadDelete, ErrTooLarge,
+	ErrMetaDuplicateFlag, ErrMetaInvalidFlag, ErrMetaFlagMd, ErrMetaDecodingKey, ErrMetaBadToken, ErrMetaModeLength,
+	ErrMetaBadInitial, ErrMetaBadDelta, ErrMetaTooManyFlagsMg, ErrMetaTooManyFlags, ErrMetaOpaqueTooLong,
+	ErrMetaMsMode, ErrMetaMaMode}
+
+func isParseSentinel(err error) bool {
+	for _, s := range parseSentinels {
+		if err == s {
+			return true
+		}
+	}
+	return false
+}
+
+// FuzzParsePrefix: what the server loop relies on when a request arrives
+// in pieces. Parse returns only the package's sentinel errors; a request
+// (or a reply error) of n bytes parses the same from exactly its n bytes
+// and from more; every strict prefix of it is ErrIncomplete (or the same
+// reply error, once the line of a command whose data is skipped is
+// complete), never a shorter request, and an incomplete storage command that names the
+// length it needs names the same length.
+func FuzzParsePrefix(f *testing.F) {
+	for _, s := range fuzzSeedsFromTranscripts(f) {
+		f.Add(s, []byte("get a\r\n"))
+	}
+	f.Add([]byte("set k 0 0 5\r\nab"), []byte("c\r\n"))
+	f.Add([]byte("ms k 2 T0\r\nhi\r\n"), []byte("mn\r\n"))
+	f.Add([]byte("incr k 1 noreply\r\n"), []byte{})
+	lim := Limits{MaxLine: 512, MaxGetLine: 4096, MaxItemSize: 1024}
+	f.Fuzz(func(t *testing.T, buf, more []byte) {
+		if len(buf) > 4096 {
+			return
+		}
+		var r Request
+		n, err := Parse(buf, lim, &r)
+		if err != nil && !isParseSentinel(err) {
+			t.Fatalf("Parse(%q): error %v is not a sentinel", buf, err)
+		}
+		var re *ReplyError
+		complete := err == nil
+		if !complete {
+			if rerr, ok := err.(*ReplyError); ok {
+				re, complete = rerr, n <= len(buf)
+			}
+		}
+		if !complete {
+			return
+		}
+		if n <= 0 || n > len(buf) {
+			t.Fatalf("Parse(%q) = %d, %v", buf, n, err)
+		}
+		wire := r.AppendWire(nil)
+		cmd, key := r.Cmd, append([]byte(nil), r.Key()...)
+		for _, in := range [][]byte{buf[:n:n], append(buf[:n:n], more...)} {
+			var r2 Request
+			n2, err2 := Parse(in, lim, &r2)
+			if n2 != n || err2 != err || r2.Cmd != cmd || !bytes.Equal(r2.Key(), key) || (err == nil && !bytes.Equal(r2.AppendWire(nil), wire)) {
+				t.Fatalf("%q: %d %v %v %q; from %q: %d %v %v %q", buf, n, err, cmd, key, in, n2, err2, r2.Cmd, r2.Key())
+			}
+		}
+		for k := 0; k < n; k++ {
+			if n > 300 && k > 32 && k < n-32 && buf[k-1] != '\n' && buf[k] != '\r' {
+				continue // long requests: the ends and the line boundaries
+			}
+			var r2 Request
+			n2, err2 := Parse(buf[:k:k], lim, &r2)
+			// A reply error whose data block is swallowed unread comes as
+			// soon as its line is complete, with the same length.
+			if err2 != ErrIncomplete && !(re != nil && err2 == err && n2 == n) {
+				t.Fatalf("prefix %q of %q (%d bytes, %v): %d %v", buf[:k], buf, n, re, n2, err2)
+			}
+			if n2 != 0 && n2 != n {
+				t.Fatalf("prefix %q of %q (%d bytes) needs %d", buf[:k], buf, n, n2)
+			}
+		}
+	})
+}
+
+// FuzzMemoryExecute: the text commands the parser accepts, run on the
+// memory backend, never panic, keep the store's bookkeeping intact, and
+// answer exactly one reply as the pool's reader frames it (replyLen), so
+// an embedded shard can stand in for memcached; a retrieval answers only
+// keys it was asked for.
+func FuzzMemoryExecute(f *testing.F) {
+	for _, s := range fuzzSeedsFromTranscripts(f) {
+		f.Add(s)
+	}
+	f.Add([]byte("set a 1 0 2\r\n10\r\nincr a 5\r\nget a b\r\nappend a 0 0 1\r\nx\r\nincr a 1\r\ngets a\r\ncas a 0 0 1 1\r\ny\r\n"))
+	f.Add([]byte("add b 0 -1 1\r\nz\r\ngat 100 b\r\ntouch b 0\r\ndelete b\r\nflush_all 2\r\nversion\r\nverbosity 1\r\n"))
+	f.Fuzz(func(t *testing.T, buf []byte) {
+		b, err := NewMemoryBackend(MemoryConfig{MaxBytes: 4096, ItemSizeMax: 512})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim := Limits{MaxLine: 512, MaxGetLine: 4096, MaxItemSize: 512}
+		for off, step := 0, 0; off < len(buf) && step < 64; step++ {
+			var r Request
+			n, err := Parse(buf[off:], lim, &r)
+			if n <= 0 || (err != nil && !errorsAsReply(err)) {
+				return
+			}
+			off += n
+			if err != nil || r.Cmd.IsMeta() || r.Cmd == CmdStats { // meta: FuzzMemoryMeta; stats: answered by the proxy
+				continue
+			}
+			reply := b.Execute(nil, &r, memT0.Add(time.Duration(step)*time.Second))
+			if m, rerr := replyLen(reply, &r); rerr != nil || m != len(reply) {
+				t.Fatalf("%q: reply %q framed as %d bytes (%v)", r.AppendWire(nil), reply, m, rerr)
+			}
+			if r.Cmd.IsRetrieval() {
+				for rest := reply; bytes.HasPrefix(rest, valuePref); {
+					line := rest[:bytes.IndexByte(rest, '\n')+1]
+					k := bytes.Fields(line)[1]
+					if !slices.ContainsFunc(r.Keys, func(rk []byte) bool { return bytes.Equal(rk, k) }) {
+						t.Fatalf("%q answered key %q", r.AppendWire(nil), k)
+					}
+					v, _ := valueLen(line)
+					rest = rest[len(line)+v+2:]
+				}
+			}
+			checkMemInvariants(t, b.Store())
+		}
+	})
+}
+
+func errorsAsReply(err error) bool { _, ok := err.(*ReplyError); return ok }
+
+// FuzzMetaReplyLen: the pool's framing of meta replies (metaReplyLen via
+// replyLen) never panics, never claims more bytes than it was given, ends
+// a complete reply at a newline, frames that prefix alone the same, and
+// calls every strict prefix incomplete, for loud and quiet requests.
+func FuzzMetaReplyLen(f *testing.F) {
+	for _, s := range []string{"VA 2 f0\r\nhi\r\n", "HD\r\n", "EN\r\nMN\r\n", "NF\r\n", "VA 5 t-1\r\nab", "MN\r\n",
+		"ME k exp=-1 la=1 cas=2 fetch=no cls=1 size=63\r\n", "CLIENT_ERROR bad\r\n", "VA -1\r\n", "HD O123 k\r\nMN\r\n"} {
+		for _, req := range []string{"mg k v f", "mg k v q", "ms k 2 q", "md k", "ma k v", "mn", "me k"} {
+			f.Add([]byte(s), []byte(req+"\r\n"))
+		}
+	}
+	lim := Limits{MaxLine: 512, MaxItemSize: 1024}
+	f.Fuzz(func(t *testing.T, buf, reqLine []byte) {
+		var req Request
+		if _, err := Parse(reqLine, lim, &req); err != nil || !req.Cmd.IsMeta() {
+			return
+		}
+		n, err := replyLen(buf, &req)
+		if err != nil {
+			return
+		}
+		if n <= 0 || n > len(buf) || buf[n-1] != '\n' {
+			t.Fatalf("replyLen(%q) for %q = %d", buf, reqLine, n)
+		}
+		if m, err := replyLen(buf[:n:n], &req); err != nil || m != n {
+			t.Fatalf("prefix %q: %d %v, want %d", buf[:n], m, err, n)
+		}
+		for i := 0; i < n; i++ {
+			if m, err := replyLen(buf[:i:i], &req); err == nil {
+				t.Fatalf("strict prefix %q complete (%d) though %q is %d", buf[:i], m, buf, n)
+			}
+		}
+	})
+}
