@@ -1,8 +1,10 @@
 package pop
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -146,6 +148,90 @@ func FuzzClientIP(f *testing.F) {
 		}
 		if !trusted.contains(peer) && got != peer {
 			t.Fatalf("untrusted peer %v: client %v taken from headers", peer, got)
+		}
+	})
+}
+
+// FuzzIdentity: identity extraction from X-Forwarded-For, Forwarded and
+// the API key sources never panics; the client is the peer, an address
+// vouched for by the chain, or invalid exactly when the peer is; and the
+// work is bounded: once the chain holds max hops on the right, nothing to
+// their left is read (prepending junk changes nothing).
+func FuzzIdentity(f *testing.F) {
+	for _, s := range []struct{ remote, xff, fwd, auth, apiKey, query string }{
+		{"10.0.0.1:80", "198.51.100.7, 10.0.0.2", "", "Bearer abc", "", ""},
+		{"10.0.0.1:80", "", `for=192.0.2.60;proto=http;by=203.0.113.43, for="[2001:db8:cafe::17]:4711"`, "", "k1", ""},
+		{"[::1]:80", "2001:db8::1, ::ffff:10.0.0.3", `for=unknown, for="_hidden"`, "bearer  spaced ", "", "api_key=q1&x=2"},
+		{"203.0.113.9:1", "1.1.1.1", "for=1.1.1.1", "Basic Zm9vOmJhcg==", "", "api_key=%zz"},
+		{"10.9.9.9:443", ",,, 10.0.0.4 , ,10.0.0.5", `For="10.0.0.6" ; proto=https`, "Bearer", " ", "api_key="},
+		{"garbage", "1.2.3.4", "", "", "", ""},
+	} {
+		f.Add(s.remote, s.xff, s.fwd, s.auth, s.apiKey, s.query, uint8(3))
+	}
+	trusted := TrustedProxies{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	src := APIKeySource{Header: "X-Api-Key", Bearer: true, Query: "api_key"}
+	f.Fuzz(func(t *testing.T, remote, xff, fwd, auth, apiKey, query string, hops uint8) {
+		max := int(hops%8) + 1
+		build := func(xff, fwd string) *http.Request {
+			r := &http.Request{Method: "GET", URL: &url.URL{Path: "/", RawQuery: query}, RemoteAddr: remote, Header: http.Header{}}
+			if xff != "" {
+				r.Header["X-Forwarded-For"] = []string{xff}
+			}
+			if fwd != "" {
+				r.Header["Forwarded"] = []string{fwd}
+			}
+			if auth != "" {
+				r.Header["Authorization"] = []string{auth}
+			}
+			if apiKey != "" {
+				r.Header["X-Api-Key"] = []string{apiKey}
+			}
+			return r
+		}
+		r := build(xff, fwd)
+		got := trusted.ClientIPHops(r, max)
+		peer := parseHostAddr(remote)
+		if got.IsValid() != peer.IsValid() {
+			t.Fatalf("peer %q (%v) gave client %v", remote, peer, got)
+		}
+		if peer.IsValid() && !trusted.contains(peer) && got != peer {
+			t.Fatalf("untrusted peer %v: client %v taken from headers", peer, got)
+		}
+		if got.Is4In6() {
+			t.Fatalf("client %v is v4-mapped", got)
+		}
+		// Bounded: with max hops on the right, what is left of them is
+		// never read.
+		chain := xff
+		if fwd != "" {
+			chain = fwd
+		}
+		h := hopsFromRight{lines: []string{chain}, rest: chain}
+		n := 0
+		for n < max {
+			if _, ok := h.next(); !ok {
+				break
+			}
+			n++
+		}
+		if n == max {
+			junk := strings.Repeat("not-an-address, 10.0.0.1, ", 50)
+			var r2 *http.Request
+			if fwd != "" {
+				r2 = build(xff, junk+fwd)
+			} else {
+				r2 = build(junk+xff, fwd)
+			}
+			if got2 := trusted.ClientIPHops(r2, max); got2 != got {
+				t.Fatalf("hops left of the %d examined changed the client: %v → %v", max, got, got2)
+			}
+		}
+		k := src.Extract(r)
+		if k != strings.TrimSpace(k) && k != r.URL.Query().Get("api_key") {
+			t.Fatalf("API key %q not trimmed", k)
+		}
+		if k != "" && KeyID(k) == "" {
+			t.Fatal("key without a digest")
 		}
 	})
 }

@@ -31,7 +31,10 @@ func TestParseExample(t *testing.T) {
 	for _, p := range f.Policies {
 		modes[p.Name] = p.FailMode
 	}
-	want := map[string]FailMode{"api": FailLocal, "search": FailClosed, "login": FailOpen, "ingest": FailOpen}
+	want := map[string]FailMode{"api": FailLocal, "search": FailClosed, "login": FailOpen, "ingest": FailOpen, "unmatched": FailOpen}
+	if f.DefaultPolicy != "unmatched" || f.MaxForwardedHops != 16 || f.IPv4Prefix != 32 || f.IPv6Prefix != 64 || f.CaseInsensitivePaths {
+		t.Errorf("default policy, hops, prefixes, case: %q %d %d %d %v", f.DefaultPolicy, f.MaxForwardedHops, f.IPv4Prefix, f.IPv6Prefix, f.CaseInsensitivePaths)
+	}
 	for n, m := range want {
 		if modes[n] != m {
 			t.Errorf("policy %s fail mode %v, want %v", n, modes[n], m)
