@@ -1,12 +1,15 @@
 package pop_test
 
 import (
+	"context"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/poplimit/poplimit/pop"
 )
@@ -42,6 +45,42 @@ func BenchmarkClientIPHops(b *testing.B) {
 			for b.Loop() {
 				if !trusted.ClientIP(r).IsValid() {
 					b.Fatal("no client address")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDecideXFF: one whole decision (in-process store) for a request
+// from a trusted proxy with a plain X-Forwarded-For and with 60,000 hops.
+func BenchmarkDecideXFF(b *testing.B) {
+	l, err := pop.New(pop.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	doc := `version: 1
+trusted_proxies: [10.0.0.0/8]
+tiers:
+  t: {limits: [{name: q, algorithm: fixed_window, quantity: 1000000000, window: 1h}]}
+policies:
+  - {name: ip, routes: ["/"], identity: [ip], tier: t}
+`
+	if err := l.LoadBytes("xff.yml", []byte(doc)); err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct{ name, xff string }{
+		{"plain", "198.51.100.7"},
+		{"xff60000", strings.Repeat("203.0.113.9, ", 59999) + "198.51.100.7"},
+		{"xff60000trusted", strings.Repeat("10.0.0.9, ", 60000) + "10.0.0.8"},
+	} {
+		r := &http.Request{Method: "GET", URL: &url.URL{Path: "/x"}, RemoteAddr: "10.1.2.3:4000", Host: "edge.test",
+			Header: http.Header{"X-Forwarded-For": {bc.xff}}}
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			now := time.Now()
+			for b.Loop() {
+				if d := l.Decide(context.Background(), r, now); !d.Allowed {
+					b.Fatal("rejected")
 				}
 			}
 		})
