@@ -77,6 +77,9 @@ type Limiter struct {
 	cache   [cacheShards]cacheShard
 
 	casRetries, casFailures, casOps atomic.Int64
+	// coalesced counts decisions that joined another's store call;
+	// refundErrors Refund-mode give-backs of a batch that failed.
+	coalesced, refundErrors atomic.Int64
 }
 
 var _ Allower = (*Limiter)(nil)
@@ -86,6 +89,7 @@ const cacheShards = 64
 type cacheShard struct {
 	mu sync.Mutex
 	m  map[string]*winEntry
+	fl map[string]*flight // keys with a store call in flight (coalesce.go)
 }
 
 // winEntry is what one worker knows of one identity's windows.
@@ -130,6 +134,7 @@ func NewWithConfig(store Store, l Limit, cfg Config) (*Limiter, error) {
 	}
 	for i := range lim.cache {
 		lim.cache[i].m = make(map[string]*winEntry)
+		lim.cache[i].fl = make(map[string]*flight)
 	}
 	return lim, nil
 }
@@ -147,6 +152,10 @@ func (lim *Limiter) BucketStats() BucketStats {
 	return BucketStats{lim.casOps.Load(), lim.casRetries.Load(), lim.casFailures.Load()}
 }
 
+// Coalesced returns the number of decisions so far that shared another
+// decision's store operation (see coalesce.go).
+func (lim *Limiter) Coalesced() int64 { return lim.coalesced.Load() }
+
 // AllowN implements Allower.
 func (lim *Limiter) AllowN(ctx context.Context, key string, now time.Time, n int64) (Result, error) {
 	if n < 1 {
@@ -156,7 +165,7 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, now time.Time, n int
 		return Result{}, err
 	}
 	if lim.l.Algorithm == TokenBucket {
-		return lim.allowBucket(ctx, key, now, n, false)
+		return lim.coalesce(ctx, key, now, n, 0)
 	}
 	return lim.allowWindow(ctx, key, now, n)
 }
@@ -258,20 +267,113 @@ func (lim *Limiter) CachedKeys() int {
 }
 
 func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, n int64) (Result, error) {
+	if n > lim.win.q {
+		return lim.peekWindow(ctx, key, now, n)
+	}
+	return lim.coalesce(ctx, key, now, n, floorDiv(unixMs(now), lim.win.sub))
+}
+
+// peekWindow answers a request of more than the limit's quantity: it can
+// never pass, so it is not counted; the current count is read (incr by 0).
+func (lim *Limiter) peekWindow(ctx context.Context, key string, now time.Time, n int64) (Result, error) {
 	w := lim.win
 	nowNs := now.UnixNano()
 	ms := floorDiv(nowNs, 1e6)
 	id := floorDiv(ms, w.sub)
-	e := ms - id*w.sub
 	var buf [8]int64
-	counts := buf[:0]
-	if w.n+1 <= len(buf) {
-		counts = buf[:w.n+1]
-	} else {
-		counts = make([]int64, w.n+1)
+	counts := countsBuf(&buf, w.n+1)
+	s := lim.shard(key)
+	s.mu.Lock()
+	ent := lim.entry(s, key, id)
+	current := id == ent.id
+	var missing []int64
+	for i := 0; i < w.n; i++ {
+		sid := id - int64(w.n) + int64(i)
+		slot := floorMod(sid, w.n)
+		if current && ent.ids[slot] == sid {
+			counts[i] = ent.vals[slot]
+		} else {
+			missing = append(missing, sid)
+		}
 	}
-	var missing []int64 // sub-window ids to fetch
+	s.mu.Unlock()
+	e := ms - id*w.sub
+	if len(missing) > 0 {
+		if err := lim.fetchClosed(ctx, key, id, missing, counts, current && e >= lim.graceMs); err != nil {
+			return Result{}, err
+		}
+	}
+	cur, err := lim.peek(ctx, windowKey(key, lim.suffix, id))
+	if err != nil {
+		return Result{}, err
+	}
+	counts[w.n] = cur
+	return w.result(counts, id, e, nowNs, n, false, -1), nil
+}
 
+// countsBuf returns buf[:n] when it fits, else a fresh slice.
+func countsBuf(buf *[8]int64, n int) []int64 {
+	if n <= len(buf) {
+		return buf[:n]
+	}
+	return make([]int64, n)
+}
+
+// windowBatch counts the decisions of ws (all in the sub-window of ws[0],
+// each of at most the quantity) with one create-or-increment of their total
+// cost, then decides each in order as if they had been counted one by one:
+// waiter i sees the count before the batch plus the costs of waiters 0..i
+// (minus, in Refund mode, the rejected ones before it). Refund-mode
+// rejections are given back with one decrement of their total.
+func (lim *Limiter) windowBatch(ctx context.Context, key string, ws []*waiter) {
+	w := lim.win
+	var total int64
+	for _, wt := range ws {
+		total += wt.n
+	}
+	nowNs := ws[0].now.UnixNano()
+	ms := floorDiv(nowNs, 1e6)
+	id := floorDiv(ms, w.sub)
+	var buf [8]int64
+	counts := countsBuf(&buf, w.n+1)
+	cur, err := lim.countWindow(ctx, key, id, ms-id*w.sub, total, counts)
+	if err != nil {
+		for _, wt := range ws {
+			wt.finish(Result{}, err)
+		}
+		return
+	}
+	c := cur - total // the count before this batch
+	var refund int64
+	for _, wt := range ws {
+		tNs := wt.now.UnixNano()
+		e := floorDiv(tNs, 1e6) - id*w.sub
+		c += wt.n
+		counts[w.n] = c
+		// The decision is on the counts including this request.
+		sl, allowed := w.slack(counts, e)
+		if !allowed && lim.l.OnReject == Refund {
+			sl = -1
+			c -= wt.n
+			refund += wt.n
+			counts[w.n] = max(0, c)
+		}
+		wt.finish(w.result(counts, id, e, tNs, wt.n, allowed, sl), nil)
+	}
+	if refund > 0 {
+		if _, err := lim.store.Decr(ctx, windowKey(key, lim.suffix, id), uint64(refund)); err != nil && !errors.Is(err, ErrNotFound) {
+			// The counts stay high (the strict side); the decisions stand.
+			lim.refundErrors.Add(1)
+		}
+	}
+}
+
+// countWindow adds n to sub-window id of key (e ms into it), creating it if
+// needed, fills counts[0:w.n] with the closed sub-windows (cache or store)
+// and returns the current sub-window's count after the increment.
+func (lim *Limiter) countWindow(ctx context.Context, key string, id, e, n int64, counts []int64) (int64, error) {
+	w := lim.win
+	var missing []int64 // sub-window ids to fetch
 	s := lim.shard(key)
 	s.mu.Lock()
 	ent := lim.entry(s, key, id)
@@ -302,56 +404,41 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 	curKey := windowKey(key, lim.suffix, id)
 	var cur int64
 	var err error
-	batched := false
-	if b, ok := lim.store.(Batcher); ok && n <= w.q && (len(missing) > 0 || !created) {
+	done := false
+	if b, ok := lim.store.(Batcher); ok && (len(missing) > 0 || !created) {
 		// One round trip: read the closed sub-windows and create-or-
 		// increment the current one.
 		cur, err = lim.batch(ctx, b, key, id, missing, counts, cacheable, curKey, n)
 		switch {
 		case err == nil:
-			batched = true
+			done = true
 		case errors.Is(err, ErrNotSupported), errors.Is(err, ErrContention):
 			// Not batchable, or the item vanished between add and incr
 			// (nothing counted): take the unbatched path.
 		default:
-			return Result{}, err
+			return 0, err
 		}
 	}
-	bumped := false
-	if !batched && len(missing) > 0 {
-		if n <= w.q {
-			// The store cannot batch (gomemcache has no pipelining):
-			// read the closed sub-windows on another connection while
-			// counting in the current one, so that a cold window waits
-			// for one round trip, not two. If the read fails after the
-			// count succeeded, the request stays counted (an error, and
-			// one count too many: the strict side).
-			f := lim.startFetchClosed(ctx, key, id, missing, len(counts), cacheable)
-			cur, err = lim.bump(ctx, curKey, n, seen)
-			if ferr := f.wait(counts); err == nil {
-				err = ferr
-			}
-			if err != nil {
-				return Result{}, err
-			}
-			bumped = true
-		} else if err := lim.fetchClosed(ctx, key, id, missing, counts, cacheable); err != nil {
-			return Result{}, err
-		}
-	}
-	if n > w.q {
-		// Can never pass: not counted; incr by 0 reads the count.
-		cur, err = lim.peek(ctx, curKey)
-		if err != nil {
-			return Result{}, err
-		}
-		counts[w.n] = cur
-		return w.result(counts, id, e, nowNs, n, false, -1), nil
-	}
-	if !batched && !bumped {
+	if !done && len(missing) > 0 {
+		// The store cannot batch (gomemcache has no pipelining): read the
+		// closed sub-windows on another connection while counting in the
+		// current one, so that a cold window waits for one round trip,
+		// not two. If the read fails after the count succeeded, the
+		// request stays counted (an error, and one count too many: the
+		// strict side).
+		f := lim.startFetchClosed(ctx, key, id, missing, len(counts), cacheable)
 		cur, err = lim.bump(ctx, curKey, n, seen)
+		if ferr := f.wait(counts); err == nil {
+			err = ferr
+		}
 		if err != nil {
-			return Result{}, err
+			return 0, err
+		}
+		done = true
+	}
+	if !done {
+		if cur, err = lim.bump(ctx, curKey, n, seen); err != nil {
+			return 0, err
 		}
 	}
 	if current {
@@ -363,17 +450,7 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 		}
 		s.mu.Unlock()
 	}
-	counts[w.n] = cur
-	// The decision is on the counts including this request.
-	sl, allowed := w.slack(counts, e)
-	if !allowed && lim.l.OnReject == Refund {
-		sl = -1
-		if _, err := lim.store.Decr(ctx, curKey, uint64(n)); err != nil && !errors.Is(err, ErrNotFound) {
-			return Result{}, err
-		}
-		counts[w.n] = max(0, cur-n)
-	}
-	return w.result(counts, id, e, nowNs, n, allowed, sl), nil
+	return cur, nil
 }
 
 func floorMod(a int64, n int) int {
