@@ -23,6 +23,7 @@ type poolSnap struct {
 	liveShards, allShards int
 	serverConnsConfigured int
 	fragments             uint64 // summed over the shards
+	acceptErrs            [len(acceptReasons)]uint64
 }
 
 type shardSnap struct {
@@ -56,6 +57,7 @@ func (p *Proxy) snapshot() []poolSnap {
 			maxClients:   int(lp.srv.cl.max.Load()),
 			allShards:    rt.Len(),
 			draining:     len(lp.draining),
+			acceptErrs:   lp.srv.acc.acceptErrors(),
 		}
 		ps.serverConnsConfigured = max(lp.spec.ServerConnections, 1)
 		seen := make(map[string]bool, rt.Len())
@@ -249,6 +251,7 @@ var (
 	descFragments     = prometheus.NewDesc("mcproxy_pool_fragments_total", "Sub-requests created by splitting multi-key gets over shards: k per get spanning k shards (fragments).", poolLabels, nil)
 	descReloads       = prometheus.NewDesc("mcproxy_reloads_total", "Configuration loads by result (ok, error).", []string{"result"}, nil)
 	descReloadOK      = prometheus.NewDesc("mcproxy_config_last_reload_successful", "1 if the last configuration load succeeded.", nil, nil)
+	descAcceptErrors  = prometheus.NewDesc("mcproxy_accept_errors_total", "Temporary accept failures by reason (emfile, enfile: out of file descriptors; enobufs, enomem, timeout, other_temporary); the listener backs off and accepts again.", []string{"pool", "reason"}, nil)
 	descUptime        = prometheus.NewDesc("mcproxy_uptime_seconds", "Seconds since the proxy started.", nil, nil)
 )
 
@@ -259,7 +262,7 @@ func (p *Proxy) Describe(ch chan<- *prometheus.Desc) {
 		descShardReqBytes, descShardRspBytes, descShardEOF, descShardInQ, descShardInQBytes,
 		descShardOutQ, descShardOutQByte, descFragments,
 		descClientConns, descClientTotal, descClientReject, descClientIdle, descClientMax,
-		descProtoErrors, descServerErrors, descLiveShards, descDraining, descReloads, descReloadOK, descUptime} {
+		descProtoErrors, descServerErrors, descLiveShards, descDraining, descReloads, descReloadOK, descUptime, descAcceptErrors} {
 		ch <- d
 	}
 }
@@ -284,6 +287,9 @@ func (p *Proxy) Collect(ch chan<- prometheus.Metric) {
 		gauge(descLiveShards, float64(ps.liveShards), ps.name)
 		gauge(descDraining, float64(ps.draining), ps.name)
 		counter(descFragments, ps.fragments, ps.name)
+		for i, v := range ps.acceptErrs {
+			counter(descAcceptErrors, v, ps.name, acceptReasons[i])
+		}
 		for _, ss := range ps.shards {
 			l := []string{ps.name, ss.label}
 			counter(descShardRequests, ss.t.requests, l...)

@@ -92,8 +92,9 @@ type Server struct {
 	wg     sync.WaitGroup
 	nextID atomic.Uint64
 
-	st serverStats
-	cl clientLimits
+	st  serverStats
+	cl  clientLimits
+	acc acceptStats
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
@@ -129,7 +130,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 }
 
 // Serve accepts clients on ln until ln fails or Shutdown is called; it
-// returns ErrServerClosed after Shutdown.
+// returns ErrServerClosed after Shutdown. A temporary accept failure (out
+// of file descriptors: EMFILE, ENFILE; ENOBUFS, ENOMEM, a timeout) is not
+// a listener failure: Serve waits 5 ms, doubling to 1 s while it lasts,
+// and accepts again, counting it (mcproxy_accept_errors_total) and
+// logging at most once a second.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.closed {
@@ -153,13 +158,19 @@ func (s *Server) Serve(ln net.Listener) error {
 			if closed {
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				time.Sleep(backoff)
-				continue
+			reason, temporary := acceptReason(err)
+			if !temporary {
+				return err
 			}
-			return err
+			// Out of descriptors or memory: keep serving the clients we
+			// have, and accept again once some close.
+			backoff = nextAcceptBackoff(backoff)
+			if log, suppressed := s.acc.acceptFailed(reason, time.Now()); log {
+				s.log.Warn("mcproxy: accept failed, backing off", "err", err, "reason", acceptReasons[reason],
+					"backoff", backoff, "suppressed", suppressed)
+			}
+			time.Sleep(backoff)
+			continue
 		}
 		backoff = 0
 		if tc, ok := nc.(*net.TCPConn); ok {

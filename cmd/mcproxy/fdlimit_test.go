@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/poplimit/poplimit/bench"
+)
+
+// TestMcproxyFDExhaustion: mcproxy under RLIMIT_NOFILE 256 (prlimit) and a
+// flood of 1,000 connection attempts does not exit: accept backs off
+// (counted in mcproxy_accept_errors_total{reason="emfile"}, logged at most
+// once a second), a client connected before keeps getting answers, and once
+// the flood's connections close new clients are accepted again.
+func TestMcproxyFDExhaustion(t *testing.T) {
+	prl, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Skip("prlimit not installed")
+	}
+	bin := buildMcproxy(t)
+	ms := bench.MemcachedForTest(t, 1)
+	addr, admin := bench.FreeAddrForTest(t), bench.FreeAddrForTest(t)
+	p := startMcproxy(t, prl, addr, "--nofile=256:256", bin, "--listen", addr, "--shard", ms[0].Addr, "--admin", admin)
+
+	old, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	obr := bufio.NewReader(old)
+	if l := mcLine(t, old, obr, "set fd:k 0 0 1\r\nv\r\n"); l != "STORED\r\n" {
+		t.Fatalf("set: %q", l)
+	}
+
+	const attempts = 1000
+	var flood []net.Conn
+	defer func() {
+		for _, c := range flood {
+			_ = c.Close()
+		}
+	}()
+	for range attempts {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err != nil {
+			continue // the backlog is full: that is the flood's business
+		}
+		flood = append(flood, c)
+	}
+	// Past the fd limit: the old client is still served, the process lives.
+	for i := range 20 {
+		if l := mcLine(t, old, obr, "get fd:k\r\n"); l != "VALUE fd:k 0 1\r\n" {
+			t.Fatalf("old client, get %d during the flood: %q", i, l)
+		}
+		if _, err := obr.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		if l, _ := obr.ReadString('\n'); l != "END\r\n" {
+			t.Fatalf("old client: %q", l)
+		}
+	}
+	select {
+	case err := <-p.done:
+		t.Fatalf("mcproxy exited during the flood: %v\n%s", err, p.logs)
+	default:
+	}
+	connected := len(flood)
+	for _, c := range flood {
+		_ = c.Close()
+	}
+	flood = nil
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+			_, _ = io.WriteString(c, "version\r\n")
+			l, rerr := bufio.NewReader(c).ReadString('\n')
+			_ = c.Close()
+			if rerr == nil && strings.HasPrefix(l, "VERSION ") {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new client served 10 s after the flood closed:\n%s", p.logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if l := mcLine(t, old, obr, "version\r\n"); !strings.HasPrefix(l, "VERSION ") {
+		t.Fatalf("old client after the flood: %q", l)
+	}
+	// The admin endpoint shares the fd limit: read it after the flood.
+	emfile := acceptErrors(t, admin, "emfile")
+	if emfile == 0 {
+		t.Errorf("mcproxy_accept_errors_total{reason=\"emfile\"} = 0 after %d connections under 256 fds", connected)
+	}
+	t.Logf("%d of %d connection attempts connected; %v EMFILE accept errors", connected, attempts, emfile)
+	if n := strings.Count(p.logs.String(), "accept failed, backing off"); n > 30 {
+		t.Errorf("%d accept failure log lines: not rate limited", n)
+	}
+	p.stop(t)
+}
+
+// acceptErrors reads mcproxy_accept_errors_total{reason} from the admin
+// endpoint, summed over pools.
+func acceptErrors(t *testing.T, admin, reason string) float64 {
+	t.Helper()
+	hc := &http.Client{Timeout: 5 * time.Second}
+	resp, err := hc.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	re := regexp.MustCompile(`(?m)^mcproxy_accept_errors_total\{[^}]*reason="` + reason + `"[^}]*\} (\S+)$`)
+	var sum float64
+	for _, m := range re.FindAllSubmatch(body, -1) {
+		v, _ := strconv.ParseFloat(string(m[1]), 64)
+		sum += v
+	}
+	return sum
+}
