@@ -2,7 +2,7 @@
 GO ?= go
 export POPLIMIT_REQUIRE_MEMCACHED = 1
 
-.PHONY: test demo deps build vet cross fuzz bench clean
+.PHONY: test demo deps build vet cross fuzz fuzz-short bench clean
 
 # deps installs the Debian packages the integration suite runs against
 # (memcached, libmemcached-tools for memccapable, nutcracker) when missing.
@@ -25,23 +25,28 @@ cross:
 
 # test: vet and cross builds, then every test with the race detector,
 # including the integration suite against real memcached, memccapable and
-# nutcracker.
+# nutcracker, then every fuzz target for a few seconds (fuzz-short).
 test: deps vet cross
 	$(GO) test -race -count=1 -timeout 15m ./...
+	@$(MAKE) --no-print-directory fuzz-short
 
 # demo: a whole PoP with live traffic (real memcached when installed, the
 # in-process shards otherwise); the report lands in out/.
 demo:
 	$(GO) run ./cmd/popbench demo
 
-# fuzz runs every fuzz target for FUZZTIME each (default 60s).
+# fuzz runs every fuzz target of every package (.ci/fuzz finds them) for
+# FUZZTIME each (default 60s), minimising new inputs for at most
+# FUZZMINIMIZE runs; fuzz-short is the same for FUZZTIME_SHORT each
+# (default 2s: 26 targets, about a minute), run by make test.
 FUZZTIME ?= 60s
+FUZZTIME_SHORT ?= 2s
+FUZZMINIMIZE ?= 200x
 fuzz:
-	@for pkg in $$($(GO) list ./...); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
-	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
-	  done; \
-	done
+	@GO=$(GO) bash .ci/fuzz $(FUZZTIME) $(FUZZMINIMIZE)
+
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
