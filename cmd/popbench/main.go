@@ -17,6 +17,7 @@
 //	popbench memory                    # bytes per limiter (memcached's stats slabs)
 //	popbench memory --limiters 1000000 --algorithm sliding --precision 1
 //	popbench proxy --compare           # memcached vs nutcracker vs mcproxy
+//	popbench soak --duration 10m       # RSS, goroutines, fds flat at half capacity
 //
 // Wiring only: the engine is package bench.
 package main
@@ -56,7 +57,7 @@ func main() {
 // commands lists the subcommands (proxy is in proxy.go).
 func commands() []*cli.Command {
 	return []*cli.Command{demoCommand(), loadCommand(), accuracyCommand(), faultsCommand(),
-		popsCommand(), centralCommand(), memoryCommand(), proxyCommand()}
+		popsCommand(), centralCommand(), memoryCommand(), proxyCommand(), soakCommand()}
 }
 
 // commonFlags are accepted by every subcommand.
