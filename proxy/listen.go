@@ -95,8 +95,10 @@ type clientLimits struct {
 	max      atomic.Int64
 	idle     atomic.Int64 // nanoseconds; 0 = no idle timeout
 	tick     atomic.Int64 // coarse clock (UnixNano), advanced by the sweeper
+	request  atomic.Int64 // nanoseconds; 0 = no request timeout
 	rejected atomic.Uint64
 	idled    atomic.Uint64
+	slow     atomic.Uint64 // closed by the request timeout
 	sweeping bool          // under Server.mu
 	stop     chan struct{} // closed by Shutdown
 }
@@ -149,18 +151,21 @@ func (s *Server) stopIdleSweeper() {
 	}
 }
 
-// sweepIdle closes, every quarter of the idle timeout (10ms..1s), the
-// clients that have read nothing for the idle timeout and have no request
-// queued: their reading side stops, so the replies still due are written
-// before the connection closes.
+// sweepIdle closes, every quarter of the idle or request timeout
+// (10ms..1s), the clients that have read nothing for the idle timeout and
+// have no request queued, and those whose incomplete request began more
+// than the request timeout ago: their reading side stops, so the replies
+// still due are written before the connection closes.
 func (s *Server) sweepIdle(stop <-chan struct{}) {
 	defer s.wg.Done()
 	every := func() time.Duration {
-		idle := time.Duration(s.cl.idle.Load())
-		if idle <= 0 {
-			return time.Second
+		d := time.Second
+		for _, v := range []int64{s.cl.idle.Load(), s.cl.request.Load()} {
+			if v > 0 {
+				d = min(d, max(time.Duration(v)/4, 10*time.Millisecond))
+			}
 		}
-		return min(max(idle/4, 10*time.Millisecond), time.Second)
+		return d
 	}
 	t := time.NewTimer(every())
 	defer t.Stop()
@@ -172,10 +177,18 @@ func (s *Server) sweepIdle(stop <-chan struct{}) {
 		}
 		now := s.now().UnixNano()
 		s.cl.tick.Store(now)
-		if idle := s.cl.idle.Load(); idle > 0 {
+		idle, req := s.cl.idle.Load(), s.cl.request.Load()
+		if idle > 0 || req > 0 {
 			s.mu.Lock()
 			for cc := range s.conns {
-				if now-cc.active.Load() > idle && len(cc.entries) == 0 && !cc.stopped.Load() {
+				if cc.stopped.Load() {
+					continue
+				}
+				switch p := cc.partial.Load(); {
+				case req > 0 && p != 0 && now-p > req:
+					s.cl.slow.Add(1)
+					cc.stopReading()
+				case idle > 0 && now-cc.active.Load() > idle && len(cc.entries) == 0:
 					s.cl.idled.Add(1)
 					cc.stopReading()
 				}

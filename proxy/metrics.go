@@ -15,7 +15,7 @@ type poolSnap struct {
 	name                  string
 	clientConns           int64
 	totalConns            uint64
-	rejected, idled       uint64
+	rejected, idled, slow uint64
 	protocolErrs, srvErrs uint64
 	maxClients            int
 	draining              int
@@ -52,6 +52,7 @@ func (p *Proxy) snapshot() []poolSnap {
 			totalConns:   lp.srv.st.totalConns.Load(),
 			rejected:     lp.srv.cl.rejected.Load(),
 			idled:        lp.srv.cl.idled.Load(),
+			slow:         lp.srv.cl.slow.Load(),
 			protocolErrs: lp.srv.st.protocolErrors.Load(),
 			srvErrs:      lp.srv.st.serverErrors.Load(),
 			maxClients:   int(lp.srv.cl.max.Load()),
@@ -243,6 +244,7 @@ var (
 	descClientTotal   = prometheus.NewDesc("mcproxy_client_connections_total", "Client connections accepted.", poolLabels, nil)
 	descClientReject  = prometheus.NewDesc("mcproxy_client_rejected_total", "Client connections refused over client_connections.", poolLabels, nil)
 	descClientIdle    = prometheus.NewDesc("mcproxy_client_idle_closed_total", "Client connections closed by the idle timeout.", poolLabels, nil)
+	descClientSlow    = prometheus.NewDesc("mcproxy_client_slow_closed_total", "Client connections closed because a request was not complete within the request timeout (--client-request-timeout) of its first byte.", poolLabels, nil)
 	descClientMax     = prometheus.NewDesc("mcproxy_client_connections_limit", "client_connections (0: no limit).", poolLabels, nil)
 	descProtoErrors   = prometheus.NewDesc("mcproxy_protocol_errors_total", "Requests answered ERROR/CLIENT_ERROR, or that closed the connection.", poolLabels, nil)
 	descServerErrors  = prometheus.NewDesc("mcproxy_server_errors_total", "SERVER_ERROR replies sent to clients.", poolLabels, nil)
@@ -261,7 +263,7 @@ func (p *Proxy) Describe(ch chan<- *prometheus.Desc) {
 		descShardEjects, descShardLive, descShardInFlight, descShardConns, descShardLatency,
 		descShardReqBytes, descShardRspBytes, descShardEOF, descShardInQ, descShardInQBytes,
 		descShardOutQ, descShardOutQByte, descFragments,
-		descClientConns, descClientTotal, descClientReject, descClientIdle, descClientMax,
+		descClientConns, descClientTotal, descClientReject, descClientIdle, descClientSlow, descClientMax,
 		descProtoErrors, descServerErrors, descLiveShards, descDraining, descReloads, descReloadOK, descUptime, descAcceptErrors} {
 		ch <- d
 	}
@@ -280,6 +282,7 @@ func (p *Proxy) Collect(ch chan<- prometheus.Metric) {
 		counter(descClientTotal, ps.totalConns, ps.name)
 		counter(descClientReject, ps.rejected, ps.name)
 		counter(descClientIdle, ps.idled, ps.name)
+		counter(descClientSlow, ps.slow, ps.name)
 		counter(descProtoErrors, ps.protocolErrs, ps.name)
 		counter(descServerErrors, ps.srvErrs, ps.name)
 		gauge(descClientConns, float64(ps.clientConns), ps.name)

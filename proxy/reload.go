@@ -141,6 +141,10 @@ type ProxyConfig struct {
 	// leaves them zero (e.g. command-line defaults under a YAML file).
 	ClientConnections int
 	ClientTimeout     time.Duration
+	// RequestTimeout is every pool's ServerConfig.RequestTimeout (a
+	// request not complete this long after its first byte closes the
+	// client); zero: DefaultRequestTimeout, negative: never.
+	RequestTimeout time.Duration
 }
 
 // Proxy runs the pools of one configuration, each with its own listener,
@@ -416,6 +420,7 @@ func (p *Proxy) start(s PoolSpec, rt *Router, ln net.Listener) *livePool {
 	srv, err := NewServer(ServerConfig{
 		Router: rt, Limits: p.cfg.Limits, Version: p.cfg.Version, MaxPipeline: p.cfg.MaxPipeline,
 		Logger: p.log.With("pool", s.Name), MaxClients: s.ClientConnections, ClientIdleTimeout: s.ClientTimeout,
+		RequestTimeout: p.cfg.RequestTimeout,
 	})
 	if err != nil {
 		panic(err) // only for a nil Router

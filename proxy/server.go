@@ -43,12 +43,32 @@ type ServerConfig struct {
 	// connection once the replies already due are written; zero means
 	// never.
 	ClientIdleTimeout time.Duration
+	// RequestTimeout closes a client whose request (command line or
+	// data block) is not complete this long after its first byte arrived
+	// (slow clients, slowloris): reading stops and the replies already
+	// due are written, as for the idle timeout. Checked by the idle
+	// sweeper, so it acts within a quarter of it (at most 1 s) late.
+	// Zero means DefaultRequestTimeout; negative means never.
+	RequestTimeout time.Duration
 	// MaxClientBytes bounds the bytes of large requests and replies (at
 	// least bigRequest bytes, e.g. a 1 MiB set, or a get of a 1 MiB
 	// value) one client has in flight or not yet taken: reading from the
 	// client pauses while they exceed it, until replies are answered and
 	// written. Small ones are bounded by MaxPipeline alone. Default 16 MiB.
 	MaxClientBytes int64
+}
+
+// DefaultRequestTimeout is ServerConfig.RequestTimeout's default.
+const DefaultRequestTimeout = 10 * time.Second
+
+func (c ServerConfig) requestTimeout() time.Duration {
+	switch {
+	case c.RequestTimeout < 0:
+		return 0
+	case c.RequestTimeout == 0:
+		return DefaultRequestTimeout
+	}
+	return c.RequestTimeout
 }
 
 // bigRequest is the size from which a request counts against
@@ -126,6 +146,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.started = s.now()
 	s.router.Store(cfg.Router)
 	s.SetClientLimits(cfg.MaxClients, cfg.ClientIdleTimeout)
+	s.cl.request.Store(int64(cfg.requestTimeout()))
 	return s, nil
 }
 
@@ -249,6 +270,7 @@ type clientConn struct {
 	out     clientOut         // with a raw socket: replies answered by whoever completes them
 	stopped atomic.Bool
 	active  atomic.Int64  // s.cl.tick at the last read (idle timeout)
+	partial atomic.Int64  // s.cl.tick when an incomplete request began; 0: none (request timeout)
 	held    atomic.Int64  // bytes of big requests and replies not yet answered
 	room    chan struct{} // wakes the reader once held drops to the budget
 }
@@ -311,6 +333,7 @@ func (cc *clientConn) readLoop() {
 			return
 		case stepBlock:
 			next = rd.parse(false)
+			rd.markPartial()
 		case stepRead:
 			rd.next = stepRead
 			err := cc.sock.ReadEach(rd.fillFn, rd.consumeFn)
@@ -381,6 +404,7 @@ func (rd *clientReader) consume(n int) counter.ReadNext {
 	rd.w += n
 	rd.replies = false
 	rd.next = rd.parse(true)
+	rd.markPartial()
 	switch {
 	case rd.next != stepRead:
 		return counter.ReadStop
@@ -388,6 +412,18 @@ func (rd *clientReader) consume(n int) counter.ReadNext {
 		return counter.ReadShort
 	}
 	return counter.ReadDrain
+}
+
+// markPartial records when the buffer began to hold an incomplete
+// request, for the request timeout (the sweeper closes the client).
+func (rd *clientReader) markPartial() {
+	cc := rd.cc
+	switch {
+	case rd.next != stepRead || rd.r == rd.w:
+		cc.partial.Store(0)
+	case cc.partial.Load() == 0:
+		cc.partial.Store(cc.s.cl.tick.Load())
+	}
 }
 
 // parse dispatches the complete requests in buf[r:w]. With nonBlocking it

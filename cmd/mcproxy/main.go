@@ -80,6 +80,7 @@ func newApp() *cli.App {
 			&cli.IntFlag{Name: "max-item-size", Value: 1 << 20, Usage: "largest value in bytes"},
 			&cli.IntFlag{Name: "client-connections", Usage: "most concurrent clients per pool, beyond: SERVER_ERROR and close (0: no limit; with --config, for pools without client_connections)"},
 			&cli.DurationFlag{Name: "client-idle-timeout", Usage: "close clients idle this long (0: never; with --config, for pools without client_timeout)"},
+			&cli.DurationFlag{Name: "client-request-timeout", Value: proxy.DefaultRequestTimeout, Usage: "close a client whose command line or data block is not complete this long after its first byte (slow clients); replies already due are written first (negative: never)"},
 			&cli.StringFlag{Name: "admin", Value: DefaultAdmin, Usage: "HTTP address of /metrics (Prometheus), /healthz and /stats.json (Twemproxy stats); \"\" disables"},
 			&cli.IntFlag{Name: "stats-port", Usage: "also serve the Twemproxy stats JSON on this raw TCP port, like nutcracker -s (0: off)"},
 			&cli.StringFlag{Name: "stats-addr", Value: "127.0.0.1", Usage: "address of --stats-port, like nutcracker -a"},
@@ -131,6 +132,7 @@ func run(c *cli.Context) error {
 		Logger:            log,
 		ClientConnections: c.Int("client-connections"),
 		ClientTimeout:     c.Duration("client-idle-timeout"),
+		RequestTimeout:    c.Duration("client-request-timeout"),
 		Limits:            proxy.Limits{MaxItemSize: c.Int("max-item-size")},
 		DrainTimeout:      c.Duration("drain-timeout"),
 	}
