@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/json"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,7 +23,9 @@ type AdminConfig struct {
 // AdminHandler serves:
 //
 //	/metrics     Prometheus text format (AdminConfig.Registry)
-//	/healthz     200 "ok" when every pool has a live shard, else 503 and why
+//	/healthz     per-shard health as JSON (Proxy.Health): 200 when ok or
+//	             degraded (a shard ejected or failing), 503 when failing
+//	             (a pool with no live shard)
 //	/stats.json  Twemproxy's stats document (see Proxy.StatsJSON)
 func AdminHandler(cfg AdminConfig) (http.Handler, error) {
 	reg := cfg.Registry
@@ -35,12 +38,17 @@ func AdminHandler(cfg AdminConfig) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		ok, why := cfg.Proxy.Healthy()
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !ok {
+		h := cfg.Proxy.Health()
+		body, err := json.Marshal(h)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if h.Status == HealthFailing {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
-		_, _ = w.Write([]byte(why + "\n"))
+		_, _ = w.Write(append(body, '\n'))
 	})
 	mux.HandleFunc("GET /stats.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

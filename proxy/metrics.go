@@ -30,6 +30,7 @@ type shardSnap struct {
 	label, addr string
 	conns       int // open connections, or configured when unknown
 	live        bool
+	failures    int // consecutive failed calls now (timeouts, refused, ...)
 	ejectedAt   time.Time
 	inFlight    uint64
 	t           shardTotals
@@ -72,7 +73,8 @@ func (p *Proxy) snapshot() []poolSnap {
 			if oc, ok := rt.backends[i].(openConner); ok {
 				ss.conns = oc.OpenConns()
 			}
-			ss.ejectedAt = rt.m.Health(i).Stats().EjectedAt
+			hs := rt.m.Health(i).Stats()
+			ss.ejectedAt, ss.failures = hs.EjectedAt, hs.Failures
 			ss.t = lp.retired[label]
 			cur := rt.totals(i)
 			ss.t.add(cur)
@@ -338,17 +340,20 @@ func (p *Proxy) Collect(ch chan<- prometheus.Metric) {
 
 var _ prometheus.Collector = (*Proxy)(nil)
 
-// Healthy reports whether every pool has at least one live shard, with a
-// reason when not.
+// Healthy reports whether /healthz answers 200 (see Health: status ok or
+// degraded), with the status, or why it is failing.
 func (p *Proxy) Healthy() (bool, string) {
-	snaps := p.snapshot()
-	if len(snaps) == 0 {
+	h := p.Health()
+	if h.Status != HealthFailing {
+		return true, h.Status
+	}
+	if len(h.Pools) == 0 {
 		return false, "no pools"
 	}
-	for _, ps := range snaps {
-		if ps.liveShards == 0 {
-			return false, "pool " + strconv.Quote(ps.name) + " has no live shard"
+	for _, ps := range h.Pools {
+		if ps.Status == HealthFailing {
+			return false, "pool " + strconv.Quote(ps.Name) + " has no live shard"
 		}
 	}
-	return true, "ok"
+	return false, h.Status
 }

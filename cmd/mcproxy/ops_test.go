@@ -158,7 +158,7 @@ func TestMcproxyReload(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	if code, body := getBody(t, "http://"+admin+"/healthz"); code != 200 || body != "ok\n" {
+	if code, body := getBody(t, "http://"+admin+"/healthz"); code != 200 || !strings.HasPrefix(body, `{"status":"ok"`) {
 		t.Errorf("/healthz: %d %q", code, body)
 	}
 	sc, err := net.Dial("tcp", stats)
