@@ -1,6 +1,10 @@
 package pop
 
 import (
+	"context"
+	"errors"
+	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,10 +33,26 @@ func (s BreakerState) String() string {
 }
 
 // BreakerConfig configures a Breaker. Zero means default.
+//
+// The breaker opens on evidence that the store is dead, never because a
+// burst made it slow while it keeps answering:
+//   - Failures hard failures in a row (connection refused, reset, EOF, a
+//     protocol or server error: anything but a timeout), or
+//   - failed calls (timeouts included) and no success at all for Window.
+//
+// A timeout while successes keep coming is a slow store, not a dead one:
+// it leaves the breaker closed (the caller decides that request with its
+// conservative local budget, see Limiter).
 type BreakerConfig struct {
-	// Failures is the number of consecutive failures that opens the
-	// breaker; default 5.
+	// Failures is the number of consecutive hard failures (not timeouts)
+	// that opens the breaker; default 5.
 	Failures int
+	// Window is how long calls may keep failing (timeouts included) with
+	// no success at all before the breaker opens; default 1s: far longer
+	// than any deadline, so one slow burst never opens it, and short
+	// enough that a hung store costs each worker at most a second of
+	// deadline-long waits.
+	Window time.Duration
 	// OpenFor is how long the breaker stays open before letting probes
 	// through; default 500ms.
 	OpenFor time.Duration
@@ -46,6 +66,13 @@ func (c BreakerConfig) failures() int {
 		return c.Failures
 	}
 	return 5
+}
+
+func (c BreakerConfig) window() time.Duration {
+	if c.Window > 0 {
+		return c.Window
+	}
+	return time.Second
 }
 
 func (c BreakerConfig) openFor() time.Duration {
@@ -62,16 +89,30 @@ func (c BreakerConfig) probes() int {
 	return 1
 }
 
+// IsTimeout reports whether err is a store call that ran out of time (a
+// context deadline or a socket timeout) rather than one the store or the
+// network refused.
+func IsTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
 // Breaker is a circuit breaker driven by time passed in: Allow(now) says
 // whether a store call may be made, Observe(now, err) records its outcome.
-// Every Allow that returned true must be followed by exactly one Observe.
-// Safe for concurrent use; the closed-state Allow is one atomic load.
+// Every Allow that returned true must be followed by exactly one Observe
+// (or Release). Safe for concurrent use; the closed-state Allow is one
+// atomic load, the closed-state Observe of a success two.
 type Breaker struct {
 	cfg      BreakerConfig
 	state    atomic.Int32
 	onChange func(BreakerState)
 
-	consecutive atomic.Int32 // failures in a row while closed
+	consecutive atomic.Int32 // hard failures in a row while closed
+	lastOK      atomic.Int64 // unix ns of the latest success (0: none)
+	failSince   atomic.Int64 // unix ns of the first failure after it (0: none)
 
 	mu       sync.Mutex
 	openedAt time.Time
@@ -87,6 +128,13 @@ func NewBreaker(cfg BreakerConfig, onChange func(BreakerState)) *Breaker {
 // State returns the current state (an open breaker whose OpenFor has passed
 // still reports open until the next Allow moves it to half-open).
 func (b *Breaker) State() BreakerState { return BreakerState(b.state.Load()) }
+
+// Live reports whether the store answered successfully within Window
+// before now: a failure then is a slow or unlucky call, not a dead store.
+func (b *Breaker) Live(now time.Time) bool {
+	ok := b.lastOK.Load()
+	return ok != 0 && now.UnixNano()-ok < int64(b.cfg.window())
+}
 
 func (b *Breaker) set(s BreakerState) {
 	if BreakerState(b.state.Swap(int32(s))) != s && b.onChange != nil {
@@ -133,17 +181,32 @@ func (b *Breaker) Release() {
 }
 
 // Observe records the outcome of a call allowed at now; err nil is a
-// success.
+// success (see BreakerConfig for what opens the breaker).
 func (b *Breaker) Observe(now time.Time, err error) {
+	t := now.UnixNano()
 	if BreakerState(b.state.Load()) == BreakerClosed {
-		// Fast path, lock-free: reset or extend the failure run.
+		// Fast path, lock-free.
 		if err == nil {
+			if b.lastOK.Load() < t {
+				b.lastOK.Store(t)
+			}
 			if b.consecutive.Load() != 0 {
 				b.consecutive.Store(0)
 			}
+			if b.failSince.Load() != 0 {
+				b.failSince.Store(0)
+			}
 			return
 		}
-		if int(b.consecutive.Add(1)) < b.cfg.failures() {
+		b.failSince.CompareAndSwap(0, t)
+		hard := !IsTimeout(err)
+		run := int(b.consecutive.Load())
+		if hard {
+			run = int(b.consecutive.Add(1))
+		}
+		since := b.failSince.Load()
+		dead := run >= b.cfg.failures() || (since != 0 && t-since >= int64(b.cfg.window()) && !b.Live(now))
+		if !dead {
 			return
 		}
 	}
@@ -151,7 +214,7 @@ func (b *Breaker) Observe(now time.Time, err error) {
 	defer b.mu.Unlock()
 	switch BreakerState(b.state.Load()) {
 	case BreakerClosed:
-		if err != nil && int(b.consecutive.Load()) >= b.cfg.failures() {
+		if err != nil {
 			b.openedAt = now
 			b.set(BreakerOpen)
 		}
@@ -161,6 +224,10 @@ func (b *Breaker) Observe(now time.Time, err error) {
 		}
 		if err == nil {
 			b.consecutive.Store(0)
+			b.failSince.Store(0)
+			if b.lastOK.Load() < t {
+				b.lastOK.Store(t)
+			}
 			b.set(BreakerClosed)
 			return
 		}

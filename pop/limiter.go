@@ -24,11 +24,23 @@ type Config struct {
 	// NewLocal builds an in-process limiter (pre-filter and the local fail
 	// mode); default counter.NewLocal.
 	NewLocal func(counter.Limit) (counter.Allower, error)
-	// StoreDeadline bounds the store calls of one decision; default 20ms.
-	// It is passed down as a context deadline: a store that cannot honour
-	// contexts mid-call (gomemcache) must get the same socket timeout
+	// StoreDeadline, if positive, fixes the deadline of one decision's
+	// store calls (Deadline.Fixed); default 0: the deadline adapts to the
+	// observed store latency (see DeadlineConfig). It is passed down as a
+	// context deadline: a store that cannot honour contexts mid-call
+	// (gomemcache) must get a socket timeout of the longest deadline
 	// (cmd/edge sets counter.MemcacheConfig.Timeout to it).
 	StoreDeadline time.Duration
+	// Deadline configures the adaptive store deadline.
+	Deadline DeadlineConfig
+	// MaxInFlight bounds the decisions waiting on the store at once in
+	// this Limiter; default 256. A decision beyond it waits up to
+	// InFlightWait for a slot, then is decided by the local budget
+	// (ReasonStoreBusy): it never queues without bound.
+	MaxInFlight int
+	// InFlightWait is how long a decision waits for an in-flight slot;
+	// default the current store deadline.
+	InFlightWait time.Duration
 	// WorkersPerPoP divides each limit for the local fail mode and sizes
 	// default lease batches; default 1.
 	WorkersPerPoP int
@@ -49,11 +61,19 @@ type Config struct {
 	Clock func() time.Time
 }
 
-func (c Config) storeDeadline() time.Duration {
+func (c Config) deadline() DeadlineConfig {
+	d := c.Deadline
 	if c.StoreDeadline > 0 {
-		return c.StoreDeadline
+		d.Fixed = c.StoreDeadline
 	}
-	return 20 * time.Millisecond
+	return d
+}
+
+func (c Config) maxInFlight() int {
+	if c.MaxInFlight > 0 {
+		return c.MaxInFlight
+	}
+	return 256
 }
 
 func (c Config) workers() int {
@@ -91,7 +111,9 @@ type Limiter struct {
 	clock   func() time.Time
 	snap    atomic.Pointer[snapshot]
 	breaker *Breaker
-	loadMu  sync.Mutex // serialises reloads (not decisions)
+	dl      *deadline
+	slots   chan struct{} // one token per store call in flight
+	loadMu  sync.Mutex    // serialises reloads (not decisions)
 	lastErr atomic.Pointer[error]
 }
 
@@ -105,10 +127,15 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.NewLocal == nil {
 		cfg.NewLocal = func(l counter.Limit) (counter.Allower, error) { return counter.NewLocal(l) }
 	}
-	if cfg.WorkersPerPoP < 0 || cfg.StoreDeadline < 0 || cfg.MitigationEntries < 0 {
-		return nil, fmt.Errorf("%w: negative WorkersPerPoP, StoreDeadline or MitigationEntries", ErrConfig)
+	if cfg.WorkersPerPoP < 0 || cfg.StoreDeadline < 0 || cfg.MitigationEntries < 0 || cfg.MaxInFlight < 0 || cfg.InFlightWait < 0 {
+		return nil, fmt.Errorf("%w: negative WorkersPerPoP, StoreDeadline, MitigationEntries, MaxInFlight or InFlightWait", ErrConfig)
 	}
-	l := &Limiter{cfg: cfg, clock: cfg.clock()}
+	if d := cfg.Deadline; d.Fixed < 0 || d.Floor < 0 || d.Ceiling < 0 || d.Multiple < 0 || (d.Ceiling > 0 && d.Ceiling < d.floor()) {
+		return nil, fmt.Errorf("%w: deadline floor %v, ceiling %v, multiple %v: want non-negative, floor ≤ ceiling", ErrConfig, d.Floor, d.Ceiling, d.Multiple)
+	}
+	l := &Limiter{cfg: cfg, clock: cfg.clock(), slots: make(chan struct{}, cfg.maxInFlight())}
+	l.dl = newDeadline(cfg.deadline(), cfg.Metrics.storeDeadline)
+	cfg.Metrics.storeDeadline(l.dl.Current())
 	logger := cfg.logger()
 	l.breaker = NewBreaker(cfg.Breaker, func(s BreakerState) {
 		cfg.Metrics.breakerState(s)
@@ -294,7 +321,7 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 	var buf [12]string
 	d := l.decide(ctx, p, rs, identityParts(buf[:0], p.spec, id), now)
 	d.Policy, d.Tier = p.spec.Name, tier
-	if d.Reason != ReasonFailLocal {
+	if d.Reason != ReasonFailLocal && d.Reason != ReasonStoreSlow && d.Reason != ReasonStoreBusy {
 		d.policyField = rs.policyField
 	}
 	l.finish(&d, ip, id)
@@ -381,18 +408,29 @@ func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []stri
 	if !l.breaker.Allow(now) {
 		return l.fallback(ctx, p, rs, keys, now)
 	}
+	if !l.acquire(ctx) {
+		l.breaker.Release()
+		if ctx.Err() != nil {
+			return Decision{Reason: ReasonCanceled}
+		}
+		return l.local(ctx, rs, keys, now, ReasonStoreBusy)
+	}
 	start := l.clock()
-	sctx := newStoreCtx(ctx, time.Now().Add(l.cfg.storeDeadline()))
+	sctx := newStoreCtx(ctx, time.Now().Add(l.dl.Current()))
 	d, err := l.count(sctx, rs, keys, now)
 	sctx.release()
-	l.cfg.Metrics.store(l.clock().Sub(start), err)
+	<-l.slots
+	lat := l.clock().Sub(start)
+	l.dl.Observe(start, lat)
+	contention := errors.Is(err, counter.ErrContention)
+	l.cfg.Metrics.store(lat, err, contention)
 	if err != nil && ctx.Err() != nil {
 		// The client went away: not the store's fault, and not a
 		// reason to admit (nor to count a fail-open).
 		l.breaker.Release()
 		return Decision{Reason: ReasonCanceled}
 	}
-	if errors.Is(err, counter.ErrContention) {
+	if contention {
 		// A hot key, not a sick store: failing open here would let
 		// whoever hammers one key open the breaker for every key.
 		l.breaker.Observe(now, nil)
@@ -400,6 +438,11 @@ func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []stri
 	}
 	l.breaker.Observe(now, err)
 	if err != nil {
+		if IsTimeout(err) && l.breaker.State() == BreakerClosed && l.breaker.Live(now) {
+			// A live store that was slow this once (a burst): not a
+			// reason to fail open, nor to answer 503.
+			return l.local(ctx, rs, keys, now, ReasonStoreSlow)
+		}
 		return l.fallback(ctx, p, rs, keys, now)
 	}
 	if !d.Allowed && d.Binding.Result.RetryAfter > 0 {
@@ -541,21 +584,7 @@ func (l *Limiter) fallback(ctx context.Context, p *policy, rs *rules, keys []str
 		return Decision{Reason: ReasonFailClosed, Status: http.StatusServiceUnavailable,
 			Binding: LimitResult{Result: counter.Result{RetryAfter: l.cfg.Breaker.openFor()}}}
 	case FailLocal:
-		checks := make([]counter.Check, len(rs.limits))
-		for i, r := range rs.limits {
-			checks[i] = counter.Check{Allower: r.local, Key: keys[i]}
-		}
-		_, results, err := counter.AllowAll(ctx, now, 1, checks...)
-		if err != nil {
-			// A local limiter cannot be unreachable; admit rather than fail.
-			return Decision{Allowed: true, Reason: ReasonFailLocal}
-		}
-		all := make([]LimitResult, len(results))
-		for i, res := range results {
-			all[i] = LimitResult{Limit: rs.limits[i].local.Limit(), Result: res}
-		}
-		d := l.verdict(all, ReasonFailLocal)
-		return d
+		return l.local(ctx, rs, keys, now, ReasonFailLocal)
 	}
 	return Decision{Allowed: true, Reason: ReasonFailOpen}
 }

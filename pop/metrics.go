@@ -16,6 +16,9 @@ type Metrics struct {
 	nearLimit   *prometheus.CounterVec // policy
 	storeLat    prometheus.Histogram   // seconds
 	storeErrors prometheus.Counter     //
+	contention  prometheus.Counter     //
+	deadline    prometheus.Gauge       // seconds
+	slow        *prometheus.CounterVec // policy, reason (store_slow, store_busy)
 	breaker     prometheus.Gauge       // 0 closed, 1 open, 2 half-open
 	fallback    *prometheus.CounterVec // policy, mode
 	mitigation  *prometheus.CounterVec // policy, event (hit, insert)
@@ -82,8 +85,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1},
 		}),
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "poplimit_store_errors_total", Help: "Decisions whose store calls failed (deadline, I/O).",
+			Name: "poplimit_store_errors_total", Help: "Decisions whose store calls failed (deadline, I/O); contention is counted apart.",
 		}),
+		contention: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "poplimit_store_contention_total", Help: "Decisions rejected because a token bucket lost its compare-and-swap race every retry (a hot key, not a store failure).",
+		}),
+		deadline: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "poplimit_store_deadline_seconds", Help: "Current deadline of one decision's store calls (adaptive unless fixed).",
+		}),
+		slow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poplimit_store_slow_decisions_total", Help: "Decisions taken by the local budget while the store was alive: store_slow (deadline passed), store_busy (no in-flight slot). Never fail-open, never 503.",
+		}, []string{"policy", "reason"}),
 		breaker: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "poplimit_breaker_state", Help: "Store circuit breaker: 0 closed, 1 open, 2 half-open.",
 		}),
@@ -106,7 +118,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "poplimit_lease_served_total", Help: "Decisions served from a local token lease (no store call).",
 		}, []string{"policy"}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.storeLat, m.storeErrors, m.breaker, m.fallback, m.mitigation, m.reloads, m.eventsDrop, m.eventsOut, m.leaseServed} {
+	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.storeLat, m.storeErrors, m.contention, m.deadline, m.slow, m.breaker, m.fallback, m.mitigation, m.reloads, m.eventsDrop, m.eventsOut, m.leaseServed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -126,6 +138,8 @@ func (m *Metrics) decision(d *Decision) {
 	switch d.Reason {
 	case ReasonFailOpen, ReasonFailClosed, ReasonFailLocal:
 		m.inc(labelKey{vec: m.fallback, n: 2, a: d.Policy, b: string(d.Reason)})
+	case ReasonStoreSlow, ReasonStoreBusy:
+		m.inc(labelKey{vec: m.slow, n: 2, a: d.Policy, b: string(d.Reason)})
 	case ReasonMitigated:
 		m.inc(labelKey{vec: m.mitigation, n: 2, a: d.Policy, b: "hit"})
 	case ReasonLease:
@@ -142,13 +156,22 @@ func (m *Metrics) mitigationInsert(policy string) {
 	}
 }
 
-func (m *Metrics) store(d time.Duration, err error) {
+func (m *Metrics) store(d time.Duration, err error, contention bool) {
 	if m == nil {
 		return
 	}
 	m.storeLat.Observe(d.Seconds())
-	if err != nil {
+	switch {
+	case contention:
+		m.contention.Inc()
+	case err != nil:
 		m.storeErrors.Inc()
+	}
+}
+
+func (m *Metrics) storeDeadline(d time.Duration) {
+	if m != nil {
+		m.deadline.Set(d.Seconds())
 	}
 }
 

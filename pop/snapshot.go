@@ -53,7 +53,7 @@ type rule struct {
 	// keys from identity + algorithm + window).
 	distinct bool
 	shared   counter.Allower // the PoP-wide count (cost applied)
-	local    counter.Allower // FailLocal budget (cost applied), or nil
+	local    counter.Allower // local budget (cost applied): FailLocal, store_slow, store_busy
 	lease    *leaser         // nil unless the policy leases
 }
 
@@ -167,13 +167,14 @@ func (l *Limiter) compilePolicy(ps PolicySpec, f *File, fp uint64) (*policy, err
 				return nil, fmt.Errorf("pop: policy %s tier %s limit %s: %w", ps.Name, name, ls.Limit.Name, err)
 			}
 			r.shared = withCost(a, ls.Cost)
-			if ps.FailMode == FailLocal {
-				la, err := l.cfg.NewLocal(localLimit(ls.Limit, l.cfg.workers()))
-				if err != nil {
-					return nil, fmt.Errorf("pop: policy %s tier %s limit %s local: %w", ps.Name, name, ls.Limit.Name, err)
-				}
-				r.local = withCost(la, ls.Cost)
+			// Every policy has a local budget: the local fail mode, and
+			// decisions a live but slow store did not answer in time
+			// (ReasonStoreSlow, ReasonStoreBusy).
+			la, err := l.cfg.NewLocal(localLimit(ls.Limit, l.cfg.workers()))
+			if err != nil {
+				return nil, fmt.Errorf("pop: policy %s tier %s limit %s local: %w", ps.Name, name, ls.Limit.Name, err)
 			}
+			r.local = withCost(la, ls.Cost)
 			if ps.Lease.Enabled {
 				mb := ps.Lease.MaxBatch
 				if mb <= 0 {

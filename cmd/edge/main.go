@@ -6,7 +6,7 @@
 //
 //	edge --listen 127.0.0.1:8080 --upstream http://127.0.0.1:9000 \
 //	     --memcached 127.0.0.1:22121 --policy testdata/policies/example.yml \
-//	     --admin 127.0.0.1:9090 --workers-per-pop 4 --store-deadline 20ms \
+//	     --admin 127.0.0.1:9090 --workers-per-pop 4 \
 //	     --store-client gomemcache
 //
 // The admin listener serves /metrics (Prometheus), /healthz (JSON: ok,
@@ -70,8 +70,12 @@ func main() {
 			&cli.StringFlag{Name: "policy", Required: true, Usage: "policy YAML `FILE` (see testdata/policies/example.yml)"},
 			&cli.StringFlag{Name: "admin", Value: "127.0.0.1:9090", Usage: "admin listener address (/metrics, /healthz, POST /reload); empty disables"},
 			&cli.IntFlag{Name: "workers-per-pop", Value: 1, Usage: "number of edge workers in the PoP: the local fail mode enforces limit ÷ this"},
-			&cli.DurationFlag{Name: "store-deadline", Value: 20 * time.Millisecond, Usage: "deadline of one decision's store calls (also the memcached socket timeout)"},
-			&cli.IntFlag{Name: "breaker-failures", Value: 5, Usage: "consecutive store failures that open the circuit breaker"},
+			&cli.DurationFlag{Name: "store-deadline", Value: 0, Usage: "fixed deadline of one decision's store calls; 0 = adaptive: 4x the recent p99 store latency, clamped to [--store-deadline-floor, --store-deadline-ceiling] (a burst on a healthy store raises it instead of timing out)"},
+			&cli.DurationFlag{Name: "store-deadline-floor", Value: 50 * time.Millisecond, Usage: "shortest adaptive store deadline: a loopback round trip is ~1ms, but a loaded 2-core host schedules a worker tens of ms late, and a timeout costs accuracy (the local budget decides)"},
+			&cli.DurationFlag{Name: "store-deadline-ceiling", Value: 500 * time.Millisecond, Usage: "longest adaptive store deadline (also the memcached socket timeout): the most a request waits on a store that stopped answering, until the breaker opens"},
+			&cli.IntFlag{Name: "store-in-flight", Value: 256, Usage: "decisions waiting on the store at once in this worker; beyond it a decision waits up to one deadline for a slot, then is decided by the local budget (reason store_busy)"},
+			&cli.IntFlag{Name: "breaker-failures", Value: 5, Usage: "consecutive hard store failures (refused, reset, EOF, server error; not timeouts) that open the circuit breaker"},
+			&cli.DurationFlag{Name: "breaker-window", Value: time.Second, Usage: "failing store calls (timeouts included) with no success at all for this long open the breaker; timeouts while other calls succeed never do"},
 			&cli.DurationFlag{Name: "breaker-open", Value: 500 * time.Millisecond, Usage: "how long the breaker stays open before a half-open probe"},
 			&cli.StringFlag{Name: "store-client", Value: "gomemcache", Usage: "memcached client: 'gomemcache' (counter.MemcacheStore over bradfitz/gomemcache, the project's designated workers' client; several addresses are hashed by gomemcache) or 'pipe' (counter.PipeStore: pipelined, one round trip per sliding-window decision and ~20% less CPU per decision; one --memcached address, normally mcproxy)"},
 			&cli.IntFlag{Name: "store-multiplex", Value: 0, Usage: "with --store-client pipe: number of connections shared by all requests (concurrent store calls are written together, replies read in order: fewer syscalls); 0 = one pooled connection per call"},
@@ -109,8 +113,13 @@ func run(c *cli.Context) error {
 		return fmt.Errorf("--upstream %q: not an absolute URL", c.String("upstream"))
 	}
 	deadline := c.Duration("store-deadline")
+	dcfg := pop.DeadlineConfig{Fixed: deadline, Floor: c.Duration("store-deadline-floor"), Ceiling: c.Duration("store-deadline-ceiling")}
+	socketTimeout := deadline
+	if deadline <= 0 {
+		socketTimeout = max(dcfg.Ceiling, dcfg.Floor)
+	}
 
-	store, err := newStore(c.String("store-client"), c.StringSlice("memcached"), deadline, c.Int("store-multiplex"))
+	store, err := newStore(c.String("store-client"), c.StringSlice("memcached"), socketTimeout, c.Int("store-multiplex"))
 	if err != nil {
 		return err
 	}
@@ -148,9 +157,10 @@ func run(c *cli.Context) error {
 	limiter, err := pop.New(pop.Config{
 		NewShared:     func(l counter.Limit) (counter.Allower, error) { return counter.New(store, l) },
 		NewLocal:      func(l counter.Limit) (counter.Allower, error) { return counter.NewLocal(l) },
-		StoreDeadline: deadline,
+		Deadline:      dcfg,
+		MaxInFlight:   c.Int("store-in-flight"),
 		WorkersPerPoP: c.Int("workers-per-pop"),
-		Breaker:       pop.BreakerConfig{Failures: c.Int("breaker-failures"), OpenFor: c.Duration("breaker-open")},
+		Breaker:       pop.BreakerConfig{Failures: c.Int("breaker-failures"), Window: c.Duration("breaker-window"), OpenFor: c.Duration("breaker-open")},
 		Metrics:       metrics,
 		Events:        events,
 		Logger:        logger,
