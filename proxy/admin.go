@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -18,6 +19,9 @@ type AdminConfig struct {
 	Registry *prometheus.Registry
 	// Version is the "version" of /stats.json.
 	Version string
+	// Pprof mounts net/http/pprof under /debug/pprof/ (off by default:
+	// profiles expose the process's memory and cost CPU).
+	Pprof bool
 }
 
 // AdminHandler serves:
@@ -27,6 +31,7 @@ type AdminConfig struct {
 //	             degraded (a shard ejected or failing), 503 when failing
 //	             (a pool with no live shard)
 //	/stats.json  Twemproxy's stats document (see Proxy.StatsJSON)
+//	/debug/pprof/ net/http/pprof, only with AdminConfig.Pprof
 func AdminHandler(cfg AdminConfig) (http.Handler, error) {
 	reg := cfg.Registry
 	if reg == nil {
@@ -54,5 +59,12 @@ func AdminHandler(cfg AdminConfig) (http.Handler, error) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(cfg.Proxy.StatsJSON(cfg.Version))
 	})
+	if cfg.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return mux, nil
 }

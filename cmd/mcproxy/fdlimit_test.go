@@ -127,3 +127,28 @@ func acceptErrors(t *testing.T, admin, reason string) float64 {
 	}
 	return sum
 }
+
+// TestMcproxyAdminSafeDefaults: pprof is served only with --pprof, and an
+// admin endpoint off loopback is warned about.
+func TestMcproxyAdminSafeDefaults(t *testing.T) {
+	bin := buildMcproxy(t)
+	admin := bench.FreeAddrForTest(t)
+	p := startMcproxy(t, bin, "", "--embedded", "1", "--admin", admin, "--shutdown-timeout", "500ms")
+	if code, _ := getBody(t, "http://"+admin+"/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("/debug/pprof/ without --pprof: %d, want 404", code)
+	}
+	if strings.Contains(p.logs.String(), "not on loopback") {
+		t.Errorf("loopback admin warned about: %s", p.logs)
+	}
+	p.stop(t)
+
+	_, port, _ := net.SplitHostPort(bench.FreeAddrForTest(t))
+	p = startMcproxy(t, bin, "", "--embedded", "1", "--admin", "0.0.0.0:"+port, "--pprof", "--shutdown-timeout", "500ms")
+	if code, _ := getBody(t, "http://127.0.0.1:"+port+"/debug/pprof/"); code != http.StatusOK {
+		t.Errorf("/debug/pprof/ with --pprof: %d, want 200", code)
+	}
+	if !strings.Contains(p.logs.String(), "not on loopback") {
+		t.Errorf("no warning for an admin endpoint on 0.0.0.0: %s", p.logs)
+	}
+	p.stop(t)
+}

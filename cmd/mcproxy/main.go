@@ -82,6 +82,7 @@ func newApp() *cli.App {
 			&cli.DurationFlag{Name: "client-idle-timeout", Usage: "close clients idle this long (0: never; with --config, for pools without client_timeout)"},
 			&cli.DurationFlag{Name: "client-request-timeout", Value: proxy.DefaultRequestTimeout, Usage: "close a client whose command line or data block is not complete this long after its first byte (slow clients); replies already due are written first (negative: never)"},
 			&cli.StringFlag{Name: "admin", Value: DefaultAdmin, Usage: "HTTP address of /metrics (Prometheus), /healthz and /stats.json (Twemproxy stats); \"\" disables"},
+			&cli.BoolFlag{Name: "pprof", Usage: "also serve net/http/pprof under /debug/pprof/ on --admin (off: profiles expose memory and cost CPU)"},
 			&cli.IntFlag{Name: "stats-port", Usage: "also serve the Twemproxy stats JSON on this raw TCP port, like nutcracker -s (0: off)"},
 			&cli.StringFlag{Name: "stats-addr", Value: "127.0.0.1", Usage: "address of --stats-port, like nutcracker -a"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 5 * time.Second, Usage: "on SIGTERM, how long in-flight requests may take before connections are closed"},
@@ -165,7 +166,7 @@ func run(c *cli.Context) error {
 		}
 	}()
 	if addr := c.String("admin"); addr != "" {
-		stop, err := serveAdmin(p, addr, log)
+		stop, err := serveAdmin(p, addr, c.Bool("pprof"), log)
 		switch {
 		case err == nil:
 			stops = append(stops, stop)
@@ -241,14 +242,14 @@ func run(c *cli.Context) error {
 
 // serveAdmin serves the admin endpoints on addr; the returned func stops
 // the server.
-func serveAdmin(p *proxy.Proxy, addr string, log *slog.Logger) (func(), error) {
+func serveAdmin(p *proxy.Proxy, addr string, withPprof bool, log *slog.Logger) (func(), error) {
 	reg := prometheus.NewRegistry()
 	for _, col := range []prometheus.Collector{p, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}
 	}
-	h, err := proxy.AdminHandler(proxy.AdminConfig{Proxy: p, Registry: reg, Version: version})
+	h, err := proxy.AdminHandler(proxy.AdminConfig{Proxy: p, Registry: reg, Version: version, Pprof: withPprof})
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +260,14 @@ func serveAdmin(p *proxy.Proxy, addr string, log *slog.Logger) (func(), error) {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ln) }()
-	log.Info("mcproxy: admin", "addr", ln.Addr().String(), "paths", "/metrics /healthz /stats.json")
+	paths := "/metrics /healthz /stats.json"
+	if withPprof {
+		paths += " /debug/pprof/"
+	}
+	log.Info("mcproxy: admin", "addr", ln.Addr().String(), "paths", paths)
+	if !loopback(ln.Addr()) {
+		log.Warn("mcproxy: the admin endpoint is not on loopback: anyone who reaches it reads the metrics and shard addresses", "addr", ln.Addr().String(), "pprof", withPprof)
+	}
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -324,4 +332,11 @@ func poolsFromFlags(c *cli.Context, log *slog.Logger) ([]proxy.PoolSpec, error) 
 		return nil, errors.New("no shards: give --shard host:port (repeat), --config file.yml or --embedded N")
 	}
 	return []proxy.PoolSpec{p}, p.Validate()
+}
+
+// loopback reports whether a listener's address is a loopback one
+// (127.0.0.0/8, ::1); an unspecified address (all interfaces) is not.
+func loopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }
