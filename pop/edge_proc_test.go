@@ -1,8 +1,10 @@
 package pop_test
 
 import (
+	"bufio"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -105,5 +107,58 @@ func TestEdgeSafeProxy(t *testing.T) {
 	resp.Body.Close()
 	if h.Status != "degraded" || len(h.Reasons) == 0 || !strings.Contains(h.Reasons[0], "default_policy") {
 		t.Errorf("healthz with an invalid file: %+v", h)
+	}
+}
+
+// TestEdgeSlowClients: a client that never finishes its headers is closed
+// at --read-header-timeout, an idle keep-alive connection at
+// --idle-timeout, and headers over --max-header-bytes get 431.
+func TestEdgeSlowClients(t *testing.T) {
+	bin, _ := binaries(t)
+	policy := writePolicy(t, t.TempDir(), edgeSafetyDoc)
+	e := startEdge(t, bin, upstream(t), "", policy, "--read-header-timeout", "300ms", "--idle-timeout", "300ms", "--max-header-bytes", "4096")
+	closedAfter := func(c net.Conn) time.Duration {
+		start := time.Now()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		io.Copy(io.Discard, c)
+		return time.Since(start)
+	}
+	c, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET /api/widgets HTTP/1.1\r\nHost: edge.test\r\nX-Slow: ")
+	if d := closedAfter(c); d < 100*time.Millisecond || d > 3*time.Second {
+		t.Errorf("half-sent headers: closed after %v, want about 300ms", d)
+	}
+	c2, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	io.WriteString(c2, "GET /api/widgets HTTP/1.1\r\nHost: edge.test\r\n\r\n")
+	br := bufio.NewReader(c2)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	start := time.Now()
+	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	io.Copy(io.Discard, br)
+	if d := time.Since(start); d < 100*time.Millisecond || d > 3*time.Second {
+		t.Errorf("idle keep-alive: closed after %v, want about 300ms", d)
+	}
+	r, _ := http.NewRequest("GET", "http://"+e.addr+"/api/widgets", nil)
+	r.Header.Set("X-Big", strings.Repeat("x", 8192))
+	resp, err = httpClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("8 KiB header with --max-header-bytes 4096: %d, want 431", resp.StatusCode)
 	}
 }
