@@ -37,6 +37,8 @@ func BenchmarkClientIPHops(b *testing.B) {
 		{"plain", "198.51.100.7"},
 		{"xff60000", chain("198.51.")},      // client at the right end
 		{"xff60000trusted", chain("10.0.")}, // every hop trusted: the cap stops the walk
+		{"commas1MB", strings.Repeat(",", 1<<20) + "10.0.0.1"},
+		{"entry1MB", strings.Repeat("1", 1<<20)},
 	} {
 		r := &http.Request{Method: "GET", URL: &url.URL{Path: "/"}, RemoteAddr: "10.1.2.3:4000",
 			Header: http.Header{"X-Forwarded-For": {bc.xff}}}

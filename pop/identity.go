@@ -24,7 +24,10 @@ const (
 
 // Identity is what pop extracted from one request. APIKey is the clear key:
 // it is only used to look up its record and is never written to a key, a
-// metric or a log; KeyID is its digest.
+// metric or a log; KeyID is its digest. In a decision, IP is the client's
+// network address (File.ClientNet: the client IP masked to the policy
+// file's ip_prefix), which is what per-IP counts key on; rejection events
+// carry the full client IP.
 type Identity struct {
 	IP     netip.Addr
 	APIKey string
@@ -172,24 +175,43 @@ func lastOf(lines []string) string {
 	return lines[len(lines)-1]
 }
 
+// maxEmptyHops bounds the empty entries ("a,,b", blank lines) skipped in
+// one walk: past it the chain ends, so a header of commas costs no more
+// than a short one.
+const maxEmptyHops = 64
+
 // hopsFromRight yields the comma-separated entries of header lines from the
-// last one backwards, scanning only as far as it is asked to go.
+// last one backwards, scanning only as far as it is asked to go, and never
+// more than maxHopBytes+1 bytes for one entry: an entry longer than that
+// is yielded as its last maxHopBytes+1 bytes (too long to be an address)
+// and the walk ends there.
 type hopsFromRight struct {
-	lines []string
-	i     int    // current line
-	rest  string // unread part of line i
+	lines   []string
+	i       int    // current line
+	rest    string // unread part of line i
+	empties int    // empty entries skipped so far
+	done    bool
 }
 
 func (h *hopsFromRight) next() (string, bool) {
-	// Empty entries ("a,,b", blank lines) are skipped.
-	for h.i >= 0 {
-		if c := strings.LastIndexByte(h.rest, ','); c >= 0 {
+	for !h.done && h.i >= 0 && h.empties <= maxEmptyHops {
+		win := h.rest
+		if len(win) > maxHopBytes+1 {
+			win = win[len(win)-(maxHopBytes+1):]
+		}
+		if c := strings.LastIndexByte(win, ','); c >= 0 {
+			c += len(h.rest) - len(win)
 			e := strings.TrimSpace(h.rest[c+1:])
 			h.rest = h.rest[:c]
 			if e != "" {
 				return e, true
 			}
+			h.empties++
 			continue
+		}
+		if len(h.rest) > maxHopBytes {
+			h.done = true
+			return win, true
 		}
 		e := strings.TrimSpace(h.rest)
 		h.i--
@@ -201,6 +223,7 @@ func (h *hopsFromRight) next() (string, bool) {
 		if e != "" {
 			return e, true
 		}
+		h.empties++
 	}
 	return "", false
 }

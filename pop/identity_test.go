@@ -67,6 +67,10 @@ func TestClientIPHopCap(t *testing.T) {
 		{"default cap", []string{chain}, nil, 0, "198.51.100.7"},
 		{"hops over lines", []string{"198.51.100.7, 10.0.0.3", "", "10.0.0.2 ,, 10.0.0.1"}, nil, 4, "198.51.100.7"},
 		{"long hop ends chain", []string{strings.Repeat("1", 300) + ", 10.0.0.1"}, nil, 5, "10.0.0.1"},
+		{"long last line ends chain", []string{"198.51.100.7", strings.Repeat("1", 300)}, nil, 5, "10.1.2.3"},
+		{"few empty entries skipped", []string{"198.51.100.7" + strings.Repeat(",", 60) + "10.0.0.1"}, nil, 5, "198.51.100.7"},
+		{"a flood of empty entries ends the chain", []string{"198.51.100.7" + strings.Repeat(",", 10000) + "10.0.0.1"}, nil, 5, "10.0.0.1"},
+		{"a flood of blank lines ends the chain", append(append([]string{"198.51.100.7"}, make([]string, 100)...), "10.0.0.1"), nil, 5, "10.0.0.1"},
 		{"forwarded capped", nil, []string{`for=198.51.100.7, for=10.0.0.2;proto=https`, `for="10.0.0.1:80"`}, 2, "10.0.0.2"},
 		{"forwarded element without for", nil, []string{`for=198.51.100.7, proto=https`}, 5, "10.1.2.3"},
 	} {

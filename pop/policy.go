@@ -189,6 +189,7 @@ func (f *File) ClientNet(a netip.Addr) netip.Addr {
 	} else if bits == 0 {
 		bits = 64
 	}
+	a = a.WithZone("")
 	if bits >= a.BitLen() {
 		return a
 	}
