@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 )
@@ -48,6 +49,9 @@ type FaultsConfig struct {
 	Seed uint64
 	// Progress is called with requests done and total.
 	Progress func(done, total int)
+	// Burst configures the FaultBurst scenario (its own PoP, edges on
+	// default flags, no relays); Log defaults to the environment's.
+	Burst BurstConfig
 }
 
 func (c FaultsConfig) withDefaults() FaultsConfig {
@@ -102,9 +106,11 @@ type FaultsReport struct {
 	// the warmup): the noise floor of this machine.
 	BaselineErrorPct float64        `json:"baseline_error_pct"`
 	Results          []*FaultResult `json:"scenarios"`
-	Spans            []Span         `json:"spans"`
-	Report           string         `json:"report,omitempty"`
-	Chart            string         `json:"chart,omitempty"`
+	// Burst is the FaultBurst scenario's report, when it ran.
+	Burst  *BurstReport `json:"burst,omitempty"`
+	Spans  []Span       `json:"spans"`
+	Report string       `json:"report,omitempty"`
+	Chart  string       `json:"chart,omitempty"`
 }
 
 // errSample is the cumulative store error count of the workers at a time.
@@ -120,6 +126,33 @@ type errSample struct {
 // observe.
 func RunFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, error) {
 	cfg = cfg.withDefaults()
+	var burst *BurstReport
+	if i := slices.Index(cfg.Scenarios, FaultBurst); i >= 0 {
+		// Its own PoP on default flags, first: the other scenarios need
+		// relays and generous deadlines.
+		bc := cfg.Burst
+		if bc.Log == nil {
+			bc.Log = env.Logf
+		}
+		var err error
+		if burst, err = RunBurst(ctx, env, bc); err != nil {
+			return nil, err
+		}
+		cfg.Scenarios = slices.Delete(slices.Clone(cfg.Scenarios), i, i+1)
+		if len(cfg.Scenarios) == 0 {
+			rep := &FaultsReport{PoP: burst.PoP, Burst: burst}
+			return rep, rep.writeBurst(cfg.OutDir)
+		}
+	}
+	rep, err := runFaults(ctx, env, cfg)
+	if rep != nil {
+		rep.Burst = burst
+	}
+	return rep, err
+}
+
+// runFaults runs the scenarios on one PoP whose shards sit behind relays.
+func runFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, error) {
 	api := Route{Path: "/api", Quantity: 20, Window: time.Second}
 	login := Route{Path: "/login", Quantity: 5, Window: time.Second, FailClosed: true}
 	span := cfg.Fault + cfg.Settle
@@ -409,6 +442,13 @@ func scoreFault(r *FaultResult, rep *Replay, from, to time.Duration, samples []e
 
 // Tables returns the human view.
 func (r *FaultsReport) Tables() []*Table {
+	var out []*Table
+	if r.Burst != nil {
+		out = r.Burst.Tables()
+		if len(r.Results) == 0 {
+			return out
+		}
+	}
 	t := &Table{Title: fmt.Sprintf("Faults under load (%s; errors before any fault: %.2f%%)", r.PoP, r.BaselineErrorPct),
 		Header: []string{"scenario", "fault s", "client errors", "store errors", "open: admitted", "closed: admitted",
 			"closed: 503", "fallback open", "fallback closed", "recover ms", "recovered"}}
@@ -420,7 +460,24 @@ func (r *FaultsReport) Tables() []*Table {
 		t.Add(x.Scenario, x.RepairS-x.StartS, x.ClientErrors, x.StoreErrors, x.Open["admitted"], x.Closed["admitted"],
 			x.Closed["unavailable"], x.Fallback["open"], x.Fallback["closed"], x.RecoverMs, x.Recovered)
 	}
-	return []*Table{t}
+	return append(out, t)
+}
+
+// writeBurst writes the report of a run of the burst scenario alone.
+func (r *FaultsReport) writeBurst(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if err := mkdir(dir); err != nil {
+		return err
+	}
+	rp := &Report{Title: "popbench faults: burst"}
+	rp.Para("%s, edges on default flags. Generated %s.", r.PoP, time.Now().UTC().Format(time.RFC3339))
+	for _, t := range r.Tables() {
+		rp.Table(t)
+	}
+	r.Report = filepath.Join(dir, "faults.md")
+	return rp.Write(r.Report)
 }
 
 func (r *FaultsReport) write(dir, ext string, rep *Replay) error {
