@@ -57,24 +57,20 @@ type pendingBatch struct {
 	runner  *waiter
 }
 
-// flight marks a key with a store call in flight in this Limiter.
-type flight struct{ next *pendingBatch }
-
 // coalesce decides a request of n units (sub-window id for windows) as part
 // of a batch, running it at once when no call for key is in flight.
 func (lim *Limiter) coalesce(ctx context.Context, key string, now time.Time, n int64, id int64) (Result, error) {
 	s := lim.shard(key)
 	s.mu.Lock()
-	f := s.fl[key]
-	if f == nil {
-		s.fl[key] = &flight{}
+	b, inFlight := s.fl[key]
+	if !inFlight {
+		s.fl[key] = nil // in flight, nothing pending
 		s.mu.Unlock()
 		w := waiter{ctx: ctx, now: now, n: n}
 		lim.runBatch(ctx, key, []*waiter{&w})
 		lim.land(s, key)
 		return w.res, w.err
 	}
-	b := f.next
 	if b != nil && b.id != id {
 		// The pending batch counts in another sub-window (clocks or a
 		// window boundary): go alone rather than wait for two calls.
@@ -85,7 +81,7 @@ func (lim *Limiter) coalesce(ctx context.Context, key string, now time.Time, n i
 	}
 	if b == nil {
 		b = &pendingBatch{id: id, ready: make(chan struct{})}
-		f.next = b
+		s.fl[key] = b
 	}
 	w := &waiter{ctx: ctx, now: now, n: n, done: make(chan struct{})}
 	b.ws = append(b.ws, w)
@@ -141,14 +137,13 @@ func (lim *Limiter) await(ctx context.Context, s *cacheShard, key string, b *pen
 // flight any more.
 func (lim *Limiter) land(s *cacheShard, key string) {
 	s.mu.Lock()
-	f := s.fl[key]
-	b := f.next
-	f.next = nil
+	b := s.fl[key]
 	if b == nil || len(b.ws) == 0 {
 		delete(s.fl, key)
 		s.mu.Unlock()
 		return
 	}
+	s.fl[key] = nil // b's call is the one in flight now
 	b.started, b.runner = true, b.ws[0]
 	s.mu.Unlock()
 	close(b.ready)

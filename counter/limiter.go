@@ -89,7 +89,9 @@ const cacheShards = 64
 type cacheShard struct {
 	mu sync.Mutex
 	m  map[string]*winEntry
-	fl map[string]*flight // keys with a store call in flight (coalesce.go)
+	// fl holds the keys with a store call in flight (coalesce.go): the
+	// batch waiting for it, or nil when none is.
+	fl map[string]*pendingBatch
 }
 
 // winEntry is what one worker knows of one identity's windows.
@@ -134,7 +136,7 @@ func NewWithConfig(store Store, l Limit, cfg Config) (*Limiter, error) {
 	}
 	for i := range lim.cache {
 		lim.cache[i].m = make(map[string]*winEntry)
-		lim.cache[i].fl = make(map[string]*flight)
+		lim.cache[i].fl = make(map[string]*pendingBatch)
 	}
 	return lim, nil
 }
