@@ -187,6 +187,9 @@ func (p *PipeStore) call(ctx context.Context, write func(*bufio.Writer), read fu
 
 func (pc *pipeConn) line() ([]byte, error) {
 	l, err := pc.r.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		return nil, fmt.Errorf("%w: reply line longer than %d bytes", errProto, pc.r.Size())
+	}
 	if err != nil {
 		return nil, err
 	}
