@@ -7,9 +7,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/poplimit/poplimit/bench"
 )
 
 // edgeSafetyDoc: one limited route, a default policy for the rest, and
@@ -161,4 +165,77 @@ func TestEdgeSlowClients(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 		t.Errorf("8 KiB header with --max-header-bytes 4096: %d, want 431", resp.StatusCode)
 	}
+}
+
+// TestEdgeFDExhaustion: edge under RLIMIT_NOFILE 256 (prlimit) and 1,000
+// connection attempts does not exit: accept backs off and counts
+// poplimit_edge_accept_errors_total, a client connected before keeps being
+// served, and new clients are accepted once the flood closes.
+func TestEdgeFDExhaustion(t *testing.T) {
+	prl, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Skip("prlimit not installed")
+	}
+	bin, _ := binaries(t)
+	start := time.Now()
+	defer func() { t.Logf("flood test (without the build) took %v", time.Since(start)) }()
+	policy := writePolicy(t, t.TempDir(), edgeSafetyDoc)
+	listen, admin := bench.FreeAddrForTest(t), bench.FreeAddrForTest(t)
+	p := startProc(t, prl, "--nofile=256:256", bin, "--listen", listen, "--upstream", upstream(t), "--policy", policy, "--admin", admin)
+	one := func() *http.Client {
+		return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxConnsPerHost: 1, MaxIdleConnsPerHost: 1}}
+	}
+	old, adminClient := one(), one()
+	body := func(c *http.Client, url string) (int, string) {
+		resp, err := c.Get(url)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	waitUntil(t, "edge "+listen, func() bool { c, _ := body(adminClient, "http://"+admin+"/healthz"); return c == 200 })
+	if c, b := body(old, "http://"+listen+"/api/widgets"); c != 200 {
+		t.Fatalf("before the flood: %d %s", c, b)
+	}
+	var flood []net.Conn
+	defer func() {
+		for _, c := range flood {
+			c.Close()
+		}
+	}()
+	for range 1000 {
+		if c, err := net.DialTimeout("tcp", listen, 100*time.Millisecond); err == nil {
+			flood = append(flood, c)
+		}
+	}
+	for i := range 20 {
+		if c, b := body(old, "http://"+listen+"/api/widgets"); c != 200 {
+			t.Fatalf("old client, request %d during the flood: %d %s", i, c, b)
+		}
+	}
+	var errs float64
+	waitUntil(t, "accept errors counted", func() bool {
+		_, m := body(adminClient, "http://"+admin+"/metrics")
+		for _, line := range strings.Split(m, "\n") {
+			if strings.HasPrefix(line, `poplimit_edge_accept_errors_total{listener="proxy"}`) {
+				f := strings.Fields(line)
+				errs, _ = strconv.ParseFloat(f[len(f)-1], 64)
+			}
+		}
+		return errs > 0
+	})
+	select {
+	case <-p.done:
+		t.Fatal("edge exited during the flood")
+	default:
+	}
+	t.Logf("%v: %d of 1000 flood connections established, %v accept errors counted", time.Since(start), len(flood), errs)
+	for _, c := range flood {
+		c.Close()
+	}
+	flood = nil
+	fresh := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	waitUntil(t, "a new client accepted after the flood", func() bool { c, _ := body(fresh, "http://"+listen+"/api/widgets"); return c == 200 })
 }
