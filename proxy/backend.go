@@ -92,6 +92,10 @@ type Call struct {
 	// until the client connection releases the call.
 	budget *atomic.Int64
 	held   int64
+	// est is the client's reply size estimate (clientConn.replyEst):
+	// a retrieval's Finish raises it to its reply's size when big, and
+	// sets it to 0 from unknown when small.
+	est *atomic.Int64
 }
 
 // NewCall returns an empty Call ready for Do.
@@ -115,6 +119,9 @@ func (c *Call) finish(err error) *clientConn {
 	if c.budget != nil && len(c.Reply) >= bigRequest {
 		c.held = int64(len(c.Reply))
 		c.budget.Add(c.held)
+	}
+	if c.est != nil && c.Req != nil && (c.Req.Cmd.IsRetrieval() || c.Req.Cmd == CmdMg) {
+		raiseEstimate(c.est, c.held)
 	}
 	wake, owner := c.wake, c.owner // c may be reused once finished is set
 	c.done <- struct{}{}
@@ -149,6 +156,17 @@ func (c *Call) reset() {
 	c.owner = nil
 	c.finished.Store(false)
 	c.wire = 0
-	c.budget, c.held = nil, 0
+	c.budget, c.held, c.est = nil, 0, nil
 	c.req.Reset()
+}
+
+// raiseEstimate sets est to size when size is larger (-1, unknown, is
+// below every size, so a small reply, size 0, makes it known).
+func raiseEstimate(est *atomic.Int64, size int64) {
+	for {
+		v := est.Load()
+		if v >= size || est.CompareAndSwap(v, size) {
+			return
+		}
+	}
 }

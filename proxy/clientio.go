@@ -146,6 +146,7 @@ func (cc *clientConn) writeNow() {
 		o.dead = true
 		o.buf = o.buf[:0]
 		_ = cc.sock.Shutdown() // the reader sees EOF (Close would wait for it)
+		cc.endWaits()
 	default:
 		if n > 0 {
 			o.buf = o.buf[:copy(o.buf, o.buf[n:])]
@@ -182,6 +183,7 @@ func (cc *clientConn) writeDirect() {
 			if err != nil {
 				o.dead = true
 				_ = cc.sock.Shutdown() // the reader sees EOF (Close would wait for it)
+				cc.endWaits()
 			}
 		}
 		done := o.eof && o.head == nil

@@ -74,6 +74,7 @@ func (cc *clientConn) newCall(e *entry, req *Request) *Call {
 	c.Req = req
 	c.Conn = cc.id
 	c.budget = &cc.held
+	c.est = &cc.replyEst
 	if cc.sock.Raw() {
 		c.owner = cc
 	} else {

@@ -207,8 +207,10 @@ func (s *Server) Serve(ln net.Listener) error {
 			entries: make(chan *entry, s.cfg.maxPipeline()),
 			wake:    make(chan struct{}, 1),
 			room:    make(chan struct{}, 1),
+			quit:    make(chan struct{}),
 			sock:    counter.NewFastConn(nc),
 		}
+		cc.replyEst.Store(-1)
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
@@ -269,10 +271,15 @@ type clientConn struct {
 	sock    *counter.FastConn // nc with raw socket I/O
 	out     clientOut         // with a raw socket: replies answered by whoever completes them
 	stopped atomic.Bool
-	active  atomic.Int64  // s.cl.tick at the last read (idle timeout)
-	partial atomic.Int64  // s.cl.tick when an incomplete request began; 0: none (request timeout)
-	held    atomic.Int64  // bytes of big requests and replies not yet answered
-	room    chan struct{} // wakes the reader once held drops to the budget
+	active  atomic.Int64 // s.cl.tick at the last read (idle timeout)
+	partial atomic.Int64 // s.cl.tick when an incomplete request began; 0: none (request timeout)
+	held    atomic.Int64 // bytes of big requests and replies not yet answered
+	// replyEst is the largest big reply (value) a retrieval of this client
+	// got, 0 when all were small, -1 before the first (see replyReserve).
+	replyEst atomic.Int64
+	room     chan struct{} // wakes the reader once held drops to the budget
+	quit     chan struct{} // closed by endWaits: the reader stops waiting for room
+	quitOnce sync.Once
 }
 
 // release frees an answered entry and gives its bytes back to the
@@ -296,17 +303,49 @@ func (cc *clientConn) release(e *entry) {
 	}
 }
 
+// replyReserve is what a request reserves of the client's byte budget
+// for its reply until it is answered: for each key of a retrieval (get,
+// gets, gat, gats, mg), the largest big reply this client got so far, or
+// the item size limit before its first retrieval reply. So pipelined gets
+// of big values pause the reader once their replies could exceed
+// MaxClientBytes, before the shards send them (a get is a few bytes, its
+// reply up to the item size); a client whose values are all small
+// reserves nothing after its first reply.
+func (cc *clientConn) replyReserve(req *Request) int64 {
+	if !req.Cmd.IsRetrieval() && req.Cmd != CmdMg {
+		return 0
+	}
+	est := cc.replyEst.Load()
+	if est < 0 {
+		est = int64(cc.s.cfg.Limits.maxItemSize())
+	}
+	return est * int64(len(req.Keys))
+}
+
 // waitRoom blocks the reader while the client's big requests in flight
 // exceed the budget. Every crossing back under it leaves a token in room.
-func (cc *clientConn) waitRoom() {
+// It reports false when the connection stops meanwhile (stopReading, a
+// failed write): the reader then stops.
+func (cc *clientConn) waitRoom() bool {
 	budget := cc.s.cfg.maxClientBytes()
 	for cc.held.Load() > budget {
-		<-cc.room
+		select {
+		case <-cc.room:
+		case <-cc.quit:
+			return false
+		}
 	}
+	return true
+}
+
+// endWaits ends the reader's waitRoom for good (once).
+func (cc *clientConn) endWaits() {
+	cc.quitOnce.Do(func() { close(cc.quit) })
 }
 
 func (cc *clientConn) stopReading() {
 	cc.stopped.Store(true)
+	cc.endWaits()
 	if tc, ok := cc.nc.(*net.TCPConn); ok {
 		_ = tc.CloseRead()
 	} else {
@@ -449,19 +488,25 @@ func (rd *clientReader) parse(nonBlocking bool) readStep {
 			if nonBlocking && (full || over || n >= bigRequest) {
 				return stepBlock
 			}
-			if over {
-				cc.waitRoom()
+			if over && !cc.waitRoom() {
+				return stepStop
 			}
 			rd.replies = rd.replies || !(rd.req.Noreply || rd.req.Quiet)
-			if n < bigRequest {
+			held := cc.replyReserve(&rd.req)
+			if n < bigRequest && held == 0 {
 				cc.dispatch(&rd.req, rd.buf[rd.r:rd.w], n, 0)
 				rd.r += n
 				continue
 			}
-			cc.held.Add(int64(n))
-			cc.dispatch(&rd.req, rd.buf[rd.r:rd.w], n, int64(n))
+			if n >= bigRequest {
+				held += int64(n)
+			}
+			cc.held.Add(held)
+			cc.dispatch(&rd.req, rd.buf[rd.r:rd.w], n, held)
 			rd.r += n
-			cc.waitRoom()
+			if !cc.waitRoom() {
+				return stepStop
+			}
 			continue
 		case err == ErrIncomplete:
 			rd.need = n
@@ -515,6 +560,7 @@ func (cc *clientConn) writeLoop() {
 			if err := bw.Flush(); err != nil {
 				broken = true
 				_ = cc.nc.Close() // unblocks the reader
+				cc.endWaits()
 			}
 		}
 	}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/poplimit/poplimit/bench"
+)
+
+// bigPipeRuns is how many times TestMcproxyBigValuePipeline runs the
+// pipeline (POPLIMIT_BIGPIPE_RUNS overrides, e.g. 8 when measuring).
+func bigPipeRuns() int {
+	if n, err := strconv.Atoi(os.Getenv("POPLIMIT_BIGPIPE_RUNS")); err == nil && n > 0 {
+		return n
+	}
+	return 3
+}
+
+// procStatusKB reads a field (VmRSS, VmHWM) of /proc/PID/status in KB.
+func procStatusKB(t *testing.T, pid int, field string) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
+			n, _ := strconv.Atoi(strings.Fields(v)[0])
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// TestMcproxyBigValuePipeline: 300 pipelined gets of 900 KB values from
+// real memcached through the mcproxy process complete every run (a
+// client that reads gets everything) with the process's peak RSS under
+// 100 MB; a client that pipelines them and does not read keeps the
+// process's RSS bounded by its reply budget.
+func TestMcproxyBigValuePipeline(t *testing.T) {
+	bin := buildMcproxy(t)
+	ms := bench.MemcachedForTest(t, 3)
+	var args []string
+	for _, m := range ms {
+		args = append(args, "--shard", m.Addr)
+	}
+	p := startMcproxy(t, bin, "", append(args, "--timeout", "5s", "--admin", "")...)
+	pid := p.cmd.Process.Pid
+	const size, keys, gets = 900 << 10, 8, 300
+	val := strings.Repeat("v", size)
+	c, err := net.Dial("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for k := range keys {
+		if l := mcLine(t, c, br, fmt.Sprintf("set big%d 0 0 %d\r\n%s\r\n", k, size, val)); l != "STORED\r\n" {
+			t.Fatalf("set: %q", l)
+		}
+	}
+	var req strings.Builder
+	for i := range gets {
+		fmt.Fprintf(&req, "get big%d\r\n", i%keys)
+	}
+	want := int64(gets) * int64(len(fmt.Sprintf("VALUE big0 0 %d\r\n", size))+size+len("\r\nEND\r\n"))
+	for run := range bigPipeRuns() {
+		start := time.Now()
+		_ = c.SetDeadline(start.Add(20 * time.Second))
+		errc := make(chan error, 1)
+		go func() { _, err := io.WriteString(c, req.String()); errc <- err }()
+		n, err := io.CopyN(io.Discard, br, want)
+		if err != nil {
+			if os.Getenv("POPLIMIT_BIGPIPE_DUMP") != "" { // goroutines of the stalled proxy
+				_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+				time.Sleep(time.Second)
+				_ = os.WriteFile(os.Getenv("POPLIMIT_BIGPIPE_DUMP"), []byte(p.logs.String()), 0o644)
+			}
+			t.Fatalf("run %d: %d of %d reply bytes after %v: %v", run, n, want, time.Since(start), err)
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("run %d: %d gets of %d KB in %v, mcproxy VmHWM %d MB", run, gets, size>>10,
+			time.Since(start).Round(time.Millisecond), procStatusKB(t, pid, "VmHWM")>>10)
+	}
+	if hwm := procStatusKB(t, pid, "VmHWM") >> 10; hwm >= 100 {
+		t.Errorf("mcproxy peak RSS %d MB with a reading client, want under 100 MB", hwm)
+	}
+
+	// A client that does not read: the proxy pauses it.
+	lazy, err := net.Dial("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lazy.Close()
+	go func() { _, _ = io.WriteString(lazy, req.String()) }()
+	time.Sleep(2 * time.Second)
+	rss := procStatusKB(t, pid, "VmRSS") >> 10
+	t.Logf("non-reading client with %d gets of %d KB pipelined: mcproxy VmRSS %d MB", gets, size>>10, rss)
+	if rss >= 100 {
+		t.Errorf("mcproxy RSS %d MB with a client that does not read, want under 100 MB", rss)
+	}
+	_ = lazy.Close()
+	p.stop(t)
+}
