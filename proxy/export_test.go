@@ -16,12 +16,20 @@ import (
 // Exported for this directory's external tests (package proxy_test).
 func ServeForTest(t testing.TB, r *Router, logger *slog.Logger) (*Server, string) {
 	t.Helper()
-	srv, err := NewServer(ServerConfig{Router: r, Logger: logger})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		_ = r.Close()
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return serveListenerForTest(t, ln, ServerConfig{Router: r, Logger: logger}), ln.Addr().String()
+}
+
+// serveListenerForTest serves cfg (its Router is closed at the end, or on
+// a setup failure) on ln until the test ends, as ServeForTest does.
+func serveListenerForTest(t testing.TB, ln net.Listener, cfg ServerConfig) *Server {
+	t.Helper()
+	r := cfg.Router
+	srv, err := NewServer(cfg)
 	if err != nil {
 		_ = r.Close()
 		t.Fatal(err)
@@ -39,5 +47,5 @@ func ServeForTest(t testing.TB, r *Router, logger *slog.Logger) (*Server, string
 		}
 		_ = r.Close()
 	})
-	return srv, ln.Addr().String()
+	return srv
 }

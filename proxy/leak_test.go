@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -49,24 +47,7 @@ func serveOn(t *testing.T, ln net.Listener, cfg ServerConfig, addrs ...string) *
 		t.Fatal(err)
 	}
 	cfg.Router, cfg.Logger = r, quiet
-	srv, err := NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-done; !errors.Is(err, ErrServerClosed) {
-			t.Errorf("serve: %v", err)
-		}
-		_ = r.Close()
-	})
-	return srv
+	return serveListenerForTest(t, ln, cfg)
 }
 
 // closeWait counts this process's TCP sockets on local port port in
