@@ -181,8 +181,7 @@ func (lim *Limiter) Undo(ctx context.Context, key string, now time.Time, n int64
 		return err
 	}
 	if lim.l.Algorithm == TokenBucket {
-		_, err := lim.allowBucket(ctx, key, now, n, true)
-		return err
+		return lim.undoBucket(ctx, key, now, n)
 	}
 	id := floorDiv(unixMs(now), lim.win.sub)
 	_, err := lim.store.Decr(ctx, windowKey(key, lim.suffix, id), uint64(n))
@@ -288,16 +287,7 @@ func (lim *Limiter) peekWindow(ctx context.Context, key string, now time.Time, n
 	s.mu.Lock()
 	ent := lim.entry(s, key, id)
 	current := id == ent.id
-	var missing []int64
-	for i := 0; i < w.n; i++ {
-		sid := id - int64(w.n) + int64(i)
-		slot := floorMod(sid, w.n)
-		if current && ent.ids[slot] == sid {
-			counts[i] = ent.vals[slot]
-		} else {
-			missing = append(missing, sid)
-		}
-	}
+	missing := lim.cachedClosed(ent, id, current, counts)
 	s.mu.Unlock()
 	e := ms - id*w.sub
 	if len(missing) > 0 {
@@ -311,6 +301,24 @@ func (lim *Limiter) peekWindow(ctx context.Context, key string, now time.Time, n
 	}
 	counts[w.n] = cur
 	return w.result(counts, id, e, nowNs, n, false, -1), nil
+}
+
+// cachedClosed fills counts[0:w.n] with the closed sub-windows before id
+// that ent has cached (none unless current) and returns the ids of the
+// others, to fetch. s.mu held.
+func (lim *Limiter) cachedClosed(ent *winEntry, id int64, current bool, counts []int64) []int64 {
+	w := lim.win
+	var missing []int64
+	for i := 0; i < w.n; i++ {
+		sid := id - int64(w.n) + int64(i)
+		slot := floorMod(sid, w.n)
+		if current && ent.ids[slot] == sid {
+			counts[i] = ent.vals[slot]
+		} else {
+			missing = append(missing, sid)
+		}
+	}
+	return missing
 }
 
 // countsBuf returns buf[:n] when it fits, else a fresh slice.
@@ -374,7 +382,6 @@ func (lim *Limiter) windowBatch(ctx context.Context, key string, ws []*waiter) {
 // needed, fills counts[0:w.n] with the closed sub-windows (cache or store)
 // and returns the current sub-window's count after the increment.
 func (lim *Limiter) countWindow(ctx context.Context, key string, id, e, n int64, counts []int64) (int64, error) {
-	w := lim.win
 	var missing []int64 // sub-window ids to fetch
 	s := lim.shard(key)
 	s.mu.Lock()
@@ -389,15 +396,7 @@ func (lim *Limiter) countWindow(ctx context.Context, key string, id, e, n int64,
 	}
 	created := current && ent.seen // this worker counted in sub-window id
 	seen := created || (current && ent.warm)
-	for i := 0; i < w.n; i++ {
-		sid := id - int64(w.n) + int64(i)
-		slot := floorMod(sid, w.n)
-		if current && ent.ids[slot] == sid {
-			counts[i] = ent.vals[slot]
-		} else {
-			missing = append(missing, sid)
-		}
-	}
+	missing = lim.cachedClosed(ent, id, current, counts)
 	s.mu.Unlock()
 
 	// Closed sub-windows are cached only once the newest of them ended
