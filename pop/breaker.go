@@ -187,7 +187,9 @@ func (b *Breaker) Observe(now time.Time, err error) {
 	if BreakerState(b.state.Load()) == BreakerClosed {
 		// Fast path, lock-free.
 		if err == nil {
-			if b.lastOK.Load() < t {
+			// At most one write a millisecond: every worker goroutine
+			// succeeds here, and Live needs no finer time.
+			if t-b.lastOK.Load() > int64(time.Millisecond) {
 				b.lastOK.Store(t)
 			}
 			if b.consecutive.Load() != 0 {
