@@ -197,7 +197,10 @@ func parseMeta(buf, line []byte, lim Limits, req *Request, n int) (int, error) {
 		}
 		return n, ErrUnknownCommand
 	}
-	if len(key) > MaxKeyLen {
+	if !validKey(key) {
+		// Too long, or a control byte: memcached 1.6 takes control bytes
+		// in meta keys, the proxy refuses them as it does in text
+		// commands (keys stay legal everywhere behind it).
 		return n, ErrBadFormat
 	}
 	req.Keys = append(req.Keys, key)
