@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -300,7 +301,7 @@ func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 			s.mc, s.Direct = m, m.Addr
 		} else {
 			pr, err := startServing(ctx, fmt.Sprintf("shard-%d", i), cfg.Bins.MCProxy, logf(fmt.Sprintf("shard-%d", i)),
-				func(addr string) []string { return []string{"--listen", addr, "--embedded", "1"} },
+				func(addr string) []string { return []string{"--listen", addr, "--embedded", "1", "--admin", ""} },
 				func(addr string) error { return Ping(addr, 200*time.Millisecond) })
 			if err != nil {
 				return nil, err
@@ -323,6 +324,11 @@ func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 				args := []string{"--listen", addr}
 				for _, s := range p.Shards {
 					args = append(args, "--shard", s.Addr)
+				}
+				if !slices.Contains(cfg.ProxyArgs, "--admin") {
+					// mcproxy's default admin address is fixed: two PoPs (or
+					// two tests) on one host would collide on it.
+					args = append(args, "--admin", "")
 				}
 				return append(args, cfg.ProxyArgs...)
 			},
