@@ -10,7 +10,8 @@ import (
 // TestSoakShort: the soak's short form through a whole launched PoP
 // (3 shards, mcproxy, 4 edges, the upstream): half the measured capacity
 // for 8s, zero errors, zero fail-open decisions, and no process's fds or
-// goroutines grew by more than a small absolute slack after the warm-up.
+// goroutines grew by more than a small absolute slack after the warm-up
+// (a leak per request would be thousands).
 // RSS is reported, not asserted: 8 s is too short for it to settle.
 func TestSoakShort(t *testing.T) {
 	env := newTestEnv(t, true)
@@ -37,7 +38,10 @@ func TestSoakShort(t *testing.T) {
 	if want := 3 + 1 + 4 + 1; len(res.Processes) != want {
 		t.Fatalf("%d processes sampled, want %d", len(res.Processes), want)
 	}
-	const slack = 12
+	// A sample taken under load holds the requests in flight: up to a few
+	// goroutines per sender on an edge. A leak of one per request would
+	// be thousands over the run.
+	const slack, goroutineSlack = 12, 48
 	for _, p := range res.Processes {
 		if p.RSSKB.Start <= 0 || p.FDs.Start <= 0 {
 			t.Errorf("%s: RSS %d kB, %d fds: not read", p.Name, p.RSSKB.Start, p.FDs.Start)
@@ -52,7 +56,7 @@ func TestSoakShort(t *testing.T) {
 		if !p.Judged {
 			continue
 		}
-		if p.FDs.End > p.FDs.Start+slack || p.Goroutines.End > p.Goroutines.Start+slack {
+		if p.FDs.End > p.FDs.Start+slack || p.Goroutines.End > p.Goroutines.Start+goroutineSlack {
 			t.Errorf("%s: fds %d -> %d, goroutines %d -> %d after the warm-up", p.Name, p.FDs.Start, p.FDs.End, p.Goroutines.Start, p.Goroutines.End)
 		}
 	}
