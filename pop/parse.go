@@ -78,7 +78,11 @@ func (p *parser) errf(n *yaml.Node, field, format string, args ...any) {
 // fields iterates a mapping node, reporting unknown keys.
 func (p *parser) fields(n *yaml.Node, path string, known []string, fn func(key string, v *yaml.Node)) {
 	if n.Kind != yaml.MappingNode {
-		p.errf(n, path, "must be a mapping")
+		field := path
+		if field == "" {
+			field = "(document)" // the root, as a YAML error is reported
+		}
+		p.errf(n, field, "must be a mapping")
 		return
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {

@@ -85,6 +85,7 @@ func TestParseErrors(t *testing.T) {
 		wantMsg   string
 	}{
 		{"bad yaml", "version: 1\ntiers: [\n", 2, "(document)", "yaml"},
+		{"root not a mapping", "00\n", 1, "(document)", "must be a mapping"},
 		{"unknown top field", minimalPolicy + "bogus: 1\n", 10, "bogus", "unknown field"},
 		{"bad window", strings.Replace(minimalPolicy, "window: 1s", "window: 1 sec", 1), 5, "tiers.free.limits[0].window", "duration"},
 		{"zero quantity", strings.Replace(minimalPolicy, "quantity: 10", "quantity: 0", 1), 5, "tiers.free.limits[0].quantity", "≥ 1"},
