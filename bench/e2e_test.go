@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/counter"
 )
 
@@ -41,12 +42,12 @@ func testBins(t *testing.T) *Binaries {
 		binsDir = d
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		if b, err := Build(ctx, d, "mcproxy"); err == nil {
+		if b, err := procs.Build(ctx, d, "mcproxy"); err == nil {
 			bins.MCProxy = b["mcproxy"]
 		} else {
 			t.Logf("%v", err)
 		}
-		if b, err := Build(ctx, d, "edge"); err == nil {
+		if b, err := procs.Build(ctx, d, "edge"); err == nil {
 			bins.Edge = b["edge"]
 		} else {
 			t.Logf("%v", err)

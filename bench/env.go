@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"sync"
+
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
 
 // EnvConfig configures NewEnv. Zero means default.
@@ -65,10 +67,10 @@ func NewEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 	if cfg.Bins != nil {
 		e.Bins = *cfg.Bins
 		if e.Bins.MCProxy == "" {
-			e.ProxyErr = fmt.Errorf("%w: mcproxy", ErrNotBuilt)
+			e.ProxyErr = fmt.Errorf("%w: mcproxy", procs.ErrNotBuilt)
 		}
 		if cfg.Edge && e.Bins.Edge == "" {
-			e.EdgeErr = fmt.Errorf("%w: edge", ErrNotBuilt)
+			e.EdgeErr = fmt.Errorf("%w: edge", procs.ErrNotBuilt)
 		}
 		if !cfg.Edge {
 			e.Bins.Edge = ""
@@ -78,7 +80,7 @@ func NewEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 	}
 	if e.Store == StoreAuto {
 		e.Store = StoreEmbedded
-		if MemcachedInstalled() {
+		if procs.MemcachedInstalled() {
 			e.Store = StoreMemcached
 		}
 	}
@@ -98,7 +100,7 @@ func NewEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 // build compiles mcproxy (and edge) into e.Dir, recording failures.
 func (e *Env) build(ctx context.Context, edge bool) error {
 	e.Logf("building mcproxy from source (go build ./cmd/mcproxy)")
-	if bins, err := Build(ctx, e.Dir, "mcproxy"); err == nil {
+	if bins, err := procs.Build(ctx, e.Dir, "mcproxy"); err == nil {
 		e.Bins.MCProxy = bins["mcproxy"]
 	} else {
 		e.ProxyErr = err
@@ -106,7 +108,7 @@ func (e *Env) build(ctx context.Context, edge bool) error {
 	}
 	if edge {
 		e.Logf("building edge from source (go build ./cmd/edge)")
-		if bins, err := Build(ctx, e.Dir, "edge"); err == nil {
+		if bins, err := procs.Build(ctx, e.Dir, "edge"); err == nil {
 			e.Bins.Edge = bins["edge"]
 		} else {
 			e.EdgeErr = err

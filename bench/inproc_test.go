@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/counter"
 )
 
@@ -15,7 +16,7 @@ import (
 // exactly the limit at one instant), and the pipelining client takes one
 // round trip per sliding-window decision.
 func TestInprocStoreClients(t *testing.T) {
-	ms := MemcachedForTest(t, 1)
+	ms := fixture.Memcached(t, 1)
 	now := time.Now()
 	for _, tc := range []struct {
 		client StoreClient

@@ -3,13 +3,15 @@ package bench
 import (
 	"context"
 	"testing"
+
+	"github.com/poplimit/poplimit/bench/fixture"
 )
 
 // TestMemoryEndToEnd writes limiters through a PoP of real memcached and
 // reads memcached's accounting: a fixed window is one item per limiter, a
 // sliding window of precision N is N+1.
 func TestMemoryEndToEnd(t *testing.T) {
-	MemcachedForTest(t, 0) // skips (or fails under make test) without memcached
+	fixture.Memcached(t, 0) // skips (or fails under make test) without memcached
 	env := newTestEnv(t, false)
 	rep, err := RunMemory(context.Background(), env, MemoryConfig{Limiters: 500, Precisions: []int{1, 4}})
 	if err != nil {

@@ -10,9 +10,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
 
 // StoreKind chooses what the shards of a PoP are.
@@ -99,7 +100,7 @@ func (c PoPConfig) withDefaults() PoPConfig {
 	}
 	if c.Store == StoreAuto {
 		c.Store = StoreEmbedded
-		if MemcachedInstalled() {
+		if procs.MemcachedInstalled() {
 			c.Store = StoreMemcached
 		}
 	}
@@ -113,8 +114,8 @@ type Shard struct {
 	Addr   string
 	Direct string // the process's own address
 	Relay  *Relay // nil without relays
-	mc     *Memcached
-	proc   *Proc
+	mc     *procs.Memcached
+	proc   *procs.Proc
 }
 
 // Kill ends the shard process abruptly.
@@ -138,27 +139,7 @@ func (s *Shard) Pause() error {
 	if err != nil {
 		return err
 	}
-	return waitStopped(s.Pid(), 2*time.Second)
-}
-
-// waitStopped polls /proc until pid is in state T (stopped): a signal is
-// delivered asynchronously.
-func waitStopped(pid int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			return nil // no /proc: nothing to wait on
-		}
-		// pid (comm) S ...: the state follows the last ')'.
-		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("bench: pid %d not stopped after %v", pid, timeout)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	return procs.WaitStopped(s.Pid(), 2*time.Second)
 }
 
 // Resume undoes Pause.
@@ -174,7 +155,7 @@ func (s *Shard) Restart(ctx context.Context) error {
 	if s.mc != nil {
 		return s.mc.Restart(ctx)
 	}
-	return s.proc.Restart(ctx, func() error { return Ping(s.Direct, 200*time.Millisecond) })
+	return s.proc.Restart(ctx, func() error { return procs.Ping(s.Direct, 200*time.Millisecond) })
 }
 
 // Pid returns the shard's process id.
@@ -191,7 +172,7 @@ type Edge struct {
 	URL string
 	// Admin is its admin base URL (/metrics, /healthz, POST /reload).
 	Admin string
-	Proc  *Proc
+	Proc  *procs.Proc
 }
 
 // PoP is a launched PoP. Close stops everything it started.
@@ -199,7 +180,7 @@ type PoP struct {
 	Name    string
 	Store   StoreKind
 	Shards  []*Shard
-	Proxies []*Proc
+	Proxies []*procs.Proc
 	Edges   []*Edge
 	// PolicyFile is the path edges load (rewrite it and POST /reload).
 	PolicyFile string
@@ -276,13 +257,13 @@ func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 		return nil, errors.New("bench: PoPConfig needs Dir")
 	}
 	if cfg.Bins.MCProxy == "" && (cfg.Proxies > 0 || cfg.Store == StoreEmbedded) {
-		return nil, fmt.Errorf("%w: mcproxy is needed for proxies and embedded shards", ErrNotBuilt)
+		return nil, fmt.Errorf("%w: mcproxy is needed for proxies and embedded shards", procs.ErrNotBuilt)
 	}
 	if cfg.Edges > 0 && (cfg.Bins.Edge == "" || cfg.Upstream == "" || len(cfg.Policy) == 0) {
 		return nil, errors.New("bench: edge workers need Bins.Edge, Upstream and Policy")
 	}
-	if cfg.Store == StoreMemcached && !MemcachedInstalled() {
-		return nil, ErrNoMemcached
+	if cfg.Store == StoreMemcached && !procs.MemcachedInstalled() {
+		return nil, procs.ErrNoMemcached
 	}
 	p := &PoP{Name: cfg.Name, Store: cfg.Store, cfg: cfg}
 	defer func() {
@@ -294,7 +275,7 @@ func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 	for i := 0; i < cfg.Shards; i++ {
 		s := &Shard{}
 		if cfg.Store == StoreMemcached {
-			m, err := StartMemcached(ctx, MemcachedConfig{Threads: 1, MemoryMB: cfg.ShardMemoryMB})
+			m, err := procs.StartMemcached(ctx, procs.MemcachedConfig{Threads: 1, MemoryMB: cfg.ShardMemoryMB})
 			if err != nil {
 				return nil, err
 			}
@@ -302,7 +283,7 @@ func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 		} else {
 			pr, err := startServing(ctx, fmt.Sprintf("shard-%d", i), cfg.Bins.MCProxy, logf(fmt.Sprintf("shard-%d", i)),
 				func(addr string) []string { return []string{"--listen", addr, "--embedded", "1", "--admin", ""} },
-				func(addr string) error { return Ping(addr, 200*time.Millisecond) })
+				func(addr string) error { return procs.Ping(addr, 200*time.Millisecond) })
 			if err != nil {
 				return nil, err
 			}
@@ -332,7 +313,7 @@ func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 				}
 				return append(args, cfg.ProxyArgs...)
 			},
-			func(addr string) error { return Ping(addr, 200*time.Millisecond) })
+			func(addr string) error { return procs.Ping(addr, 200*time.Millisecond) })
 		if err != nil {
 			return nil, err
 		}
@@ -354,7 +335,7 @@ func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 		}
 	}
 	for i := 0; i < cfg.Edges; i++ {
-		adminPort, err := FreePort()
+		adminPort, err := procs.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -384,12 +365,12 @@ func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 func startServing(ctx context.Context, name, bin, log string, args func(addr string) []string, ready func(addr string) error) (*Proc, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		port, err := FreePort()
+		port, err := procs.FreePort()
 		if err != nil {
 			return nil, err
 		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		pr, err := StartProc(name, bin, args(addr), log)
+		pr, err := procs.StartProc(name, bin, args(addr), log)
 		if err != nil {
 			return nil, err
 		}
@@ -433,11 +414,11 @@ func (p *PoP) Pids() []int {
 }
 
 // CPUSeconds sums the user+system CPU time of the PoP's processes
-// (ProcessCPUSeconds); processes that cannot be read are skipped.
+// (procs.CPUSeconds); processes that cannot be read are skipped.
 func (p *PoP) CPUSeconds() float64 {
 	var t float64
 	for _, pid := range p.Pids() {
-		if s, err := ProcessCPUSeconds(pid); err == nil {
+		if s, err := procs.CPUSeconds(pid); err == nil {
 			t += s
 		}
 	}
@@ -447,7 +428,7 @@ func (p *PoP) CPUSeconds() float64 {
 // RestartProxy kills proxy i and starts it again with the same arguments.
 func (p *PoP) RestartProxy(ctx context.Context, i int) error {
 	pr := p.Proxies[i]
-	return pr.Restart(ctx, func() error { return Ping(pr.Addr, 200*time.Millisecond) })
+	return pr.Restart(ctx, func() error { return procs.Ping(pr.Addr, 200*time.Millisecond) })
 }
 
 // Close stops edges, proxies, relays and shards. Safe to call twice.

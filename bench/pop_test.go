@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
 
 // TestLaunchPoPCleansUp launches a PoP with embedded shards (no memcached
@@ -34,7 +36,7 @@ func TestLaunchPoPCleansUp(t *testing.T) {
 		t.Fatalf("worker servers %v direct %v", servers, direct)
 	}
 	for _, s := range servers {
-		if err := Ping(s, 2*time.Second); err != nil {
+		if err := procs.Ping(s, 2*time.Second); err != nil {
 			t.Fatalf("through relay %s: %v", s, err)
 		}
 	}
@@ -42,13 +44,13 @@ func TestLaunchPoPCleansUp(t *testing.T) {
 	if err := sh.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	if err := Ping(sh.Direct, 300*time.Millisecond); err == nil {
+	if err := procs.Ping(sh.Direct, 300*time.Millisecond); err == nil {
 		t.Error("a paused shard answered")
 	}
 	if err := sh.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	if err := Ping(sh.Direct, 2*time.Second); err != nil {
+	if err := procs.Ping(sh.Direct, 2*time.Second); err != nil {
 		t.Fatalf("resumed shard: %v", err)
 	}
 	old := sh.Pid()
@@ -73,7 +75,7 @@ func TestLaunchPoPCleansUp(t *testing.T) {
 }
 
 func TestLaunchPoPNeedsWhatItRuns(t *testing.T) {
-	if _, err := LaunchPoP(context.Background(), PoPConfig{Store: StoreEmbedded, Dir: t.TempDir()}); !errors.Is(err, ErrNotBuilt) {
+	if _, err := LaunchPoP(context.Background(), PoPConfig{Store: StoreEmbedded, Dir: t.TempDir()}); !errors.Is(err, procs.ErrNotBuilt) {
 		t.Fatalf("embedded shards without mcproxy: %v", err)
 	}
 	if _, err := LaunchPoP(context.Background(), PoPConfig{Edges: 1, Dir: t.TempDir(), Bins: Binaries{MCProxy: "x"}}); err == nil {

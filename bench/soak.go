@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/counter"
 )
 
@@ -89,7 +90,7 @@ func RunSoak(ctx context.Context, env *Env, cfg SoakConfig) (*SoakResult, error)
 	if env.Bins.MCProxy == "" {
 		return nil, fmt.Errorf("%w: the soak needs mcproxy: %v", ErrNoPoP, env.ProxyErr)
 	}
-	adminPort, err := FreePort()
+	adminPort, err := procs.FreePort()
 	if err != nil {
 		return nil, err
 	}

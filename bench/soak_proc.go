@@ -1,71 +1,15 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
-	"strings"
+
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
 
-// Resources is what one process holds at one instant. A field that cannot
-// be read is -1 (a memcached shard has no goroutines).
-type Resources struct {
-	RSSKB      int64 `json:"rss_kb"`
-	Threads    int64 `json:"threads"`
-	FDs        int64 `json:"fds"`
-	Goroutines int64 `json:"goroutines"`
-}
-
-// ProcResources reads pid's resident set (VmRSS) and thread count from
-// /proc/PID/status and counts its open file descriptors (/proc/PID/fd).
-// Goroutines is left -1: only the process knows (see its go_goroutines
-// metric).
-func ProcResources(pid int) (Resources, error) {
-	r := Resources{RSSKB: -1, Threads: -1, FDs: -1, Goroutines: -1}
-	dir := "/proc/" + strconv.Itoa(pid)
-	status, err := os.ReadFile(dir + "/status")
-	if err != nil {
-		return r, fmt.Errorf("bench: resources of pid %d: %w", pid, err)
-	}
-	r.RSSKB, r.Threads = parseProcStatus(status)
-	fds, err := os.ReadDir(dir + "/fd")
-	if err != nil {
-		return r, fmt.Errorf("bench: fds of pid %d: %w", pid, err)
-	}
-	r.FDs = int64(len(fds))
-	return r, nil
-}
-
-// parseProcStatus returns the VmRSS (kB) and Threads fields of a
-// /proc/PID/status file, -1 for a field that is missing.
-func parseProcStatus(status []byte) (rssKB, threads int64) {
-	rssKB, threads = -1, -1
-	sc := bufio.NewScanner(bytes.NewReader(status))
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(val)
-		if len(f) == 0 {
-			continue
-		}
-		n, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			continue
-		}
-		switch name {
-		case "VmRSS":
-			rssKB = n
-		case "Threads":
-			threads = n
-		}
-	}
-	return rssKB, threads
-}
+// Resources is what one process holds at one instant (procs.Resources).
+type Resources = procs.Resources
 
 // SoakProcess is one process a soak watches: its name, pid, and how to
 // count its goroutines (nil: it has none, e.g. memcached).
@@ -81,7 +25,7 @@ type SoakProcess struct {
 
 // Sample reads the process's resources now.
 func (p SoakProcess) Sample() (Resources, error) {
-	r, err := ProcResources(p.Pid)
+	r, err := procs.ReadResources(p.Pid)
 	if err != nil {
 		return r, err
 	}
