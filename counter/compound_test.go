@@ -105,3 +105,50 @@ func TestAllowAllRejectedPicksLongestRetry(t *testing.T) {
 		t.Fatalf("got %+v %+v %v", r, rs, err)
 	}
 }
+
+func TestAllowAllCost(t *testing.T) {
+	wide, _ := counter.NewLocal(counter.Limit{Name: "wide", Algorithm: counter.FixedWindow, Quantity: 10, Window: time.Minute, OnReject: counter.Refund})
+	narrow, _ := counter.NewLocal(counter.Limit{Name: "narrow", Algorithm: counter.FixedWindow, Quantity: 2, Window: time.Minute})
+	checks := []counter.Check{{Allower: wide, Key: "k", Cost: 3}, {Allower: narrow, Key: "k"}}
+	r, rs, err := counter.AllowAll(ctx, t0, 2, checks...)
+	if err != nil || !r.Allowed || rs[0].Remaining != 4 || rs[1].Remaining != 0 {
+		t.Fatalf("cost 3 × 2 units in wide, 2 in narrow: got %+v %+v %v", r, rs, err)
+	}
+	// Narrow (cost 0 = 1) refuses; the 3 units wide admitted are undone.
+	if r, rs, err = counter.AllowAll(ctx, t0, 1, checks...); err != nil || r.Allowed || !rs[0].Allowed || rs[0].Remaining != 1 {
+		t.Fatalf("narrow should refuse, wide admit 3 units: %+v %+v %v", r, rs, err)
+	}
+	if res, _ := wide.AllowN(ctx, "k", t0, 4); !res.Allowed || res.Remaining != 0 {
+		t.Fatalf("wide after the refused request: %+v, want the 4 units left (the refused 3 undone)", res)
+	}
+}
+
+func TestClosest(t *testing.T) {
+	ok := func(rem, lim int64) counter.Result { return counter.Result{Allowed: true, Remaining: rem, Limit: lim} }
+	no := func(retry time.Duration) counter.Result {
+		return counter.Result{Limit: 1, RetryAfter: retry}
+	}
+	for _, tc := range []struct {
+		name string
+		rs   []counter.Result
+		want int
+	}{
+		{"none", nil, -1},
+		{"one admission", []counter.Result{ok(5, 10)}, 0},
+		{"least remaining share", []counter.Result{ok(5, 10), ok(1, 100), ok(3, 4)}, 1},
+		{"share tie goes to the first", []counter.Result{ok(1, 2), ok(5, 10)}, 0},
+		{"share compared exactly", []counter.Result{ok(1<<62-1, 1<<62), ok(1<<62-2, 1<<62-1)}, 1},
+		{"zero limit counts as nothing used", []counter.Result{ok(0, 0), ok(9, 10)}, 1},
+		{"zero limit ties with a full one", []counter.Result{ok(10, 10), ok(0, 0)}, 0},
+		{"a rejection beats any admission", []counter.Result{ok(0, 10), no(time.Second)}, 1},
+		{"longest retry among rejections", []counter.Result{no(time.Second), ok(0, 1), no(time.Hour), no(time.Minute)}, 2},
+		{"retry tie goes to the first", []counter.Result{no(time.Minute), no(time.Minute)}, 0},
+		{"a rejection with a zero limit is a rejection", []counter.Result{ok(0, 10), {RetryAfter: time.Second}}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := counter.Closest(tc.rs); got != tc.want {
+				t.Fatalf("Closest = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
