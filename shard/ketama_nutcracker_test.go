@@ -10,7 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/shard"
 )
 
@@ -68,7 +69,7 @@ func testKeys(n int) []string {
 // TestKetamaMatchesNutcracker writes keys through Debian's nutcracker and
 // checks that each memcached shard holds exactly the keys Ketama assigns it.
 func TestKetamaMatchesNutcracker(t *testing.T) {
-	shards := bench.MemcachedForTest(t, 3)
+	shards := fixture.Memcached(t, 3)
 	var golden bytes.Buffer
 	for _, tc := range nutcrackerCases() {
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,7 +82,7 @@ func TestKetamaMatchesNutcracker(t *testing.T) {
 					servers[i].Name = tc.names[i]
 					entries[i] += " " + tc.names[i]
 				}
-				flushAll(t, m.Addr)
+				fixture.Flush(t, m.Addr)
 			}
 			k, err := shard.NewKetama(servers, tc.hash)
 			if err != nil {
@@ -91,12 +92,12 @@ func TestKetamaMatchesNutcracker(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			nc := bench.NutcrackerForTest(t, bench.TwemproxyPool{
+			nc := fixture.Nutcracker(t, procs.TwemproxyPool{
 				Hash: tc.hash, HashTag: tc.hashTag, Distribution: "ketama",
 				TimeoutMS: 2000, Servers: entries,
 			})
 			keys := testKeys(tc.keys)
-			setKeys(t, nc.Addr, keys)
+			fixture.SetValues(t, nc.Addr, keys)
 			held := make([]map[string]bool, len(shards))
 			for i, m := range shards {
 				held[i] = presentKeys(t, m.Addr, keys)
@@ -147,7 +148,7 @@ func TestKetamaMatchesNutcracker(t *testing.T) {
 // rebuilds its continuum without a failed server (and rescales the others'
 // points); Ketama with that server Ejected must place keys the same way.
 func TestKetamaEjectedMatchesNutcracker(t *testing.T) {
-	shards := bench.MemcachedForTest(t, 3)
+	shards := fixture.Memcached(t, 3)
 	weights, names := []int{1, 2, 3}, []string{"alpha", "beta", "gamma"}
 	servers := make([]shard.KetamaServer, len(shards))
 	var entries []string
@@ -155,7 +156,7 @@ func TestKetamaEjectedMatchesNutcracker(t *testing.T) {
 		servers[i] = shard.KetamaServer{Addr: m.Addr, Weight: weights[i], Name: names[i]}
 		entries = append(entries, fmt.Sprintf("%s:%d %s", m.Addr, weights[i], names[i]))
 	}
-	nc := bench.NutcrackerForTest(t, bench.TwemproxyPool{
+	nc := fixture.Nutcracker(t, procs.TwemproxyPool{
 		Hash: "fnv1a_64", Distribution: "ketama", TimeoutMS: 1000, AutoEjectHosts: true,
 		ServerFailureLimit: 1, ServerRetryTimeoutMS: 60000, Servers: entries,
 	})
@@ -163,7 +164,7 @@ func TestKetamaEjectedMatchesNutcracker(t *testing.T) {
 	// Write until a request fails on the dead server: that ejects it.
 	failed := false
 	for i := 0; i < 500 && !failed; i++ {
-		rw := bench.DialForTest(t, nc.Addr)
+		rw := fixture.Dial(t, nc.Addr)
 		fmt.Fprintf(rw, "set trigger:%d 0 0 1\r\n1\r\n", i)
 		rw.Flush()
 		line, err := rw.ReadString('\n')
@@ -173,7 +174,7 @@ func TestKetamaEjectedMatchesNutcracker(t *testing.T) {
 		t.Fatal("no request failed on the stopped server")
 	}
 	for _, m := range shards[1:] {
-		flushAll(t, m.Addr)
+		fixture.Flush(t, m.Addr)
 	}
 	servers[0].Ejected = true
 	k, err := shard.NewKetama(servers, "fnv1a_64")
@@ -181,7 +182,7 @@ func TestKetamaEjectedMatchesNutcracker(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := testKeys(3000)
-	setKeys(t, nc.Addr, keys)
+	fixture.SetValues(t, nc.Addr, keys)
 	held := []map[string]bool{nil, presentKeys(t, shards[1].Addr, keys), presentKeys(t, shards[2].Addr, keys)}
 	wrong := 0
 	for _, key := range keys {
@@ -197,43 +198,12 @@ func TestKetamaEjectedMatchesNutcracker(t *testing.T) {
 	}
 }
 
-func flushAll(t *testing.T, addr string) {
-	t.Helper()
-	rw := bench.DialForTest(t, addr)
-	rw.WriteString("flush_all\r\n")
-	rw.Flush()
-	if line, err := rw.ReadString('\n'); err != nil || line != "OK\r\n" {
-		t.Fatalf("flush_all on %s: %q %v", addr, line, err)
-	}
-}
-
-// setKeys sets every key to "1", pipelining 100 sets at a time.
-func setKeys(t *testing.T, addr string, keys []string) {
-	t.Helper()
-	rw := bench.DialForTest(t, addr)
-	for lo := 0; lo < len(keys); lo += 100 {
-		hi := min(lo+100, len(keys))
-		for _, k := range keys[lo:hi] {
-			fmt.Fprintf(rw, "set %s 0 0 1\r\n1\r\n", k)
-		}
-		if err := rw.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range keys[lo:hi] {
-			line, err := rw.ReadString('\n')
-			if err != nil || line != "STORED\r\n" {
-				t.Fatalf("set %q via %s: %q %v", k, addr, line, err)
-			}
-		}
-	}
-}
-
 // presentKeys returns which of keys the memcached at addr holds.
 func presentKeys(t *testing.T, addr string, keys []string) map[string]bool {
 	t.Helper()
-	rw := bench.DialForTest(t, addr)
+	rw := fixture.Dial(t, addr)
 	held := make(map[string]bool)
-	if err := bench.MultiGet(rw, keys, 100, func(key string, _ []byte) { held[key] = true }); err != nil {
+	if err := procs.MultiGet(rw, keys, 100, func(key string, _ []byte) { held[key] = true }); err != nil {
 		t.Fatalf("get on %s: %v", addr, err)
 	}
 	return held
