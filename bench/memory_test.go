@@ -11,7 +11,7 @@ import (
 // reads memcached's accounting: a fixed window is one item per limiter, a
 // sliding window of precision N is N+1.
 func TestMemoryEndToEnd(t *testing.T) {
-	fixture.Memcached(t, 0) // skips (or fails under make test) without memcached
+	fixture.RequireMemcached(t)
 	env := newTestEnv(t, false)
 	rep, err := RunMemory(context.Background(), env, MemoryConfig{Limiters: 500, Precisions: []int{1, 4}})
 	if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -47,11 +46,11 @@ func demoCommand() *cli.Command {
 				return err
 			}
 			if !c.Bool("json") {
-				fmt.Fprintf(os.Stdout, "\n%s; %s.\n", res.PoP, res.WorkerKind)
+				fmt.Fprintf(c.App.Writer, "\n%s; %s.\n", res.PoP, res.WorkerKind)
 				for _, line := range res.Story() {
-					fmt.Fprintln(os.Stdout, "  - "+line)
+					fmt.Fprintln(c.App.Writer, "  - "+line)
 				}
-				fmt.Fprintf(os.Stdout, "\nreport with charts: %s\n", res.Report)
+				fmt.Fprintf(c.App.Writer, "\nreport with charts: %s\n", res.Report)
 			}
 			return nil
 		},

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -43,7 +42,7 @@ func faultsCommand() *cli.Command {
 				return err
 			}
 			if !c.Bool("json") && rep.Report != "" {
-				fmt.Fprintf(os.Stdout, "\nreport: %s\n", rep.Report)
+				fmt.Fprintf(c.App.Writer, "\nreport: %s\n", rep.Report)
 			}
 			return nil
 		},

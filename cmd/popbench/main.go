@@ -84,13 +84,13 @@ func storeKind(c *cli.Context) (bench.StoreKind, error) {
 	}
 }
 
-// logOut is where status lines and progress go: stderr, or nowhere with
-// --quiet.
+// logOut is where status lines and progress go: the app's error writer
+// (stderr), or nowhere with --quiet.
 func logOut(c *cli.Context) io.Writer {
 	if c.Bool("quiet") {
 		return io.Discard
 	}
-	return os.Stderr
+	return c.App.ErrWriter
 }
 
 func newEnv(c *cli.Context, edge bool) (*bench.Env, error) {
@@ -101,7 +101,8 @@ func newEnv(c *cli.Context, edge bool) (*bench.Env, error) {
 	return bench.NewEnv(c.Context, bench.EnvConfig{Edge: edge, Log: logOut(c), Store: kind})
 }
 
-// progress returns a progress callback drawing a bar on stderr, and a
+// progress returns a progress callback drawing a bar on the app's error
+// writer (stderr), and a
 // function to finish it.
 func progress(c *cli.Context, what string) (func(done, total int), func()) {
 	if c.Bool("quiet") {
@@ -110,7 +111,7 @@ func progress(c *cli.Context, what string) (func(done, total int), func()) {
 	var bar *progressbar.ProgressBar
 	return func(done, total int) {
 			if bar == nil {
-				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr),
+				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(c.App.ErrWriter),
 					progressbar.OptionSetDescription(what), progressbar.OptionShowCount(),
 					progressbar.OptionShowIts(), progressbar.OptionSetItsString("req"),
 					progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionSetWidth(30))
@@ -119,7 +120,7 @@ func progress(c *cli.Context, what string) (func(done, total int), func()) {
 		}, func() {
 			if bar != nil {
 				_ = bar.Finish()
-				fmt.Fprintln(os.Stderr)
+				fmt.Fprintln(c.App.ErrWriter)
 			}
 		}
 }
@@ -127,10 +128,10 @@ func progress(c *cli.Context, what string) (func(done, total int), func()) {
 // output prints v as JSON with --json, else its tables.
 func output(c *cli.Context, v any, tables []*bench.Table) error {
 	if c.Bool("json") {
-		return bench.WriteJSON(os.Stdout, v)
+		return bench.WriteJSON(c.App.Writer, v)
 	}
 	for _, t := range tables {
-		t.Text(os.Stdout)
+		t.Text(c.App.Writer)
 	}
 	return nil
 }
@@ -157,7 +158,7 @@ func saveReport(c *cli.Context, name string, v result, charts []string) error {
 		return err
 	}
 	if !c.Bool("json") {
-		fmt.Fprintf(os.Stdout, "\nreport: %s (JSON: %s)\n", md, f.Name())
+		fmt.Fprintf(c.App.Writer, "\nreport: %s (JSON: %s)\n", md, f.Name())
 	}
 	return nil
 }

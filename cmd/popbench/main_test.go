@@ -1,14 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
 )
 
 func TestCommandsRegistered(t *testing.T) {
@@ -36,16 +38,21 @@ func TestAccuracyCLI(t *testing.T) {
 		t.Skip("builds mcproxy")
 	}
 	out := t.TempDir()
-	app := &cli.App{Name: "popbench", Commands: commands()}
+	var stdout, stderr bytes.Buffer
+	app := &cli.App{Name: "popbench", Commands: commands(), Writer: &stdout, ErrWriter: &stderr}
 	args := []string{"popbench", "accuracy", "--no-pop", "--quiet", "--json", "--trace", "near",
 		"--precision", "1,4", "--sources", "5", "--duration", "3m", "--out", out}
-	stdout := os.Stdout
-	devnull, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	os.Stdout = devnull
-	err := app.Run(args)
-	os.Stdout = stdout
-	if err != nil {
+	if err := app.Run(args); err != nil {
 		t.Fatal(err)
+	}
+	// --json prints the report on the app's writer (not the process's
+	// stdout) and --quiet leaves the error writer empty.
+	var printed struct{ Rows []json.RawMessage }
+	if err := json.Unmarshal(stdout.Bytes(), &printed); err != nil || len(printed.Rows) != 2 {
+		t.Fatalf("app writer holds %d rows (%v): %q", len(printed.Rows), err, stdout.String())
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("--quiet wrote %q to the app's error writer", stderr.String())
 	}
 	b, err := os.ReadFile(filepath.Join(out, "accuracy.json"))
 	if err != nil {
@@ -74,19 +81,13 @@ func TestAccuracyCLI(t *testing.T) {
 	}
 }
 
-// runJSON runs popbench with args (stdout discarded) and decodes
+// runJSON runs popbench with args (its output discarded) and decodes
 // out/<name>.json into v.
 func runJSON(t *testing.T, name string, v any, args ...string) {
 	t.Helper()
 	out := t.TempDir()
-	app := &cli.App{Name: "popbench", Commands: commands()}
-	stdout := os.Stdout
-	devnull, _ := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	os.Stdout = devnull
-	err := app.Run(append(append([]string{"popbench"}, args...), "--quiet", "--json", "--out", out))
-	os.Stdout = stdout
-	devnull.Close()
-	if err != nil {
+	app := &cli.App{Name: "popbench", Commands: commands(), Writer: io.Discard, ErrWriter: io.Discard}
+	if err := app.Run(append(append([]string{"popbench"}, args...), "--quiet", "--json", "--out", out)); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(out, name+".json"))
@@ -138,7 +139,7 @@ func TestMemoryCLI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("launches a PoP")
 	}
-	bench.MemcachedForTest(t, 0) // skips without memcached
+	fixture.RequireMemcached(t)
 	var rep struct {
 		Rows []struct {
 			Algorithm       string  `json:"algorithm"`

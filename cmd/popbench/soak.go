@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -43,7 +42,7 @@ func soakCommand() *cli.Command {
 				return err
 			}
 			if !c.Bool("json") {
-				fmt.Fprintln(os.Stdout, "\n"+res.Summary())
+				fmt.Fprintln(c.App.Writer, "\n"+res.Summary())
 			}
 			return saveReport(c, "soak", res, nil)
 		},
