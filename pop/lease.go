@@ -26,6 +26,10 @@ const leaseShards = 16
 // serialised while a batch is fetched (one store call for all of them).
 type leaser struct {
 	a counter.Allower
+	// cost is the units of a and batchA one request takes: every count
+	// below (tokens, batches, n) is in requests, multiplied by cost at
+	// the store.
+	cost int64
 	// batchA fetches batches bigger than the request: a Refund copy of a
 	// Count token bucket (so that a refused batch takes no debt), a
 	// otherwise.
@@ -55,7 +59,7 @@ type lease struct {
 	seen     counter.Result // that answer
 }
 
-func newLeaser(a counter.Allower, maxBatch int64, horizon time.Duration, maxKeys int) *leaser {
+func newLeaser(a counter.Allower, cost, maxBatch int64, horizon time.Duration, maxKeys int) *leaser {
 	per := maxKeys / leaseShards
 	if per < 1 {
 		per = 1
@@ -63,14 +67,11 @@ func newLeaser(a counter.Allower, maxBatch int64, horizon time.Duration, maxKeys
 	// A batch bigger than the limit's whole allowance can never be
 	// granted (and a window in Count mode would then be undone for
 	// nothing): cap it at what one window or bucket can hold.
-	cost := int64(1)
-	if c, ok := a.(costAllower); ok {
-		cost = c.cost
-	}
+	cost = max(1, cost)
 	if lim := max(1, allowanceOf(a.Limit())/cost); maxBatch > lim {
 		maxBatch = lim
 	}
-	l := &leaser{a: a, batchA: a, maxBatch: maxBatch, horizon: horizon, perShard: per}
+	l := &leaser{a: a, cost: cost, batchA: a, maxBatch: maxBatch, horizon: horizon, perShard: per}
 	for i := range l.shards {
 		l.shards[i].m = make(map[string]*lease)
 	}
@@ -186,7 +187,7 @@ func (l *leaser) take(ctx context.Context, key string, now time.Time, n int64) (
 	if le.tokens > 0 {
 		// Expired lease: give the leftovers back to the window they came
 		// from, best effort.
-		_ = l.a.Undo(ctx, key, le.takenAt, le.tokens)
+		_ = l.a.Undo(ctx, key, le.takenAt, le.tokens*l.cost)
 		le.tokens = 0
 	}
 	b := l.batch(le, n, now)
@@ -194,7 +195,7 @@ func (l *leaser) take(ctx context.Context, key string, now time.Time, n int64) (
 	if b > n {
 		ba = l.batchA
 	}
-	r, err := ba.AllowN(ctx, key, now, b)
+	r, err := ba.AllowN(ctx, key, now, b*l.cost)
 	if err != nil {
 		return counter.Result{}, false, err
 	}
@@ -214,13 +215,13 @@ func (l *leaser) take(ctx context.Context, key string, now time.Time, n int64) (
 			// A window limit in Count mode kept the refused batch in its
 			// count: take it back, so that only the request itself is
 			// judged (and counted) below, as without leases.
-			retry = l.a.Undo(ctx, key, now, b) == nil
+			retry = l.a.Undo(ctx, key, now, b*l.cost) == nil
 		}
 	}
 	if retry {
 		// Not enough for a batch: ask for the request alone.
 		b = n
-		if r, err = l.a.AllowN(ctx, key, now, n); err != nil {
+		if r, err = l.a.AllowN(ctx, key, now, n*l.cost); err != nil {
 			return counter.Result{}, false, err
 		}
 		le.seenAt, le.seen = now, r

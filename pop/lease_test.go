@@ -175,12 +175,12 @@ policies:
 `, tc.limit, policyBatch))
 			r := l.snap.Load().policies["p"].tiers["t"].limits[0]
 			ctx := context.Background()
-			if res, err := r.shared.AllowN(ctx, "k", t0, tc.other); err != nil || !res.Allowed {
+			if res, err := r.shared.AllowN(ctx, "k", t0, tc.other*r.cost); err != nil || !res.Allowed {
 				t.Fatalf("other worker: %+v %v", res, err)
 			}
 			le := r.lease
 			if tc.maxBatch > 0 {
-				le = newLeaser(r.shared, tc.maxBatch, 50*time.Millisecond, 100)
+				le = newLeaser(r.shared, r.cost, tc.maxBatch, 50*time.Millisecond, 100)
 			}
 			le.get("k", t0).rate = 1e6 // batches as big as allowed
 			got := 0

@@ -29,7 +29,7 @@ type Config struct {
 	// observed store latency (see DeadlineConfig). It is passed down as a
 	// context deadline: a store that cannot honour contexts mid-call
 	// (gomemcache) must get a socket timeout of the longest deadline
-	// (cmd/edge sets counter.MemcacheConfig.Timeout to it).
+	// (cmd/edge sets memcached.Config.Timeout to it).
 	StoreDeadline time.Duration
 	// Deadline configures the adaptive store deadline.
 	Deadline DeadlineConfig
@@ -166,9 +166,6 @@ func (l *Limiter) Sweep(now time.Time) {
 		for _, rs := range p.tiers {
 			for _, r := range rs.limits {
 				for _, a := range []counter.Allower{r.shared, r.local} {
-					if c, ok := a.(costAllower); ok {
-						a = c.Allower
-					}
 					if sw, ok := a.(sweeper); ok {
 						sw.Sweep(now)
 					}
@@ -482,7 +479,7 @@ func (l *Limiter) count(ctx context.Context, rs *rules, keys []string, now time.
 		all[i].Limit = r.spec.Limit
 		if r.lease == nil {
 			leasedAll = false
-			checks = append(checks, counter.Check{Allower: r.shared, Key: keys[i]})
+			checks = append(checks, r.check(keys[i]))
 			idx = append(idx, i)
 			continue
 		}
@@ -497,7 +494,7 @@ func (l *Limiter) count(ctx context.Context, rs *rules, keys []string, now time.
 		}
 		if !res.Allowed {
 			l.giveBack(rs, keys, leased, now)
-			return l.verdict(all, ReasonStore), nil
+			return verdict(all, i+1, ReasonStore), nil // the limits after i were not consulted
 		}
 		leased = append(leased, i)
 	}
@@ -506,7 +503,8 @@ func (l *Limiter) count(ctx context.Context, rs *rules, keys []string, now time.
 	case 1:
 		// AllowAll of one check is that check (nothing to undo when it
 		// refuses): skip its result slice.
-		res, err := checks[0].Allower.AllowN(ctx, checks[0].Key, now, 1)
+		c := checks[0]
+		res, err := c.Allower.AllowN(ctx, c.Key, now, c.Cost) // one request: Cost units (r.cost ≥ 1)
 		if err != nil {
 			l.giveBack(rs, keys, leased, now)
 			return Decision{}, err
@@ -534,7 +532,7 @@ func (l *Limiter) count(ctx context.Context, rs *rules, keys []string, now time.
 	if leasedAll {
 		reason = ReasonLease
 	}
-	return l.verdict(all, reason), nil
+	return verdict(all, len(all), reason), nil
 }
 
 func (l *Limiter) giveBack(rs *rules, keys []string, leased []int, now time.Time) {
@@ -543,38 +541,22 @@ func (l *Limiter) giveBack(rs *rules, keys []string, leased []int, now time.Time
 	}
 }
 
-// verdict picks the binding limit: the rejecting one with the longest
-// RetryAfter, else the one with the least remaining share.
-func (l *Limiter) verdict(all []LimitResult, reason Reason) Decision {
-	d := Decision{Allowed: true, Reason: reason, All: all}
-	b := -1
-	for i, lr := range all {
-		if lr.Limit.Quantity == 0 {
-			continue // not consulted (lease refused earlier)
-		}
-		if !lr.Result.Allowed {
-			if d.Allowed || lr.Result.RetryAfter > all[b].Result.RetryAfter {
-				b = i
-			}
-			d.Allowed = false
-			continue
-		}
-		if d.Allowed && (b < 0 || share(lr) < share(all[b])) {
-			b = i
-		}
+// verdict is the decision over the first consulted limits of all (a lease
+// that refused leaves the later ones unasked): the binding limit is
+// counter.Closest's, the request is admitted when that one admitted it
+// (or when none was consulted).
+func verdict(all []LimitResult, consulted int, reason Reason) Decision {
+	var buf [4]counter.Result // most rules have few limits: no allocation
+	rs := buf[:0]
+	for _, lr := range all[:consulted] {
+		rs = append(rs, lr.Result)
 	}
-	if b >= 0 {
+	d := Decision{Allowed: true, Reason: reason, All: all}
+	if b := counter.Closest(rs); b >= 0 {
 		d.Binding = all[b]
+		d.Allowed = all[b].Result.Allowed
 	}
 	return d
-}
-
-// share is the fraction of the limit still available.
-func share(lr LimitResult) float64 {
-	if lr.Result.Limit <= 0 {
-		return 1
-	}
-	return float64(lr.Result.Remaining) / float64(lr.Result.Limit)
 }
 
 // fallback applies the policy's fail mode when the store is unavailable.

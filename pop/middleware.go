@@ -78,19 +78,10 @@ func WriteHeaders(h http.Header, d Decision, mode HeaderMode) {
 	}
 	if draft {
 		if d.policyField == "" {
-			all := d.All
-			if len(all) == 0 {
-				all = []LimitResult{d.Binding}
-			}
-			for i, lr := range all {
-				if i > 0 {
-					b = append(b, ", "...)
-				}
-				q := lr.Result.Limit
-				if q == 0 {
-					q = lr.Limit.Quantity
-				}
-				b = appendPolicyItem(b, lr.Limit.Name, q, lr.Limit.Window)
+			if len(d.All) == 0 {
+				b = appendPolicyField(b, []LimitResult{d.Binding})
+			} else {
+				b = appendPolicyField(b, d.All)
 			}
 		}
 		end[3] = len(b)
@@ -129,20 +120,31 @@ func WriteHeaders(h http.Header, d Decision, mode HeaderMode) {
 	}
 }
 
-// appendPolicyItem appends one draft-11 RateLimit-Policy item.
-func appendPolicyItem(b []byte, name string, q int64, w time.Duration) []byte {
-	b = appendSFString(b, name)
-	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, q, 10)
-	b = append(b, ";w="...)
-	ws := ceilSeconds(w)
-	if ws < 1 {
-		ws = 1
+// appendPolicyField appends the draft-11 RateLimit-Policy value of
+// limits, the one encoder of that field (a rule's is built once, at
+// compile): `"name";q=Q;w=W` per limit, comma separated. Q is the
+// allowance the count reported (Result.Limit), or, for a limit not
+// consulted, the one it is configured with (allowanceOf: a token bucket's
+// burst); W is the window in whole seconds, rounded up, at least 1.
+func appendPolicyField(b []byte, limits []LimitResult) []byte {
+	for i, lr := range limits {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		q := lr.Result.Limit
+		if q == 0 {
+			q = allowanceOf(lr.Limit)
+		}
+		b = appendSFString(b, lr.Limit.Name)
+		b = append(b, ";q="...)
+		b = strconv.AppendInt(b, q, 10)
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, max(ceilSeconds(lr.Limit.Window), 1), 10)
 	}
-	return strconv.AppendInt(b, ws, 10)
+	return b
 }
 
-// appendSFString appends sfString(s).
+// appendSFString appends s as an RFC 8941 sf-string ("default" for "").
 func appendSFString(b []byte, s string) []byte {
 	if s == "" {
 		s = "default"
@@ -153,29 +155,6 @@ func appendSFString(b []byte, s string) []byte {
 		return append(b, '"')
 	}
 	return strconv.AppendQuote(b, s)
-}
-
-func writePolicyItem(b *strings.Builder, name string, q int64, w time.Duration) {
-	b.WriteString(sfString(name))
-	b.WriteString(";q=")
-	b.WriteString(strconv.FormatInt(q, 10))
-	b.WriteString(";w=")
-	ws := ceilSeconds(w)
-	if ws < 1 {
-		ws = 1
-	}
-	b.WriteString(strconv.FormatInt(ws, 10))
-}
-
-// sfString encodes s as an RFC 8941 sf-string.
-func sfString(s string) string {
-	if s == "" {
-		s = "default"
-	}
-	if !strings.ContainsAny(s, `"\`) {
-		return `"` + s + `"`
-	}
-	return strconv.Quote(s)
 }
 
 // WriteRejection answers a rejected decision: Retry-After in whole seconds

@@ -53,7 +53,7 @@ func (l *Limiter) acquire(ctx context.Context) bool {
 func (l *Limiter) local(ctx context.Context, rs *rules, keys []string, now time.Time, reason Reason) Decision {
 	checks := make([]counter.Check, len(rs.limits))
 	for i, r := range rs.limits {
-		checks[i] = counter.Check{Allower: r.local, Key: keys[i]}
+		checks[i] = counter.Check{Allower: r.local, Key: keys[i], Cost: r.cost}
 	}
 	_, results, err := counter.AllowAll(ctx, now, 1, checks...)
 	if err != nil {
@@ -67,5 +67,5 @@ func (l *Limiter) local(ctx context.Context, rs *rules, keys []string, now time.
 	for i, res := range results {
 		all[i] = LimitResult{Limit: rs.limits[i].local.Limit(), Result: res}
 	}
-	return l.verdict(all, reason)
+	return verdict(all, len(all), reason)
 }

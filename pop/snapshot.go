@@ -1,12 +1,10 @@
 package pop
 
 import (
-	"context"
 	"fmt"
 	"hash/fnv"
 	"net/http"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
@@ -52,30 +50,17 @@ type rule struct {
 	// window, so this one's key carries its name (counter derives store
 	// keys from identity + algorithm + window).
 	distinct bool
-	shared   counter.Allower // the PoP-wide count (cost applied)
-	local    counter.Allower // local budget (cost applied): FailLocal, store_slow, store_busy
+	shared   counter.Allower // the PoP-wide count
+	local    counter.Allower // local budget: FailLocal, store_slow, store_busy
 	lease    *leaser         // nil unless the policy leases
-}
-
-// costAllower charges cost units per unit asked.
-type costAllower struct {
-	counter.Allower
+	// cost is the units one request takes from shared, local and lease
+	// (LimitSpec.Cost, at least 1): counter.Check.Cost.
 	cost int64
 }
 
-func (c costAllower) AllowN(ctx context.Context, key string, now time.Time, n int64) (counter.Result, error) {
-	return c.Allower.AllowN(ctx, key, now, n*c.cost)
-}
-
-func (c costAllower) Undo(ctx context.Context, key string, now time.Time, n int64) error {
-	return c.Allower.Undo(ctx, key, now, n*c.cost)
-}
-
-func withCost(a counter.Allower, cost int64) counter.Allower {
-	if cost <= 1 {
-		return a
-	}
-	return costAllower{a, cost}
+// check is the counter.Check of r's shared count for key.
+func (r *rule) check(key string) counter.Check {
+	return counter.Check{Allower: r.shared, Key: key, Cost: r.cost}
 }
 
 func newRouteMux() *http.ServeMux { return http.NewServeMux() }
@@ -156,7 +141,7 @@ func (l *Limiter) compilePolicy(ps PolicySpec, f *File, fp uint64) (*policy, err
 		}
 		rs := &rules{tier: name}
 		for _, ls := range specs {
-			r := &rule{spec: ls}
+			r := &rule{spec: ls, cost: max(1, ls.Cost)}
 			for _, o := range specs {
 				if o.Limit.Name != ls.Limit.Name && o.Limit.Algorithm == ls.Limit.Algorithm && o.Limit.Window == ls.Limit.Window {
 					r.distinct = true
@@ -166,7 +151,7 @@ func (l *Limiter) compilePolicy(ps PolicySpec, f *File, fp uint64) (*policy, err
 			if err != nil {
 				return nil, fmt.Errorf("pop: policy %s tier %s limit %s: %w", ps.Name, name, ls.Limit.Name, err)
 			}
-			r.shared = withCost(a, ls.Cost)
+			r.shared = a
 			// Every policy has a local budget: the local fail mode, and
 			// decisions a live but slow store did not answer in time
 			// (ReasonStoreSlow, ReasonStoreBusy).
@@ -174,7 +159,7 @@ func (l *Limiter) compilePolicy(ps PolicySpec, f *File, fp uint64) (*policy, err
 			if err != nil {
 				return nil, fmt.Errorf("pop: policy %s tier %s limit %s local: %w", ps.Name, name, ls.Limit.Name, err)
 			}
-			r.local = withCost(la, ls.Cost)
+			r.local = la
 			if ps.Lease.Enabled {
 				mb := ps.Lease.MaxBatch
 				if mb <= 0 {
@@ -186,7 +171,7 @@ func (l *Limiter) compilePolicy(ps PolicySpec, f *File, fp uint64) (*policy, err
 				if h <= 0 {
 					h = 100 * time.Millisecond
 				}
-				r.lease = newLeaser(r.shared, mb, h, l.cfg.mitigationEntries())
+				r.lease = newLeaser(r.shared, r.cost, mb, h, l.cfg.mitigationEntries())
 				if ls.Limit.Algorithm == counter.TokenBucket && ls.Limit.OnReject == counter.Count {
 					// Batches of a Count bucket are fetched with Refund
 					// semantics: a refused batch must not put the bucket
@@ -198,24 +183,16 @@ func (l *Limiter) compilePolicy(ps PolicySpec, f *File, fp uint64) (*policy, err
 					if err != nil {
 						return nil, fmt.Errorf("pop: policy %s tier %s limit %s lease: %w", ps.Name, name, ls.Limit.Name, err)
 					}
-					r.lease.batchA = withCost(ra, ls.Cost)
+					r.lease.batchA = ra
 				}
 			}
 			rs.limits = append(rs.limits, r)
 		}
-		var b strings.Builder
+		lrs := make([]LimitResult, len(rs.limits))
 		for i, r := range rs.limits {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			lim := r.spec.Limit
-			q := lim.Quantity
-			if lim.Algorithm == counter.TokenBucket && lim.Burst > 0 {
-				q = lim.Burst
-			}
-			writePolicyItem(&b, lim.Name, q, lim.Window)
+			lrs[i].Limit = r.spec.Limit
 		}
-		rs.policyField = b.String()
+		rs.policyField = string(appendPolicyField(nil, lrs))
 		p.tiers[name] = rs
 	}
 	return p, nil
