@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memcached"
 )
 
 // InprocConfig configures in-process workers: each is a counter.Limiter per
@@ -35,7 +36,7 @@ type InprocConfig struct {
 	// Burst is the token bucket capacity; 0 means the quantity.
 	Burst int64
 	// StoreClient picks the memcached client of each worker: StoreGomemcache
-	// (the default, counter.MemcacheStore), StorePipe (counter.PipeStore,
+	// (the default, memcached.Store), StorePipe (memcached.PipeStore,
 	// pipelined: one round trip per sliding-window decision) or
 	// StorePipeMux (PipeStore multiplexing each worker's calls over one
 	// shared connection). The pipe clients talk to one address, so they
@@ -101,16 +102,16 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 			}
 			switch cfg.StoreClient {
 			case StorePipe:
-				st = counter.NewPipeStore(counter.PipeConfig{Addr: servers[0], Timeout: timeout})
+				st = memcached.NewPipeStore(memcached.PipeConfig{Addr: servers[0], Timeout: timeout})
 			case StorePipeMux:
-				st = counter.NewPipeStore(counter.PipeConfig{Addr: servers[0], Timeout: timeout, Multiplex: 1})
+				st = memcached.NewPipeStore(memcached.PipeConfig{Addr: servers[0], Timeout: timeout, Multiplex: 1})
 			default:
-				st = counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
+				st = memcached.NewStore(memcached.NewClient(memcached.Config{
 					Servers: servers, Timeout: timeout}))
 			}
 		}
 		w := &inprocWorker{store: counter.NewCountingStore(st), limiters: map[string]*counter.Limiter{}}
-		if c, ok := st.(*counter.PipeStore); ok {
+		if c, ok := st.(*memcached.PipeStore); ok {
 			w.closer = c
 		}
 		if len(cfg.Skew) > 0 {

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memcached"
 	"golang.org/x/time/rate"
 )
 
@@ -100,7 +101,7 @@ func zipfKeys(n, count int) []string {
 // warm-up is not counted. The store is the in-process one: the same round
 // trips as memcached (see BenchmarkMemcached for real latency); "batch" is
 // PipeStore's one-round-trip first decision of a window (Batcher),
-// "nobatch" gomemcache's MemcacheStore.
+// "nobatch" gomemcache (memcached.Store).
 func BenchmarkRoundTrips(b *testing.B) {
 	const keys = 100_000
 	seq := zipfKeys(keys, 1<<20)
@@ -156,15 +157,15 @@ func BenchmarkRoundTrips(b *testing.B) {
 // BenchmarkMemcached: the store-backed limiters against a real memcached
 // on loopback, 16 goroutines over a Zipf key sequence, wall-clock time.
 func BenchmarkMemcached(b *testing.B) {
-	mc := bench.MemcachedForTest(b, 1)
+	mc := fixture.Memcached(b, 1)
 	seq := zipfKeys(10_000, 1<<16)
 	for _, client := range []string{"gomemcache", "pipe"} {
 		for _, bl := range benchLimits {
 			b.Run(client+"/"+bl.name, func(b *testing.B) {
-				var st counter.Store = counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
+				var st counter.Store = memcached.NewStore(memcached.NewClient(memcached.Config{
 					Servers: []string{mc[0].Addr}, Timeout: time.Second}))
 				if client == "pipe" {
-					st = counter.NewPipeStore(counter.PipeConfig{Addr: mc[0].Addr, Timeout: time.Second})
+					st = memcached.NewPipeStore(memcached.PipeConfig{Addr: mc[0].Addr, Timeout: time.Second})
 				}
 				cs := counter.NewCountingStore(st)
 				lim, _ := counter.New(cs, bl.limit)
@@ -194,10 +195,10 @@ func BenchmarkMemcached(b *testing.B) {
 // over real memcached (gets/cas): the attack case Cloudflare worried
 // about. Reports cas retries and ErrContention failures per decision.
 func BenchmarkBucketContention(b *testing.B) {
-	mc := bench.MemcachedForTest(b, 1)
+	mc := fixture.Memcached(b, 1)
 	for _, par := range []int{1, 4, 16} {
 		b.Run("goroutines="+strconv.Itoa(par*runtime.GOMAXPROCS(0)), func(b *testing.B) {
-			st := counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
+			st := memcached.NewStore(memcached.NewClient(memcached.Config{
 				Servers: []string{mc[0].Addr}, Timeout: time.Second}))
 			lim, _ := counter.New(st, counter.Limit{Algorithm: counter.TokenBucket, Quantity: 1_000_000, Window: time.Second})
 			key := counter.Key("hot", strconv.Itoa(par))

@@ -1,8 +1,8 @@
 // Package counter implements the rate algorithms of poplimit (sliding window
 // counter with optional sub-window precision, fixed window, token bucket as
-// GCRA) over a small Store interface, with a memcached-backed Store
-// (gomemcache, usually pointed at mcproxy) and an in-process one, plus
-// allocation-free in-process variants of each algorithm (NewLocal).
+// GCRA) over a small Store interface, with an in-process Store
+// (MemoryStore), plus allocation-free in-process variants of each
+// algorithm (NewLocal).
 //
 // Time is always a parameter: the core methods take now and never read the
 // clock. A denial is a Result with Allowed false, never an error; an error
@@ -12,9 +12,10 @@
 // request falls back to the limit, not the window end. A request costing
 // more than the allowance gets RetryAfter == Never and is not counted.
 //
-// Stores: PipeStore (recommended: pipelines, so every window-algorithm
-// decision is one round trip), MemcacheStore (gomemcache; a window a worker
-// has not counted in costs a multi-get plus an add), MemoryStore. See
+// Stores: the memcached clients live in counter/memcached (PipeStore,
+// recommended: it pipelines, so every window-algorithm decision is one
+// round trip; Store over gomemcache: a window a worker has not counted in
+// costs a multi-get plus an add); MemoryStore is the in-process one. See
 // Limiter for the costs; CountingStore measures them. The token bucket
 // costs gets + cas.
 //

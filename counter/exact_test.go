@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,8 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memcached"
 )
 
 // exactLimits are the limits the zero-over-admission tests burst at. The
@@ -102,8 +103,7 @@ const workerEnv = "COUNTER_TEST_WORKER"
 // TestZeroOverAdmissionProcesses is the integration test: 8 worker
 // processes × 32 goroutines (half over gomemcache, half over PipeStore)
 // burst 10× the allowance at one key through
-// mcproxy in front of 3 memcached shards (or straight at one memcached
-// when cmd/mcproxy does not build yet). Each worker is this test binary
+// mcproxy in front of 3 memcached shards. Each worker is this test binary
 // re-executed; they share the instant now, so no refill or window change
 // blurs the count.
 func TestZeroOverAdmissionProcesses(t *testing.T) {
@@ -113,10 +113,10 @@ func TestZeroOverAdmissionProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	shards := bench.MemcachedForTest(t, 3)
-	addr, via := proxyOrDirect(t, shards)
+	shards := fixture.Memcached(t, 3)
+	addr, via := throughMcproxy(t, shards)
 	t.Logf("target %s (%s)", addr, via)
-	const procs, goroutines = 8, 32
+	const workers, goroutines = 8, 32
 	for _, el := range exactLimits {
 		t.Run(el.name, func(t *testing.T) {
 			key := uniqueKey(t)
@@ -125,7 +125,7 @@ func TestZeroOverAdmissionProcesses(t *testing.T) {
 			total := 10 * l.Quantity
 			var cmds []*exec.Cmd
 			var outs []*strings.Builder
-			for p := 0; p < procs; p++ {
+			for p := 0; p < workers; p++ {
 				cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerProcess$", "-test.v")
 				var out strings.Builder
 				cmd.Stdout, cmd.Stderr = &out, &out
@@ -138,7 +138,7 @@ func TestZeroOverAdmissionProcesses(t *testing.T) {
 					"COUNTER_LIMIT="+el.name, "COUNTER_QUANTITY="+strconv.FormatInt(l.Quantity, 10),
 					"COUNTER_NOW="+strconv.FormatInt(t0.UnixNano(), 10),
 					"COUNTER_G="+strconv.Itoa(goroutines),
-					"COUNTER_N="+strconv.FormatInt(total/procs, 10))
+					"COUNTER_N="+strconv.FormatInt(total/workers, 10))
 				if err := cmd.Start(); err != nil {
 					t.Fatal(err)
 				}
@@ -158,7 +158,7 @@ func TestZeroOverAdmissionProcesses(t *testing.T) {
 			}
 			if admitted != l.Quantity {
 				t.Fatalf("%d processes × %d goroutines, %d requests: admitted %d, want exactly %d",
-					procs, goroutines, total, admitted, l.Quantity)
+					workers, goroutines, total, admitted, l.Quantity)
 			}
 			t.Logf("%s: admitted exactly %d of %d; contention retries %d", el.name, admitted, total, contention)
 		})
@@ -191,10 +191,10 @@ func TestWorkerProcess(t *testing.T) {
 	nowNs, _ := strconv.ParseInt(os.Getenv("COUNTER_NOW"), 10, 64)
 	g, _ := strconv.Atoi(os.Getenv("COUNTER_G"))
 	n, _ := strconv.Atoi(os.Getenv("COUNTER_N"))
-	var st counter.Store = counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
+	var st counter.Store = memcached.NewStore(memcached.NewClient(memcached.Config{
 		Servers: []string{os.Getenv("COUNTER_ADDR")}, Timeout: 5 * time.Second}))
 	if os.Getenv("COUNTER_CLIENT") == "pipe" {
-		st = counter.NewPipeStore(counter.PipeConfig{Addr: os.Getenv("COUNTER_ADDR"), Timeout: 5 * time.Second})
+		st = memcached.NewPipeStore(memcached.PipeConfig{Addr: os.Getenv("COUNTER_ADDR"), Timeout: 5 * time.Second})
 	}
 	lim, err := counter.New(st, l)
 	if err != nil {
@@ -207,47 +207,18 @@ func TestWorkerProcess(t *testing.T) {
 	fmt.Printf("RESULT admitted=%d contention=%d\n", admitted, cont)
 }
 
-// proxyOrDirect builds and starts cmd/mcproxy in front of the shards when
-// it builds, else returns the first shard. COUNTER_TEST_MCPROXY names a
-// prebuilt mcproxy binary; COUNTER_TEST_DIRECT skips the proxy.
-func proxyOrDirect(t *testing.T, shards []*bench.Memcached) (addr, via string) {
+// throughMcproxy starts cmd/mcproxy (built once per test binary by
+// fixture.Binary) in front of the shards and returns its address. A
+// command that does not build fails the test: the test claims mcproxy's
+// behaviour, so it never falls back to memcached directly.
+func throughMcproxy(t *testing.T, shards []*procs.Memcached) (addr, via string) {
 	t.Helper()
-	if os.Getenv("COUNTER_TEST_DIRECT") != "" {
-		return shards[0].Addr, "direct to memcached: COUNTER_TEST_DIRECT is set"
-	}
-	bin := os.Getenv("COUNTER_TEST_MCPROXY") // a prebuilt binary
-	if bin == "" {
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			return shards[0].Addr, "direct: no go tool to build cmd/mcproxy"
-		}
-		bin = filepath.Join(t.TempDir(), "mcproxy")
-		build := exec.Command(goBin, "build", "-o", bin, "github.com/poplimit/poplimit/cmd/mcproxy")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Logf("cmd/mcproxy does not build, going direct: %v\n%s", err, out)
-			return shards[0].Addr, "direct to memcached: cmd/mcproxy does not build"
-		}
-	}
-	listen := bench.FreeAddrForTest(t)
 	// A generous backend timeout: 256 race-instrumented goroutines on a
 	// shared 2-core machine must not turn into SERVER_ERROR timeouts (a
 	// timed-out incr may have been applied, which would blur the count).
-	args := []string{"--listen", listen, "--timeout", "10s"}
-	for _, s := range shards {
-		args = append(args, "--shard", s.Addr)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(5 * time.Second)
-	for bench.Ping(listen, 200*ms) != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("mcproxy on %s does not answer", listen)
-		}
-		time.Sleep(50 * ms)
-	}
-	return listen, "through mcproxy, 3 memcached shards"
+	p := fixture.Mcproxy(t, fixture.Binary(t, "mcproxy"), "", fixture.Addrs(shards), "--timeout", "10s")
+	return p.Addr, "through mcproxy, " + strconv.Itoa(len(shards)) + " memcached shards"
 }
+
+// TestMain removes the binaries fixture.Binary built.
+func TestMain(m *testing.M) { os.Exit(fixture.Main(m)) }

@@ -11,8 +11,8 @@ import (
 // A sliding window over a store shared by every worker of a PoP. In
 // production the store is memcached through mcproxy:
 //
-//	c := counter.NewMemcacheClient(counter.MemcacheConfig{Servers: []string{"127.0.0.1:22122"}})
-//	store := counter.NewMemcacheStore(c)
+//	c := memcached.NewClient(memcached.Config{Servers: []string{"127.0.0.1:22122"}})
+//	store := memcached.NewStore(c)
 func ExampleNew() {
 	store := counter.NewMemoryStore()
 	lim, err := counter.New(store, counter.Limit{Name: "api", Quantity: 3, Window: time.Minute})

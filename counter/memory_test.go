@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memcached"
 )
 
 // slabUse returns memcached's slab memory in use (Σ used_chunks ×
@@ -83,8 +84,8 @@ func TestBytesPerLimiter(t *testing.T) {
 		{"bucket", counter.Limit{Algorithm: counter.TokenBucket, Quantity: 100, Window: time.Minute}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mc := bench.MemcachedForTest(t, 1)
-			st := counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
+			mc := fixture.Memcached(t, 1)
+			st := memcached.NewStore(memcached.NewClient(memcached.Config{
 				Servers: []string{mc[0].Addr}, Timeout: time.Second}))
 			lim, err := counter.New(st, tc.limit)
 			if err != nil {

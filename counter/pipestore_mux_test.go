@@ -10,15 +10,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memcached"
 )
 
 // TestPipeMuxSemantics: the multiplexed PipeStore answers every Store call
 // (the TestStoreSemantics walk) and the Batcher call like the pooled one.
 func TestPipeMuxSemantics(t *testing.T) {
-	mc := bench.MemcachedForTest(t, 1)
-	st := counter.NewPipeStore(counter.PipeConfig{Addr: mc[0].Addr, Timeout: time.Second, Multiplex: 2})
+	mc := fixture.Memcached(t, 1)
+	st := memcached.NewPipeStore(memcached.PipeConfig{Addr: mc[0].Addr, Timeout: time.Second, Multiplex: 2})
 	t.Cleanup(func() { st.Close() })
 	k := storeSemantics(t, st)
 	other := uniqueKey(t, "other")
@@ -33,10 +34,10 @@ func TestPipeMuxSemantics(t *testing.T) {
 // increments its own key and must see 1, 2, 3… Then a limiter over the
 // multiplexed store admits exactly its limit.
 func TestPipeMuxOrder(t *testing.T) {
-	shards := bench.MemcachedForTest(t, 3)
-	addr, via := proxyOrDirect(t, shards)
+	shards := fixture.Memcached(t, 3)
+	addr, via := throughMcproxy(t, shards)
 	t.Log(via)
-	st := counter.NewPipeStore(counter.PipeConfig{Addr: addr, Timeout: 10 * time.Second, Multiplex: 2})
+	st := memcached.NewPipeStore(memcached.PipeConfig{Addr: addr, Timeout: 10 * time.Second, Multiplex: 2})
 	t.Cleanup(func() { st.Close() })
 	const goroutines, calls = 32, 50
 	var wg sync.WaitGroup
@@ -98,8 +99,8 @@ func TestPipeMuxOrder(t *testing.T) {
 // the timeout; the next calls get a fresh connection and never read the
 // stale replies; a cancelled context fails fast.
 func TestPipeMuxTimeout(t *testing.T) {
-	mc := bench.MemcachedForTest(t, 1)
-	st := counter.NewPipeStore(counter.PipeConfig{Addr: mc[0].Addr, Timeout: 200 * ms, Multiplex: 1})
+	mc := fixture.Memcached(t, 1)
+	st := memcached.NewPipeStore(memcached.PipeConfig{Addr: mc[0].Addr, Timeout: 200 * ms, Multiplex: 1})
 	t.Cleanup(func() { st.Close() })
 	k := uniqueKey(t)
 	if err := st.Add(ctx, k, []byte("1"), time.Minute); err != nil {

@@ -1,8 +1,11 @@
 package counter
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -161,4 +164,29 @@ func (c *CountingStore) GetMultiIncr(ctx context.Context, keys []string, incrKey
 	m, v, err := b.GetMultiIncr(ctx, keys, incrKey, delta, ttl)
 	c.note(err)
 	return m, v, err
+}
+
+// Batcher is an optional Store extension: a read of closed sub-windows and
+// the increment-or-create of the current one in ONE round trip. Limiter
+// uses it, when the store has it, for a window its worker has not seen
+// yet, so that a cold key costs one round trip instead of two.
+type Batcher interface {
+	// GetMultiIncr returns the values of the keys present among keys and
+	// adds delta to the counter incrKey, creating it at 0 with ttl first if
+	// absent; it returns the counter's new value. ErrNotSupported if the
+	// store cannot do it in one round trip.
+	GetMultiIncr(ctx context.Context, keys []string, incrKey string, delta uint64, ttl time.Duration) (map[string][]byte, uint64, error)
+}
+
+// ErrNotSupported: the store cannot batch (see Batcher).
+var ErrNotSupported = errors.New("counter: operation not supported by store")
+
+// parseCount parses a decimal counter value written by the algorithms.
+func parseCount(b []byte) (int64, error) {
+	// memcached pads a counter that shrank on decr with trailing spaces.
+	v, err := strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%w: %q", ErrCorrupt, b)
+	}
+	return v, nil
 }

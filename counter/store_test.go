@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memcached"
 )
 
 // TestStoreSemantics runs one suite against every Store: the memory store
@@ -144,7 +145,7 @@ func TestMemcachedTTL(t *testing.T) {
 	}
 }
 
-// noBatch hides the Batcher of a store: gomemcache's MemcacheStore path.
+// noBatch hides the Batcher of a store: the path of memcached.Store (gomemcache).
 type noBatch struct{ counter.Store }
 
 func TestCountingStore(t *testing.T) {
@@ -229,11 +230,11 @@ func TestValidate(t *testing.T) {
 // an error within the configured timeout, and the store works again once
 // it resumes (no poisoned pooled connection).
 func TestStoreTimeout(t *testing.T) {
-	mc := bench.MemcachedForTest(t, 1)
+	mc := fixture.Memcached(t, 1)
 	stores := map[string]counter.Store{
-		"gomemcache": counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
+		"gomemcache": memcached.NewStore(memcached.NewClient(memcached.Config{
 			Servers: []string{mc[0].Addr}, Timeout: 200 * ms})),
-		"pipe": counter.NewPipeStore(counter.PipeConfig{Addr: mc[0].Addr, Timeout: 200 * ms}),
+		"pipe": memcached.NewPipeStore(memcached.PipeConfig{Addr: mc[0].Addr, Timeout: 200 * ms}),
 	}
 	for name, st := range stores {
 		t.Run(name, func(t *testing.T) {

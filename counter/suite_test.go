@@ -2,12 +2,13 @@ package counter_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memcached"
 )
 
 // t0 is aligned on a day, so on every window length used by the tests.
@@ -46,11 +47,11 @@ func backends(t *testing.T) []backend {
 		{name: "memory", store: frozenMemoryStore},
 		{name: "memory-nobatch", store: func() counter.Store { return noBatch{frozenMemoryStore()} }},
 	}
-	if bench.MemcachedInstalled() || os.Getenv(bench.RequireMemcachedEnv) != "" {
-		mc := bench.MemcachedForTest(t, 1)
-		st := counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{
+	if procs.MemcachedInstalled() || fixture.Required() {
+		mc := fixture.Memcached(t, 1)
+		st := memcached.NewStore(memcached.NewClient(memcached.Config{
 			Servers: []string{mc[0].Addr}, Timeout: time.Second}))
-		pipe := counter.NewPipeStore(counter.PipeConfig{Addr: mc[0].Addr, Timeout: time.Second})
+		pipe := memcached.NewPipeStore(memcached.PipeConfig{Addr: mc[0].Addr, Timeout: time.Second})
 		t.Cleanup(func() { pipe.Close() })
 		bs = append(bs, backend{name: "memcached", store: func() counter.Store { return st }},
 			backend{name: "memcached-pipe", store: func() counter.Store { return pipe }})

@@ -20,6 +20,7 @@ import (
 
 	"github.com/poplimit/poplimit/bench"
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memcached"
 	"github.com/poplimit/poplimit/pop"
 )
 
@@ -166,9 +167,9 @@ func BenchmarkFullPath(b *testing.B) {
 		name  string
 		store counter.Store
 	}{
-		{"gomemcache", counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{Servers: []string{px.addr}, Timeout: time.Second}))},
-		{"pipe", counter.NewPipeStore(counter.PipeConfig{Addr: px.addr, Timeout: time.Second})},
-		{"pipe-mux", counter.NewPipeStore(counter.PipeConfig{Addr: px.addr, Timeout: time.Second, Multiplex: 2})},
+		{"gomemcache", memcached.NewStore(memcached.NewClient(memcached.Config{Servers: []string{px.addr}, Timeout: time.Second}))},
+		{"pipe", memcached.NewPipeStore(memcached.PipeConfig{Addr: px.addr, Timeout: time.Second})},
+		{"pipe-mux", memcached.NewPipeStore(memcached.PipeConfig{Addr: px.addr, Timeout: time.Second, Multiplex: 2})},
 	} {
 		b.Run(sc.name, func(b *testing.B) { fullPath(b, counter.NewCountingStore(sc.store), px, ms) })
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/poplimit/poplimit/bench"
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memcached"
 	"github.com/poplimit/poplimit/pop"
 )
 
@@ -166,7 +167,7 @@ policies:
 func TestIntegrationCompoundRuleThroughProxy(t *testing.T) {
 	_, mcBin := binaries(t)
 	px, _ := onePoP(t, mcBin, 3)
-	store := counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{Servers: []string{px.addr}, Timeout: time.Second}))
+	store := memcached.NewStore(memcached.NewClient(memcached.Config{Servers: []string{px.addr}, Timeout: time.Second}))
 	var nowNS atomic.Int64
 	start := time.Now().Truncate(time.Minute).Add(time.Minute) // a fresh minute, in the future
 	nowNS.Store(start.UnixNano())

@@ -15,8 +15,8 @@
 // in-flight requests finish under the snapshot they started with.
 //
 // pop never speaks the memcached protocol itself: shared limiters are built
-// by the caller (usually counter.New over a counter.PipeStore or
-// counter.MemcacheStore aimed at the host's mcproxy; cmd/edge's
+// by the caller (usually counter.New over a memcached.PipeStore or
+// memcached.Store aimed at the host's mcproxy; cmd/edge's
 // --store-client picks one) and handed in through Config.NewShared.
 package pop
 

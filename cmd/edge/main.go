@@ -41,6 +41,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memcached"
 	"github.com/poplimit/poplimit/pop"
 )
 
@@ -77,7 +78,7 @@ func main() {
 			&cli.IntFlag{Name: "breaker-failures", Value: 5, Usage: "consecutive hard store failures (refused, reset, EOF, server error; not timeouts) that open the circuit breaker"},
 			&cli.DurationFlag{Name: "breaker-window", Value: time.Second, Usage: "failing store calls (timeouts included) with no success at all for this long open the breaker; timeouts while other calls succeed never do"},
 			&cli.DurationFlag{Name: "breaker-open", Value: 500 * time.Millisecond, Usage: "how long the breaker stays open before a half-open probe"},
-			&cli.StringFlag{Name: "store-client", Value: "gomemcache", Usage: "memcached client: 'gomemcache' (counter.MemcacheStore over bradfitz/gomemcache, the project's designated workers' client; several addresses are hashed by gomemcache) or 'pipe' (counter.PipeStore: pipelined, one round trip per sliding-window decision and ~20% less CPU per decision; one --memcached address, normally mcproxy)"},
+			&cli.StringFlag{Name: "store-client", Value: "gomemcache", Usage: "memcached client: 'gomemcache' (memcached.Store over bradfitz/gomemcache, the project's designated workers' client; several addresses are hashed by gomemcache) or 'pipe' (memcached.PipeStore: pipelined, one round trip per sliding-window decision and ~20% less CPU per decision; one --memcached address, normally mcproxy)"},
 			&cli.IntFlag{Name: "store-multiplex", Value: 0, Usage: "with --store-client pipe: number of connections shared by all requests (concurrent store calls are written together, replies read in order: fewer syscalls); 0 = one pooled connection per call"},
 			&cli.StringFlag{Name: "events", Usage: "write rejection events as JSON lines to `FILE` ('-' for stderr); empty disables"},
 			// The upstream exchange (pop.ForwardConfig): 504 when a timeout expires, 413 over the body limit.
@@ -279,7 +280,7 @@ func adminMux(c *cli.Context, logger *slog.Logger, reg *prometheus.Registry, lim
 
 // newStore builds the shared count's store: an in-process one without
 // addresses, else the named memcached client with timeout as its socket
-// timeout (multiplex: counter.PipeConfig.Multiplex).
+// timeout (multiplex: memcached.PipeConfig.Multiplex).
 func newStore(client string, addrs []string, timeout time.Duration, multiplex int) (counter.Store, error) {
 	switch {
 	case client != "pipe" && client != "gomemcache":
@@ -289,9 +290,9 @@ func newStore(client string, addrs []string, timeout time.Duration, multiplex in
 	case len(addrs) == 0:
 		return counter.NewMemoryStore(), nil
 	case client == "gomemcache":
-		return counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{Servers: addrs, Timeout: timeout})), nil
+		return memcached.NewStore(memcached.NewClient(memcached.Config{Servers: addrs, Timeout: timeout})), nil
 	case len(addrs) > 1:
 		return nil, fmt.Errorf("--store-client pipe speaks to one address (the host's mcproxy), got %d --memcached; use --store-client gomemcache to hash over several", len(addrs))
 	}
-	return counter.NewPipeStore(counter.PipeConfig{Addr: addrs[0], Timeout: timeout, Multiplex: multiplex}), nil
+	return memcached.NewPipeStore(memcached.PipeConfig{Addr: addrs[0], Timeout: timeout, Multiplex: multiplex}), nil
 }

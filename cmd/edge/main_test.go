@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memcached"
 )
 
 func TestNewStore(t *testing.T) {
@@ -17,11 +18,11 @@ func TestNewStore(t *testing.T) {
 		addrs  []string
 		want   string // %T of the store, "" for an error
 	}{
-		{"pipe", 0, []string{"127.0.0.1:1"}, "*counter.PipeStore"},
-		{"pipe", 2, []string{"127.0.0.1:1"}, "*counter.PipeStore"},
+		{"pipe", 0, []string{"127.0.0.1:1"}, "*memcached.PipeStore"},
+		{"pipe", 2, []string{"127.0.0.1:1"}, "*memcached.PipeStore"},
 		{"pipe", -1, []string{"127.0.0.1:1"}, ""},
-		{"gomemcache", 2, []string{"127.0.0.1:1"}, "*counter.MemcacheStore"},
-		{"gomemcache", 2, []string{"127.0.0.1:1", "127.0.0.1:2"}, "*counter.MemcacheStore"},
+		{"gomemcache", 2, []string{"127.0.0.1:1"}, "*memcached.Store"},
+		{"gomemcache", 2, []string{"127.0.0.1:1", "127.0.0.1:2"}, "*memcached.Store"},
 		{"pipe", 2, nil, "*counter.MemoryStore"},
 		{"gomemcache", 2, nil, "*counter.MemoryStore"},
 		{"pipe", 2, []string{"127.0.0.1:1", "127.0.0.1:2"}, ""},
@@ -41,10 +42,10 @@ func TestNewStore(t *testing.T) {
 
 func typeName(s counter.Store) string {
 	switch s.(type) {
-	case *counter.PipeStore:
-		return "*counter.PipeStore"
-	case *counter.MemcacheStore:
-		return "*counter.MemcacheStore"
+	case *memcached.PipeStore:
+		return "*memcached.PipeStore"
+	case *memcached.Store:
+		return "*memcached.Store"
 	case *counter.MemoryStore:
 		return "*counter.MemoryStore"
 	}

@@ -1,22 +1,34 @@
-package counter
+// Package memcached holds the counter.Store clients that speak to memcached
+// (usually through the host's mcproxy): Store over gomemcache (NewClient
+// gives it poplimit's timeouts and pool size), and PipeStore, which speaks
+// the text protocol itself so that it pipelines and implements
+// counter.Batcher (one round trip per window decision); its multiplexed
+// mode (PipeConfig.Multiplex) is in pipemux.go.
+//
+// Both return counter's sentinels (counter.ErrNotFound, ErrNotStored,
+// ErrCASConflict) for memcached's answers, and retry once on a fresh
+// connection a call that failed because the server closed a pooled one.
+//
+// memcached imports counter (for the Store contract) and gomemcache, and
+// its sockets are FastConns.
+package memcached
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net"
-	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/poplimit/poplimit/counter"
 )
 
-// MemcacheConfig configures NewMemcacheClient. Zero means default.
-type MemcacheConfig struct {
+// Config configures NewClient. Zero means default.
+type Config struct {
 	// Servers are the host:port addresses: usually the host's mcproxy, or
 	// memcached shards directly (gomemcache then hashes keys itself, which
 	// ignores hash tags). Required.
@@ -29,22 +41,22 @@ type MemcacheConfig struct {
 	MaxIdleConns int
 }
 
-func (c MemcacheConfig) timeout() time.Duration {
+func (c Config) timeout() time.Duration {
 	if c.Timeout > 0 {
 		return c.Timeout
 	}
 	return 100 * time.Millisecond
 }
 
-func (c MemcacheConfig) maxIdleConns() int {
+func (c Config) maxIdleConns() int {
 	if c.MaxIdleConns > 0 {
 		return c.MaxIdleConns
 	}
 	return 256
 }
 
-// NewMemcacheClient returns a gomemcache client with poplimit's defaults.
-func NewMemcacheClient(cfg MemcacheConfig) *memcache.Client {
+// NewClient returns a gomemcache client with poplimit's defaults.
+func NewClient(cfg Config) *memcache.Client {
 	c := memcache.New(cfg.Servers...)
 	c.Timeout = cfg.timeout()
 	c.MaxIdleConns = cfg.maxIdleConns()
@@ -72,10 +84,10 @@ func dialFast(ctx context.Context, network, addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewFastConn(nc), nil
+	return counter.NewFastConn(nc), nil
 }
 
-// MemcacheStore is the Store over memcached (or mcproxy) through
+// Store is the Store over memcached (or mcproxy) through
 // gomemcache. It is safe for concurrent use.
 //
 // A call that fails because the server closed the connection (see
@@ -85,21 +97,21 @@ func dialFast(ctx context.Context, network, addr string) (net.Conn, error) {
 //
 // gomemcache takes no context: ctx is checked before each call (a done
 // context fails fast), and the client's Timeout bounds the call itself.
-type MemcacheStore struct {
+type Store struct {
 	c *memcache.Client
 }
 
-var _ Store = (*MemcacheStore)(nil)
+var _ counter.Store = (*Store)(nil)
 
-// NewMemcacheStore wraps c (see NewMemcacheClient for sensible settings).
-func NewMemcacheStore(c *memcache.Client) *MemcacheStore { return &MemcacheStore{c: c} }
+// NewStore wraps c (see NewClient for sensible settings).
+func NewStore(c *memcache.Client) *Store { return &Store{c: c} }
 
 // dropIdle closes the client's idle connections after one was found
 // closed by the server; the client stays usable and dials anew.
-func (m *MemcacheStore) dropIdle() { _ = m.c.Close() }
+func (m *Store) dropIdle() { _ = m.c.Close() }
 
 // Client returns the underlying client.
-func (m *MemcacheStore) Client() *memcache.Client { return m.c }
+func (m *Store) Client() *memcache.Client { return m.c }
 
 // mapErr turns gomemcache's sentinels into the Store's.
 func mapErr(verb string, err error) error {
@@ -107,13 +119,13 @@ func mapErr(verb string, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, memcache.ErrCacheMiss):
-		return ErrNotFound
+		return counter.ErrNotFound
 	case errors.Is(err, memcache.ErrNotStored):
-		return ErrNotStored
+		return counter.ErrNotStored
 	case errors.Is(err, memcache.ErrCASConflict):
-		return ErrCASConflict
+		return counter.ErrCASConflict
 	}
-	return fmt.Errorf("counter: memcached %s: %w", verb, err)
+	return fmt.Errorf("memcached: %s: %w", verb, err)
 }
 
 // expiration converts a TTL into memcached's exptime at the current time;
@@ -143,7 +155,7 @@ func expirationAt(ttl time.Duration, now time.Time) int32 {
 }
 
 // Add implements Store.
-func (m *MemcacheStore) Add(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+func (m *Store) Add(ctx context.Context, key string, value []byte, ttl time.Duration) error {
 	if err := ctxErr(ctx); err != nil {
 		return err
 	}
@@ -157,7 +169,7 @@ func (m *MemcacheStore) Add(ctx context.Context, key string, value []byte, ttl t
 }
 
 // Incr implements Store.
-func (m *MemcacheStore) Incr(ctx context.Context, key string, delta uint64) (uint64, error) {
+func (m *Store) Incr(ctx context.Context, key string, delta uint64) (uint64, error) {
 	if err := ctxErr(ctx); err != nil {
 		return 0, err
 	}
@@ -170,7 +182,7 @@ func (m *MemcacheStore) Incr(ctx context.Context, key string, delta uint64) (uin
 }
 
 // Decr implements Store.
-func (m *MemcacheStore) Decr(ctx context.Context, key string, delta uint64) (uint64, error) {
+func (m *Store) Decr(ctx context.Context, key string, delta uint64) (uint64, error) {
 	if err := ctxErr(ctx); err != nil {
 		return 0, err
 	}
@@ -183,7 +195,7 @@ func (m *MemcacheStore) Decr(ctx context.Context, key string, delta uint64) (uin
 }
 
 // GetMulti implements Store.
-func (m *MemcacheStore) GetMulti(ctx context.Context, keys []string) (map[string][]byte, error) {
+func (m *Store) GetMulti(ctx context.Context, keys []string) (map[string][]byte, error) {
 	if err := ctxErr(ctx); err != nil {
 		return nil, err
 	}
@@ -204,7 +216,7 @@ func (m *MemcacheStore) GetMulti(ctx context.Context, keys []string) (map[string
 
 // Gets implements Store. The token is the *memcache.Item gomemcache needs
 // for its cas.
-func (m *MemcacheStore) Gets(ctx context.Context, key string) ([]byte, CASToken, error) {
+func (m *Store) Gets(ctx context.Context, key string) ([]byte, counter.CASToken, error) {
 	if err := ctxErr(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -220,13 +232,13 @@ func (m *MemcacheStore) Gets(ctx context.Context, key string) ([]byte, CASToken,
 }
 
 // CompareAndSwap implements Store.
-func (m *MemcacheStore) CompareAndSwap(ctx context.Context, key string, value []byte, cas CASToken, ttl time.Duration) error {
+func (m *Store) CompareAndSwap(ctx context.Context, key string, value []byte, cas counter.CASToken, ttl time.Duration) error {
 	if err := ctxErr(ctx); err != nil {
 		return err
 	}
 	it, ok := cas.(*memcache.Item)
 	if !ok || it.Key != key {
-		return fmt.Errorf("%w: foreign CAS token %T", ErrCASConflict, cas)
+		return fmt.Errorf("%w: foreign CAS token %T", counter.ErrCASConflict, cas)
 	}
 	it.Value = value
 	it.Expiration = expiration(ttl)
@@ -238,12 +250,10 @@ func (m *MemcacheStore) CompareAndSwap(ctx context.Context, key string, value []
 	return mapErr("cas", err)
 }
 
-// parseCount parses a decimal counter value written by the algorithms.
-func parseCount(b []byte) (int64, error) {
-	// memcached pads a counter that shrank on decr with trailing spaces.
-	v, err := strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("%w: %q", ErrCorrupt, b)
+// ctxErr fails a call whose context is already done, before any I/O.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memcached: store call: %w", err)
 	}
-	return v, nil
+	return nil
 }

@@ -1,4 +1,4 @@
-package counter
+package memcached
 
 import (
 	"bufio"
@@ -8,25 +8,11 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/poplimit/poplimit/counter"
 )
-
-// Batcher is an optional Store extension: a read of closed sub-windows and
-// the increment-or-create of the current one in ONE round trip. Limiter
-// uses it, when the store has it, for a window its worker has not seen
-// yet, so that a cold key costs one round trip instead of two.
-type Batcher interface {
-	// GetMultiIncr returns the values of the keys present among keys and
-	// adds delta to the counter incrKey, creating it at 0 with ttl first if
-	// absent; it returns the counter's new value. ErrNotSupported if the
-	// store cannot do it in one round trip.
-	GetMultiIncr(ctx context.Context, keys []string, incrKey string, delta uint64, ttl time.Duration) (map[string][]byte, uint64, error)
-}
-
-// ErrNotSupported: the store cannot batch (see Batcher).
-var ErrNotSupported = errors.New("counter: operation not supported by store")
 
 // PipeConfig configures NewPipeStore. Zero means default.
 type PipeConfig struct {
@@ -49,7 +35,7 @@ type PipeConfig struct {
 
 // PipeStore is a Store over one memcached endpoint (usually the host's
 // mcproxy) speaking the text protocol itself, so it can pipeline: it
-// implements Batcher by writing "get prev… / add cur 0 / incr cur n" in one
+// implements counter.Batcher by writing "get prev… / add cur 0 / incr cur n" in one
 // write and reading the three replies, one round trip. Safe for concurrent
 // use. Every key of one call must live on one shard (true for the window
 // keys of one identity thanks to the hash tag).
@@ -61,8 +47,8 @@ type PipeStore struct {
 }
 
 var (
-	_ Store   = (*PipeStore)(nil)
-	_ Batcher = (*PipeStore)(nil)
+	_ counter.Store   = (*PipeStore)(nil)
+	_ counter.Batcher = (*PipeStore)(nil)
 )
 
 type pipeConn struct {
@@ -112,7 +98,7 @@ func (p *PipeStore) closeIdle() {
 
 // errProto is a reply the protocol did not expect: the connection is
 // dropped.
-var errProto = errors.New("counter: memcached protocol error")
+var errProto = errors.New("memcached: protocol error")
 
 // do runs fn on a pooled connection with the call's deadline; the
 // connection goes back to the pool only when fn succeeded or failed with a
@@ -138,12 +124,10 @@ func (p *PipeStore) do(ctx context.Context, fn func(*pipeConn) error) error {
 			}
 		}
 		if pc == nil {
-			d := net.Dialer{Deadline: deadline}
-			c, err := d.DialContext(ctx, "tcp", p.cfg.Addr)
+			fc, err := p.dial(ctx, deadline)
 			if err != nil {
-				return fmt.Errorf("counter: memcached dial: %w", err)
+				return err
 			}
-			fc := NewFastConn(c)
 			pc = &pipeConn{c: fc, r: bufio.NewReaderSize(fc, 4096), w: bufio.NewWriterSize(fc, 4096)}
 		}
 		if err := pc.c.SetDeadline(deadline); err != nil {
@@ -151,7 +135,7 @@ func (p *PipeStore) do(ctx context.Context, fn func(*pipeConn) error) error {
 			return err
 		}
 		err := fn(pc)
-		if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotStored) || errors.Is(err, ErrCASConflict) {
+		if err == nil || errors.Is(err, counter.ErrNotFound) || errors.Is(err, counter.ErrNotStored) || errors.Is(err, counter.ErrCASConflict) {
 			select {
 			case p.idle <- pc:
 			default:
@@ -166,8 +150,18 @@ func (p *PipeStore) do(ctx context.Context, fn func(*pipeConn) error) error {
 			p.closeIdle()
 			continue
 		}
-		return fmt.Errorf("counter: memcached %s: %w", p.cfg.Addr, err)
+		return fmt.Errorf("memcached: %s: %w", p.cfg.Addr, err)
 	}
+}
+
+// dial connects to the endpoint by deadline; the connection is a FastConn.
+func (p *PipeStore) dial(ctx context.Context, deadline time.Time) (net.Conn, error) {
+	d := net.Dialer{Deadline: deadline}
+	c, err := d.DialContext(ctx, "tcp", p.cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("memcached: dial: %w", err)
+	}
+	return counter.NewFastConn(c), nil
 }
 
 // call writes a request with write and reads its replies with read: on a
@@ -209,11 +203,11 @@ func (pc *pipeConn) storeReply() error {
 	case "STORED":
 		return nil
 	case "NOT_STORED":
-		return ErrNotStored
+		return counter.ErrNotStored
 	case "EXISTS":
-		return ErrCASConflict
+		return counter.ErrCASConflict
 	case "NOT_FOUND":
-		return ErrNotFound
+		return counter.ErrNotFound
 	}
 	return fmt.Errorf("%w: %q", errProto, l)
 }
@@ -225,7 +219,7 @@ func (pc *pipeConn) numReply() (uint64, error) {
 		return 0, err
 	}
 	if string(l) == "NOT_FOUND" {
-		return 0, ErrNotFound
+		return 0, counter.ErrNotFound
 	}
 	v, err := strconv.ParseUint(string(bytes.TrimSpace(l)), 10, 64)
 	if err != nil {
@@ -354,7 +348,7 @@ func (p *PipeStore) GetMulti(ctx context.Context, keys []string) (map[string][]b
 }
 
 // Gets implements Store.
-func (p *PipeStore) Gets(ctx context.Context, key string) ([]byte, CASToken, error) {
+func (p *PipeStore) Gets(ctx context.Context, key string) ([]byte, counter.CASToken, error) {
 	out := make(map[string][]byte, 1)
 	var cas uint64
 	err := p.call(ctx, func(w *bufio.Writer) { writeGet(w, "gets", []string{key}) }, func(pc *pipeConn) error {
@@ -365,21 +359,21 @@ func (p *PipeStore) Gets(ctx context.Context, key string) ([]byte, CASToken, err
 	}
 	v, ok := out[key]
 	if !ok {
-		return nil, nil, ErrNotFound
+		return nil, nil, counter.ErrNotFound
 	}
 	return v, cas, nil
 }
 
 // CompareAndSwap implements Store.
-func (p *PipeStore) CompareAndSwap(ctx context.Context, key string, value []byte, cas CASToken, ttl time.Duration) error {
+func (p *PipeStore) CompareAndSwap(ctx context.Context, key string, value []byte, cas counter.CASToken, ttl time.Duration) error {
 	id, ok := cas.(uint64)
 	if !ok {
-		return fmt.Errorf("%w: foreign CAS token %T", ErrCASConflict, cas)
+		return fmt.Errorf("%w: foreign CAS token %T", counter.ErrCASConflict, cas)
 	}
 	return p.call(ctx, func(w *bufio.Writer) { writeStore(w, "cas", key, value, ttl, id) }, (*pipeConn).storeReply)
 }
 
-// GetMultiIncr implements Batcher: "get keys…", "add incrKey 0", "incr
+// GetMultiIncr implements counter.Batcher: "get keys…", "add incrKey 0", "incr
 // incrKey delta" in one write, three replies in one read.
 func (p *PipeStore) GetMultiIncr(ctx context.Context, keys []string, incrKey string, delta uint64, ttl time.Duration) (map[string][]byte, uint64, error) {
 	out := make(map[string][]byte, len(keys))
@@ -396,230 +390,17 @@ func (p *PipeStore) GetMultiIncr(ctx context.Context, keys []string, incrKey str
 				return err
 			}
 		}
-		if err := pc.storeReply(); err != nil && !errors.Is(err, ErrNotStored) {
+		if err := pc.storeReply(); err != nil && !errors.Is(err, counter.ErrNotStored) {
 			return err
 		}
 		var err error
 		v, err = pc.numReply()
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, counter.ErrNotFound) {
 			// Evicted or expired between add and incr: the stream is in
 			// sync, the caller may retry.
-			return fmt.Errorf("%w: %s vanished after add", ErrContention, incrKey)
+			return fmt.Errorf("%w: %s vanished after add", counter.ErrContention, incrKey)
 		}
 		return err
 	})
 	return out, v, err
-}
-
-// muxSlot holds one multiplexed connection, replaced when it fails.
-type muxSlot struct {
-	mu sync.Mutex
-	mc *muxConn
-}
-
-// muxReq is one call on a multiplexed connection.
-type muxReq struct {
-	write    func(*bufio.Writer)
-	read     func(*pipeConn) error
-	deadline time.Time
-	done     chan error // capacity 1: exactly one send per request
-}
-
-// muxConn is a connection shared by concurrent calls: a writer goroutine
-// writes every queued request and flushes once per batch, a reader
-// goroutine reads the replies in the same order.
-type muxConn struct {
-	pc      *pipeConn
-	timeout time.Duration
-	queue   chan *muxReq  // callers → writer
-	sent    chan *muxReq  // writer → reader, in write order
-	closed  chan struct{} // closed by fail
-	wdone   chan struct{} // closed when the writer has exited
-	rdone   chan struct{} // closed when the reader has exited
-	once    sync.Once
-	err     error // set before closed is closed
-}
-
-// muxReqs recycles the requests answered normally (a request abandoned on
-// a failed connection is left to the garbage collector).
-var muxReqs sync.Pool
-
-// muxBatch bounds the requests written by one flush.
-const muxBatch = 128
-
-func newMuxConn(c net.Conn, timeout time.Duration) *muxConn {
-	mc := &muxConn{
-		pc:      &pipeConn{c: c, r: bufio.NewReaderSize(c, 16<<10), w: bufio.NewWriterSize(c, 16<<10)},
-		timeout: timeout,
-		queue:   make(chan *muxReq, 4*muxBatch),
-		sent:    make(chan *muxReq, 4*muxBatch),
-		closed:  make(chan struct{}),
-		wdone:   make(chan struct{}),
-		rdone:   make(chan struct{}),
-	}
-	go mc.writer()
-	go mc.reader()
-	return mc
-}
-
-// fail closes the connection once; every caller waiting on it returns err.
-func (mc *muxConn) fail(err error) {
-	mc.once.Do(func() {
-		mc.err = err
-		close(mc.closed)
-		mc.pc.c.Close()
-	})
-}
-
-func (mc *muxConn) writer() {
-	defer close(mc.wdone)
-	for {
-		var req *muxReq
-		select {
-		case <-mc.closed:
-			return
-		case req = <-mc.queue:
-		}
-		// Set before writing: a batch larger than the buffer is flushed
-		// on the way.
-		if err := mc.pc.c.SetWriteDeadline(time.Now().Add(mc.timeout)); err != nil {
-			mc.fail(err)
-			return
-		}
-		for n := 0; ; n++ {
-			req.write(mc.pc.w)
-			// req belongs to the reader (then to its caller) once sent.
-			select {
-			case mc.sent <- req:
-			case <-mc.closed:
-				return
-			}
-			if n+1 == muxBatch {
-				break
-			}
-			select {
-			case req = <-mc.queue:
-				continue
-			default:
-			}
-			break
-		}
-		if err := mc.pc.w.Flush(); err != nil {
-			mc.fail(err)
-			return
-		}
-	}
-}
-
-func (mc *muxConn) reader() {
-	defer close(mc.rdone)
-	for {
-		var req *muxReq
-		select {
-		case <-mc.closed:
-			return
-		case req = <-mc.sent:
-		}
-		if err := mc.pc.c.SetReadDeadline(req.deadline); err != nil {
-			mc.fail(err)
-			return
-		}
-		err := req.read(mc.pc)
-		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrNotStored) &&
-			!errors.Is(err, ErrCASConflict) && !errors.Is(err, ErrContention) {
-			// The stream is out of sync or dead: this call and every
-			// later one on the connection fail.
-			mc.fail(err)
-			return
-		}
-		req.done <- err
-	}
-}
-
-// conn returns the live multiplexed connection of a slot, dialling one.
-func (p *PipeStore) muxConn(ctx context.Context, deadline time.Time) (mc *muxConn, reused bool, err error) {
-	s := &p.mux[p.rr.Add(1)%uint64(len(p.mux))]
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mc != nil {
-		select {
-		case <-s.mc.closed:
-			s.mc = nil
-		default:
-			return s.mc, true, nil
-		}
-	}
-	d := net.Dialer{Deadline: deadline}
-	c, err := d.DialContext(ctx, "tcp", p.cfg.Addr)
-	if err != nil {
-		return nil, false, fmt.Errorf("counter: memcached dial: %w", err)
-	}
-	s.mc = newMuxConn(NewFastConn(c), p.cfg.Timeout)
-	return s.mc, false, nil
-}
-
-// callMux is call on a multiplexed connection.
-func (p *PipeStore) callMux(ctx context.Context, write func(*bufio.Writer), read func(*pipeConn) error) error {
-	if err := ctxErr(ctx); err != nil {
-		return err
-	}
-	deadline := time.Now().Add(p.cfg.Timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	// A connection the server closed (restart) fails the call with
-	// connGone; each multiplexed slot may hold one: try them all.
-	for attempt := 0; ; attempt++ {
-		mc, reused, err := p.muxConn(ctx, deadline)
-		if err != nil {
-			return err
-		}
-		err = p.callOn(ctx, mc, deadline, write, read)
-		if reused && attempt < len(p.mux) && connGone(err) {
-			continue
-		}
-		return err
-	}
-}
-
-// callOn runs one call on mc.
-func (p *PipeStore) callOn(ctx context.Context, mc *muxConn, deadline time.Time, write func(*bufio.Writer), read func(*pipeConn) error) error {
-	var err error
-	req, _ := muxReqs.Get().(*muxReq)
-	if req == nil {
-		req = &muxReq{done: make(chan error, 1)}
-	}
-	req.write, req.read, req.deadline = write, read, deadline
-	select {
-	case mc.queue <- req: // room: no need for ctx.Done (it may cost a timer)
-	default:
-		select {
-		case mc.queue <- req:
-		case <-mc.closed:
-			return fmt.Errorf("counter: memcached %s: %w", p.cfg.Addr, mc.err)
-		case <-ctx.Done():
-			muxReqs.Put(req) // never queued
-			return ctxErr(ctx)
-		}
-	}
-	// No giving up on ctx from here: the reader may be filling the
-	// caller's results. The wait is bounded by the read deadline.
-	select {
-	case err = <-req.done:
-		// Answered: the goroutines are done with req and its channel is
-		// empty, so it can serve another call.
-		req.write, req.read = nil, nil
-		muxReqs.Put(req)
-		return err
-	case <-mc.closed:
-		// Once both goroutines are gone nothing touches req any more.
-		<-mc.wdone
-		<-mc.rdone
-		select {
-		case err = <-req.done: // answered just before the connection failed
-			return err
-		default:
-		}
-		return fmt.Errorf("counter: memcached %s: %w", p.cfg.Addr, mc.err)
-	}
 }

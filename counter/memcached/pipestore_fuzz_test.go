@@ -1,4 +1,4 @@
-package counter
+package memcached
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"io"
 	"strconv"
 	"testing"
+
+	"github.com/poplimit/poplimit/counter"
 )
 
 // FuzzPipeRoundTrip: a reply the pipelining client's store verbs would
@@ -20,7 +22,7 @@ func FuzzPipeRoundTrip(f *testing.F) {
 	f.Add("r{~Zm9v}t1", []byte{}, uint64(1), uint64(0), "EXISTS")
 	f.Add("k\u00a0x", []byte("1"), uint64(5), uint64(9), "SERVER_ERROR out of memory")
 	f.Fuzz(func(t *testing.T, key string, value []byte, cas, num uint64, line string) {
-		if LegalKey(key) && len(value) <= 1<<20 {
+		if counter.LegalKey(key) && len(value) <= 1<<20 {
 			reply := "VALUE " + key + " 0 " + strconv.Itoa(len(value)) + " " + strconv.FormatUint(cas, 10) + "\r\n" + string(value) + "\r\nEND\r\n"
 			out := map[string][]byte{}
 			var got uint64
@@ -33,7 +35,7 @@ func FuzzPipeRoundTrip(f *testing.F) {
 		}
 		known := func(err error) bool {
 			return err == nil || errors.Is(err, errProto) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-				errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotStored) || errors.Is(err, ErrCASConflict)
+				errors.Is(err, counter.ErrNotFound) || errors.Is(err, counter.ErrNotStored) || errors.Is(err, counter.ErrCASConflict)
 		}
 		for _, in := range []string{line, line + "\r\n"} {
 			if err := pipeFrom(in).storeReply(); !known(err) {

@@ -1,9 +1,11 @@
-package counter
+package memcached
 
 import (
 	"bufio"
 	"strings"
 	"testing"
+
+	"github.com/poplimit/poplimit/counter"
 )
 
 func pipeFrom(s string) *pipeConn {
@@ -19,7 +21,7 @@ func TestPipeReplies(t *testing.T) {
 	if v, err := pipeFrom("9   \r\n").numReply(); err != nil || v != 9 {
 		t.Fatalf("padded incr reply: %d %v", v, err)
 	}
-	for reply, want := range map[string]error{"STORED\r\n": nil, "NOT_STORED\r\n": ErrNotStored, "EXISTS\r\n": ErrCASConflict, "NOT_FOUND\r\n": ErrNotFound} {
+	for reply, want := range map[string]error{"STORED\r\n": nil, "NOT_STORED\r\n": counter.ErrNotStored, "EXISTS\r\n": counter.ErrCASConflict, "NOT_FOUND\r\n": counter.ErrNotFound} {
 		if err := pipeFrom(reply).storeReply(); err != want {
 			t.Fatalf("%q: %v", reply, err)
 		}

@@ -1,12 +1,13 @@
-package counter_test
+package memcached_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memcached"
 )
 
 // After memcached (or mcproxy) restarts, every pooled connection is dead.
@@ -15,15 +16,15 @@ import (
 // at every proxy restart. The stores retry once, on a fresh connection,
 // a call that failed on a reused connection before any reply byte.
 func TestStoresSurviveServerRestart(t *testing.T) {
-	ms := bench.MemcachedForTest(t, 1)
+	ms := fixture.Memcached(t, 1)
 	m := ms[0]
 	for _, sc := range []struct {
 		name  string
 		store counter.Store
 	}{
-		{"gomemcache", counter.NewMemcacheStore(counter.NewMemcacheClient(counter.MemcacheConfig{Servers: []string{m.Addr}, Timeout: time.Second}))},
-		{"pipe", counter.NewPipeStore(counter.PipeConfig{Addr: m.Addr, Timeout: time.Second})},
-		{"pipe-mux", counter.NewPipeStore(counter.PipeConfig{Addr: m.Addr, Timeout: time.Second, Multiplex: 2})},
+		{"gomemcache", memcached.NewStore(memcached.NewClient(memcached.Config{Servers: []string{m.Addr}, Timeout: time.Second}))},
+		{"pipe", memcached.NewPipeStore(memcached.PipeConfig{Addr: m.Addr, Timeout: time.Second})},
+		{"pipe-mux", memcached.NewPipeStore(memcached.PipeConfig{Addr: m.Addr, Timeout: time.Second, Multiplex: 2})},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			ctx := context.Background()
