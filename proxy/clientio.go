@@ -12,9 +12,10 @@ import (
 // goroutine (or the client's reader, for a local answer), takes the
 // client's output lock, answers every entry at the head of the client's
 // queue whose calls have all finished, and writes the bytes with one
-// non-blocking write. Only when the socket is full (a slow client) does
-// the client's writer goroutine wake up, to finish the write blocking
-// while later replies accumulate behind it, bounded by maxOutBuffered.
+// non-blocking write. Only when the socket is full (a slow client) is a
+// writer goroutine started, to finish the write blocking while later
+// replies accumulate behind it, bounded by maxOutBuffered; it exits once
+// the output is written, so an idle connection has none.
 // A request answered by a backend thus costs no wakeup of a client
 // goroutine besides the reader's own.
 //
@@ -33,7 +34,7 @@ type clientOut struct {
 	buf   []byte // answered, not yet written
 	spare []byte
 	head  *entry // taken from entries, not yet answered
-	busy  bool   // the writer goroutine is writing buf (blocking)
+	busy  bool   // the writer goroutine runs (writeDirect), writing buf blocking
 	eof   bool   // entries is closed and drained
 	dead  bool   // a write failed: replies are dropped
 }
@@ -91,7 +92,7 @@ func (cc *clientConn) drain() {
 		cc.writeNow()
 	}
 	if o.eof && o.head == nil && !o.busy {
-		cc.signal() // the writer closes the connection
+		cc.signal() // the reader closes the connection (closeWhenAnswered)
 	}
 	o.mu.Unlock()
 }
@@ -152,45 +153,63 @@ func (cc *clientConn) writeNow() {
 			o.buf = o.buf[:copy(o.buf, o.buf[n:])]
 		}
 		o.busy = true
-		cc.signal()
+		go cc.writeDirect()
 	}
 }
 
-// writeDirect is the writer goroutine with a raw socket: it finishes
-// writes the socket could not take at once, and closes the connection
-// once the reader has stopped and every entry is answered.
+// writeDirect is the writer goroutine with a raw socket, started by
+// writeNow when the socket could not take a write at once (busy): it
+// finishes the writes, blocking, answering what became ready meanwhile,
+// and exits once the output is written (busy cleared).
 func (cc *clientConn) writeDirect() {
 	o := &cc.out
+	o.mu.Lock()
 	for {
-		<-cc.wake
-		o.mu.Lock()
-		for {
-			cc.answerReady()
-			if len(o.buf) == 0 || o.dead {
-				o.buf = o.buf[:0]
-				o.busy = false
-				break
-			}
-			o.busy = true
-			buf := o.buf
-			o.buf = o.spare[:0]
-			o.mu.Unlock()
-			_, err := cc.sock.Write(buf)
-			o.mu.Lock()
-			if cap(buf) <= maxOutBuffered {
-				o.spare = buf[:0]
-			}
-			if err != nil {
-				o.dead = true
-				_ = cc.sock.Shutdown() // the reader sees EOF (Close would wait for it)
-				cc.endWaits()
-			}
+		cc.answerReady()
+		if len(o.buf) == 0 || o.dead {
+			o.buf = o.buf[:0]
+			o.busy = false
+			break
 		}
-		done := o.eof && o.head == nil
+		buf := o.buf
+		o.buf = o.spare[:0]
+		o.mu.Unlock()
+		_, err := cc.sock.Write(buf)
+		o.mu.Lock()
+		if cap(buf) <= maxOutBuffered {
+			o.spare = buf[:0]
+		}
+		if err != nil {
+			o.dead = true
+			_ = cc.sock.Shutdown() // the reader sees EOF (Close would wait for it)
+			cc.endWaits()
+		}
+	}
+	done := o.eof && o.head == nil
+	o.mu.Unlock()
+	if done {
+		cc.signal() // the reader closes the connection
+	}
+}
+
+// closeWhenAnswered is the end of the reader with a raw socket (entries
+// closed): it waits until every entry is answered and written, then
+// closes the connection. drain and writeDirect signal wake when that
+// happens.
+func (cc *clientConn) closeWhenAnswered() {
+	o := &cc.out
+	for {
+		o.mu.Lock()
+		cc.answerReady()
+		if len(o.buf) > 0 && !o.busy && !o.dead {
+			cc.writeNow()
+		}
+		done := o.eof && o.head == nil && !o.busy
 		o.mu.Unlock()
 		if done {
 			break
 		}
+		<-cc.wake
 	}
 	_ = cc.nc.Close()
 }

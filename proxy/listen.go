@@ -155,7 +155,9 @@ func (s *Server) stopIdleSweeper() {
 // (10ms..1s), the clients that have read nothing for the idle timeout and
 // have no request queued, and those whose incomplete request began more
 // than the request timeout ago: their reading side stops, so the replies
-// still due are written before the connection closes.
+// still due are written before the connection closes. It asks the
+// clients that have read nothing since the previous sweep to park
+// (askPark).
 func (s *Server) sweepIdle(stop <-chan struct{}) {
 	defer s.wg.Done()
 	every := func() time.Duration {
@@ -175,26 +177,27 @@ func (s *Server) sweepIdle(stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
+		prev := s.cl.tick.Load()
 		now := s.now().UnixNano()
 		s.cl.tick.Store(now)
 		idle, req := s.cl.idle.Load(), s.cl.request.Load()
-		if idle > 0 || req > 0 {
-			s.mu.Lock()
-			for cc := range s.conns {
-				if cc.stopped.Load() {
-					continue
-				}
-				switch p := cc.partial.Load(); {
-				case req > 0 && p != 0 && now-p > req:
-					s.cl.slow.Add(1)
-					cc.stopReading()
-				case idle > 0 && now-cc.active.Load() > idle && len(cc.entries) == 0:
-					s.cl.idled.Add(1)
-					cc.stopReading()
-				}
+		s.mu.Lock()
+		for cc := range s.conns {
+			if cc.stopped.Load() {
+				continue
 			}
-			s.mu.Unlock()
+			switch p := cc.partial.Load(); {
+			case req > 0 && p != 0 && now-p > req:
+				s.cl.slow.Add(1)
+				cc.stopReading()
+			case idle > 0 && now-cc.active.Load() > idle && len(cc.entries) == 0:
+				s.cl.idled.Add(1)
+				cc.stopReading()
+			case p == 0 && cc.active.Load() < prev:
+				cc.askPark() // nothing read for a whole sweep
+			}
 		}
+		s.mu.Unlock()
 		t.Reset(every())
 	}
 }

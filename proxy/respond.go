@@ -345,6 +345,7 @@ func appendServerError(dst []byte, err error) []byte {
 // serverStats are the proxy's own counters ("stats").
 type serverStats struct {
 	currConns      atomic.Int64
+	parked         atomic.Int64 // client connections with no goroutine (parker)
 	totalConns     atomic.Uint64
 	protocolErrors atomic.Uint64
 	serverErrors   atomic.Uint64

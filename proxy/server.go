@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,6 +116,8 @@ type Server struct {
 	st  serverStats
 	cl  clientLimits
 	acc acceptStats
+
+	park parker // idle connections with no goroutine (Linux)
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
@@ -200,17 +203,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		if s.overClientLimit(nc) {
 			continue
 		}
-		cc := &clientConn{
-			s:       s,
-			nc:      nc,
-			id:      s.nextID.Add(1),
-			entries: make(chan *entry, s.cfg.maxPipeline()),
-			wake:    make(chan struct{}, 1),
-			room:    make(chan struct{}, 1),
-			quit:    make(chan struct{}),
-			sock:    counter.NewFastConn(nc),
-		}
-		cc.replyEst.Store(-1)
+		cc := newClientConn(s, nc)
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
@@ -220,13 +213,48 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.startIdleSweeper()
 		cc.active.Store(s.cl.tick.Load())
 		s.conns[cc] = struct{}{}
-		s.wg.Add(2)
+		s.wg.Add(1) // the connection's whole life, parked or not
+		if !cc.sock.Raw() {
+			s.wg.Add(1)
+		}
 		s.mu.Unlock()
 		s.st.currConns.Add(1)
 		s.st.totalConns.Add(1)
 		go cc.readLoop()
-		go cc.writeLoop()
+		if !cc.sock.Raw() {
+			go cc.writeLoop()
+		}
 	}
+}
+
+// newClientConn returns the state of a client connection just accepted.
+func newClientConn(s *Server, nc net.Conn) *clientConn {
+	cc := &clientConn{
+		s:       s,
+		nc:      nc,
+		id:      s.nextID.Add(1),
+		entries: make(chan *entry, s.cfg.maxPipeline()),
+		wake:    make(chan struct{}, 1),
+		room:    make(chan struct{}, 1),
+		quit:    make(chan struct{}),
+		sock:    counter.NewFastConn(nc),
+		fd:      -1,
+	}
+	cc.replyEst.Store(-1)
+	rd := &cc.rd
+	rd.cc = cc
+	rd.fillFn, rd.consumeFn = rd.fill, rd.consume // bound once
+	return cc
+}
+
+// closed is the end of a connection's bookkeeping, once it is closed.
+func (cc *clientConn) closed() {
+	s := cc.s
+	s.st.currConns.Add(-1)
+	s.mu.Lock()
+	delete(s.conns, cc)
+	s.mu.Unlock()
+	s.wg.Done()
 }
 
 // Shutdown stops accepting, stops reading from clients, lets the requests
@@ -244,6 +272,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		cc.stopReading()
 	}
 	s.mu.Unlock()
+	s.park.close() // every parked connection was resumed by stopReading
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {
@@ -260,9 +289,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-// clientConn is one client: readLoop parses and dispatches, writeLoop
-// answers in order.
+// clientConn is one client: readLoop parses and dispatches; replies go
+// out in order (clientio.go). An idle connection may have no goroutine at
+// all: it is parked (park_linux.go) until it is readable.
 type clientConn struct {
+	rd      clientReader // the reader's state, kept while parked
+	fd      int          // the socket's descriptor once parked, else -1
+	parked  atomic.Bool  // in the parker: no reader goroutine
+	parkReq atomic.Bool  // the sweeper asks the reader to park (read deadline)
 	s       *Server
 	nc      net.Conn
 	id      uint64
@@ -343,9 +377,20 @@ func (cc *clientConn) endWaits() {
 	cc.quitOnce.Do(func() { close(cc.quit) })
 }
 
+// askPark asks an idle reader to park its connection: the read deadline
+// ends its wait, and it parks if still idle (serve). Nothing happens
+// where parking is not supported or the connection is parked already.
+func (cc *clientConn) askPark() {
+	if !parkSupported || !cc.sock.Raw() || cc.parked.Load() || len(cc.entries) > 0 || cc.parkReq.Swap(true) {
+		return
+	}
+	_ = cc.nc.SetReadDeadline(time.Now())
+}
+
 func (cc *clientConn) stopReading() {
 	cc.stopped.Store(true)
 	cc.endWaits()
+	cc.s.park.resume(cc) // a parked reader runs again to see the stop
 	if tc, ok := cc.nc.(*net.TCPConn); ok {
 		_ = tc.CloseRead()
 	} else {
@@ -358,18 +403,33 @@ const (
 	writeBufSize  = 32 << 10
 )
 
+// readLoop reads and dispatches requests until the client stops, then
+// closes the connection once every reply due is written; or, asked to
+// by the sweeper, it parks an idle connection and returns (the parker
+// runs readLoop again when the client sends or hangs up).
 func (cc *clientConn) readLoop() {
-	s := cc.s
-	defer s.wg.Done()
-	defer cc.signal()
-	defer close(cc.entries)
-	rd := &clientReader{cc: cc, buf: make([]byte, clientBufSize)}
-	rd.fillFn, rd.consumeFn = rd.fill, rd.consume // bound once
+	if cc.serve() {
+		return // parked
+	}
+	close(cc.entries)
+	cc.rd.releaseBuf()
+	if cc.sock.Raw() {
+		cc.closeWhenAnswered()
+		cc.closed()
+		return
+	}
+	cc.signal()
+	cc.s.wg.Done()
+}
+
+// serve is readLoop's loop; it reports true when the connection parked.
+func (cc *clientConn) serve() (parked bool) {
+	rd := &cc.rd
 	next := stepRead
 	for {
 		switch next {
 		case stepStop:
-			return
+			return false
 		case stepBlock:
 			next = rd.parse(false)
 			rd.markPartial()
@@ -380,8 +440,19 @@ func (cc *clientConn) readLoop() {
 				next = rd.next // consume stopped reading; err is nil
 				continue
 			}
-			if err != nil {
-				return
+			if err == nil {
+				continue
+			}
+			if !cc.parkReq.Swap(false) || cc.stopped.Load() || !errors.Is(err, os.ErrDeadlineExceeded) {
+				return false
+			}
+			// The sweeper's deadline: park when nothing is partial.
+			_ = cc.nc.SetReadDeadline(time.Time{})
+			if cc.stopped.Load() { // stopReading's deadline may be gone
+				return false
+			}
+			if rd.r == rd.w && cc.s.park.park(cc) {
+				return true
 			}
 		}
 	}
@@ -413,8 +484,23 @@ type clientReader struct {
 	consumeFn func(int) counter.ReadNext
 }
 
+// readBufs holds the read buffers of connections between arrivals, so
+// that an idle (parked) connection holds none.
+var readBufs = sync.Pool{New: func() any { return new([clientBufSize]byte) }}
+
+// releaseBuf gives the read buffer back when it holds nothing.
+func (rd *clientReader) releaseBuf() {
+	if rd.r == rd.w && len(rd.buf) == clientBufSize {
+		readBufs.Put((*[clientBufSize]byte)(rd.buf))
+	}
+	rd.buf, rd.r, rd.w = nil, 0, 0
+}
+
 // fill makes room after buf[r:w] for the next read (FastConn.ReadEach).
 func (rd *clientReader) fill() []byte {
+	if rd.buf == nil {
+		rd.buf = readBufs.Get().(*[clientBufSize]byte)[:]
+	}
 	if rd.r > 0 {
 		copy(rd.buf, rd.buf[rd.r:rd.w])
 		rd.w -= rd.r
@@ -540,19 +626,11 @@ func (rd *clientReader) parse(nonBlocking bool) readStep {
 	}
 }
 
+// writeLoop is the writer goroutine of a connection that exposes no
+// socket: it answers every entry in order, then closes.
 func (cc *clientConn) writeLoop() {
 	s := cc.s
-	defer s.wg.Done()
-	defer func() {
-		s.st.currConns.Add(-1)
-		s.mu.Lock()
-		delete(s.conns, cc)
-		s.mu.Unlock()
-	}()
-	if cc.sock.Raw() {
-		cc.writeDirect()
-		return
-	}
+	defer cc.closed()
 	bw := bufio.NewWriterSize(cc.nc, writeBufSize)
 	broken := false
 	flush := func() {

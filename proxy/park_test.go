@@ -1,0 +1,151 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/poplimit/poplimit/bench"
+)
+
+// waitParked waits up to d for srv's parked connection count to reach
+// want and returns the last count seen.
+func waitParked(srv *Server, want int64, d time.Duration) int64 {
+	deadline := time.Now().Add(d)
+	for {
+		n := srv.st.parked.Load()
+		if n == want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestIdleConnectionsPark: on TCP and Unix sockets, idle clients (after
+// one request) are parked with no goroutine of their own; a parked client
+// that sends is answered, one that closes is noticed within 1 s (no
+// CLOSE-WAIT), one that idles past the idle timeout is closed, and
+// Shutdown closes the parked ones with no goroutine left behind.
+func TestIdleConnectionsPark(t *testing.T) {
+	if !parkSupported {
+		t.Skip("connections park on Linux only")
+	}
+	noLeaksInternal(t)
+	ms := bench.MemcachedForTest(t, 1)
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix, err := net.Listen("unix", filepath.Join(t.TempDir(), "mc.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A short request timeout makes the sweeper run every 50 ms.
+	cfg := ServerConfig{RequestTimeout: 200 * time.Millisecond}
+	for _, ln := range []net.Listener{tcp, unix} {
+		t.Run(ln.Addr().Network(), func(t *testing.T) {
+			srv := serveOn(t, ln, cfg, ms[0].Addr)
+			const n = 60
+			conns := make([]net.Conn, n)
+			brs := make([]*bufio.Reader, n)
+			ask := func(i int, req, want string) {
+				t.Helper()
+				_ = conns[i].SetDeadline(time.Now().Add(5 * time.Second))
+				fmt.Fprint(conns[i], req)
+				if l, err := brs[i].ReadString('\n'); err != nil || l != want {
+					t.Fatalf("conn %d: %q: got %q %v, want %q", i, req, l, err, want)
+				}
+			}
+			for i := range conns {
+				c, err := net.Dial(ln.Addr().Network(), ln.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = c.Close() })
+				conns[i], brs[i] = c, bufio.NewReader(c)
+				ask(i, "get park:none\r\n", "END\r\n")
+			}
+			before := runtime.NumGoroutine()
+			if got := waitParked(srv, n, 3*time.Second); got != n {
+				t.Fatalf("%d of %d idle connections parked", got, n)
+			}
+			time.Sleep(50 * time.Millisecond) // readers return after parking
+			if g := runtime.NumGoroutine(); g > before-n+5 {
+				t.Errorf("goroutines: %d with %d parked, %d before they parked", g, n, before)
+			}
+			// A third send (resumed and answered), a third close.
+			for i := 0; i < n/3; i++ {
+				ask(i, fmt.Sprintf("set park:%d 0 0 1\r\nv\r\n", i), "STORED\r\n")
+				ask(i, fmt.Sprintf("incr park:%d 1\r\n", i), "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n")
+			}
+			for i := n / 3; i < 2*n/3; i++ {
+				_ = conns[i].Close()
+			}
+			if got := waitConns(t, srv, n-n/3, time.Second); got != n-n/3 {
+				t.Errorf("%d connections open 1 s after %d of %d parked ones closed", got, n/3, n)
+			}
+			if ln.Addr().Network() == "tcp" {
+				if cw := closeWait(t, ln.Addr().(*net.TCPAddr).Port); cw != 0 {
+					t.Errorf("%d connections in CLOSE-WAIT", cw)
+				}
+			}
+			// They park again and still answer; the idle timeout closes
+			// parked ones.
+			if got := waitParked(srv, n-n/3, 3*time.Second); got != n-n/3 {
+				t.Fatalf("%d of %d connections parked again", got, n-n/3)
+			}
+			ask(0, "get park:none\r\n", "END\r\n")
+			srv.SetClientLimits(0, 300*time.Millisecond)
+			if got := waitConns(t, srv, 0, 3*time.Second); got != 0 {
+				t.Errorf("%d connections open after the idle timeout", got)
+			}
+			_ = conns[n-1].SetDeadline(time.Now().Add(time.Second))
+			if _, err := brs[n-1].ReadByte(); err == nil {
+				t.Error("a parked connection past the idle timeout was not closed")
+			}
+		})
+	}
+}
+
+// TestParkedShutdown: Shutdown closes parked connections and stops the
+// parker (goleak).
+func TestParkedShutdown(t *testing.T) {
+	if !parkSupported {
+		t.Skip("connections park on Linux only")
+	}
+	noLeaksInternal(t)
+	ms := bench.MemcachedForTest(t, 1)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serveOn(t, ln, ServerConfig{RequestTimeout: 200 * time.Millisecond}, ms[0].Addr)
+	var conns []net.Conn
+	for range 20 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprint(c, "version\r\n")
+		if l, err := bufio.NewReader(c).ReadString('\n'); err != nil || l != "VERSION "+DefaultVersion+"\r\n" {
+			t.Fatalf("version: %q %v", l, err)
+		}
+		conns = append(conns, c)
+	}
+	if got := waitParked(srv, 20, 3*time.Second); got != 20 {
+		t.Fatalf("%d of 20 parked", got)
+	}
+	t.Cleanup(func() { // after the server's cleanup (Shutdown) ran
+		for _, c := range conns {
+			_ = c.SetReadDeadline(time.Now().Add(time.Second))
+			if _, err := c.Read(make([]byte, 1)); err == nil {
+				t.Error("a parked connection is open after Shutdown")
+			}
+		}
+	})
+}
