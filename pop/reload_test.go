@@ -11,9 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/poplimit/poplimit/counter"
 )
@@ -32,44 +30,22 @@ func loadedLimiter(t *testing.T, path string) *Limiter {
 	return l
 }
 
-// watchFile has l watch path until the test ends.
-func watchFile(t *testing.T, l *Limiter, path string) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done, err := l.WatchFile(ctx, path)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); <-done })
-}
-
 // freeKeyTier is the tier l decides for the free API key of policyDoc.
 func freeKeyTier(l *Limiter) string {
 	return l.Decide(context.Background(), freeKeyReq(), t0).Tier
 }
 
-// waitFor polls cond (bounded, 5 s): file events and signals are
-// asynchronous.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func TestWatchReloadsFileAndKeepsOldOnError(t *testing.T) {
+// TestLoadFileReplacesAndKeepsOldOnError: the reload contract the
+// daemon's watcher (cmd/internal/daemon.Watch) relies on: a new file
+// replaces the snapshot, an invalid one keeps it and says why, naming the
+// file.
+func TestLoadFileReplacesAndKeepsOldOnError(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "policy.yml")
 	if err := os.WriteFile(path, []byte(policyDoc("open")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	l := loadedLimiter(t, path)
-	watchFile(t, l, path)
 	tierOf := func() string { return freeKeyTier(l) }
 	// Replace the file atomically (rename over it), as deploy tools do.
 	tmp := filepath.Join(dir, "policy.yml.tmp")
@@ -77,11 +53,15 @@ func TestWatchReloadsFileAndKeepsOldOnError(t *testing.T) {
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the pro tier", func() bool { return tierOf() == "pro" })
+	if err := l.LoadFile(path); err != nil || tierOf() != "pro" {
+		t.Fatalf("reload: %v, tier %q, want pro", err, tierOf())
+	}
 
 	// An invalid file keeps the old snapshot and says why.
 	os.WriteFile(path, []byte("version: 1\ntiers: {}\n"), 0o644)
-	waitFor(t, "the load error", func() bool { return l.LastLoadError() != nil })
+	if err := l.LoadFile(path); err == nil || l.LastLoadError() == nil {
+		t.Fatalf("invalid file: LoadFile %v, LastLoadError %v", err, l.LastLoadError())
+	}
 	if tierOf() != "pro" {
 		t.Fatal("invalid file replaced the snapshot")
 	}
@@ -125,47 +105,11 @@ func TestAdminReloadAndHealth(t *testing.T) {
 	}
 }
 
-func TestReloadOnSIGHUP(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "policy.yml")
-	os.WriteFile(path, []byte(policyDoc("open")), 0o644)
-	l := loadedLimiter(t, path)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := l.ReloadOnSignal(ctx, path, syscall.SIGHUP)
-	defer func() { cancel(); <-done }()
-	os.WriteFile(path, []byte(strings.Replace(policyDoc("open"), "tier: free}", "tier: pro}", 1)), 0o644)
-	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "SIGHUP to reload the policy", func() bool { return freeKeyTier(l) == "pro" })
-}
-
-// TestWatchFollowsSymlinkSwap: Kubernetes ConfigMap style, the watched
-// name is a symlink into a "..data" directory that is replaced atomically.
-func TestWatchFollowsSymlinkSwap(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, doc string) {
-		os.MkdirAll(filepath.Join(dir, name), 0o755)
-		os.WriteFile(filepath.Join(dir, name, "policy.yml"), []byte(doc), 0o644)
-	}
-	write("..v1", policyDoc("open"))
-	os.Symlink("..v1", filepath.Join(dir, "..data"))
-	path := filepath.Join(dir, "policy.yml")
-	os.Symlink(filepath.Join("..data", "policy.yml"), path)
-	l := loadedLimiter(t, path)
-	watchFile(t, l, path)
-	write("..v2", strings.Replace(policyDoc("open"), "tier: free}", "tier: pro}", 1))
-	os.Symlink("..v2", filepath.Join(dir, "..data_tmp"))
-	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the symlink swap to be picked up", func() bool { return freeKeyTier(l) == "pro" })
-}
-
-// TestWatchRetriesFailedLoad: a load that failed for a reason outside the
-// file (here the shared limiter could not be built) is retried at the next
-// event in the directory, although the file's content has not changed.
-func TestWatchRetriesFailedLoad(t *testing.T) {
+// TestLoadFileFailsOnStoreSetup: a load that failed for a reason outside
+// the file (here the shared limiter could not be built) is an error, so
+// the daemon's watcher retries it at the next event; the same file loads
+// once the store is back.
+func TestLoadFileFailsOnStoreSetup(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "policy.yml")
 	if err := os.WriteFile(path, []byte(policyDoc("open")), 0o644); err != nil {
@@ -187,21 +131,22 @@ func TestWatchRetriesFailedLoad(t *testing.T) {
 	if err := l.LoadFile(path); err != nil {
 		t.Fatal(err)
 	}
-	watchFile(t, l, path)
 	failing.Store(true)
 	// A changed limit: the policy is rebuilt (NewShared called).
 	changed := strings.Replace(strings.Replace(policyDoc("open"), "tier: free}", "tier: pro}", 1), "quantity: 100,", "quantity: 200,", 1)
 	if err := os.WriteFile(path, []byte(changed), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the failed load", func() bool { return l.LastLoadError() != nil })
-	failing.Store(false)
-	// Any event in the directory re-arms the watcher; the policy file
-	// itself is unchanged.
-	if err := os.WriteFile(filepath.Join(dir, "other"), []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
+	if err := l.LoadFile(path); err == nil || l.LastLoadError() == nil {
+		t.Fatalf("store setup failing: LoadFile %v, LastLoadError %v", err, l.LastLoadError())
 	}
-	waitFor(t, "the retried load", func() bool { return l.LastLoadError() == nil && freeKeyTier(l) == "pro" })
+	if freeKeyTier(l) != "free" {
+		t.Fatal("a failed load replaced the snapshot")
+	}
+	failing.Store(false)
+	if err := l.LoadFile(path); err != nil || l.LastLoadError() != nil || freeKeyTier(l) != "pro" {
+		t.Fatalf("retried load: %v, LastLoadError %v, tier %q", err, l.LastLoadError(), freeKeyTier(l))
+	}
 }
 
 // TestLoadFileErrors: a missing file is reported as unreadable (not as an

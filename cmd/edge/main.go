@@ -23,7 +23,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -31,8 +30,6 @@ import (
 	"net/http/pprof"
 	"net/url"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,6 +37,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/urfave/cli/v2"
 
+	"github.com/poplimit/poplimit/cmd/internal/daemon"
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/memcached"
 	"github.com/poplimit/poplimit/pop"
@@ -106,54 +104,31 @@ func main() {
 
 func run(c *cli.Context) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := daemon.StopContext(context.Background())
 	defer stop()
 
 	upstream, err := url.Parse(c.String("upstream"))
 	if err != nil || upstream.Host == "" {
 		return fmt.Errorf("--upstream %q: not an absolute URL", c.String("upstream"))
 	}
-	deadline := c.Duration("store-deadline")
-	dcfg := pop.DeadlineConfig{Fixed: deadline, Floor: c.Duration("store-deadline-floor"), Ceiling: c.Duration("store-deadline-ceiling")}
-	socketTimeout := deadline
-	if deadline <= 0 {
-		socketTimeout = max(dcfg.Ceiling, dcfg.Floor)
-	}
-
-	store, err := newStore(c.String("store-client"), c.StringSlice("memcached"), socketTimeout, c.Int("store-multiplex"))
+	dcfg := pop.DeadlineConfig{Fixed: c.Duration("store-deadline"), Floor: c.Duration("store-deadline-floor"), Ceiling: c.Duration("store-deadline-ceiling")}
+	store, err := newStore(c.String("store-client"), c.StringSlice("memcached"), socketTimeout(dcfg), c.Int("store-multiplex"))
 	if err != nil {
 		return err
 	}
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics, err := pop.NewMetrics(reg)
 	if err != nil {
 		return err
 	}
-	var events *pop.Events
-	if path := c.String("events"); path != "" {
-		sink := os.Stderr
-		if path != "-" {
-			f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			sink = f
-		}
-		events = pop.NewEvents(sink, pop.EventsConfig{Logger: logger})
-		done := make(chan struct{})
-		go func() {
-			if err := events.Run(ctx); err != nil {
-				logger.Warn("events: sink failed", "err", err)
-			}
-			close(done)
-		}()
-		// stop ends Run's context; it must run before waiting for Run, or
-		// any early return below would wait forever.
-		defer func() { stop(); <-done }()
+	events, eventsDone, err := startEvents(ctx, c.String("events"), logger)
+	if err != nil {
+		return err
 	}
+	// stop ends the events' context; it must run before waiting for them,
+	// or any early return below would wait forever.
+	defer func() { stop(); eventsDone() }()
 
 	limiter, err := pop.New(pop.Config{
 		NewShared:     func(l counter.Limit) (counter.Allower, error) { return counter.New(store, l) },
@@ -173,11 +148,11 @@ func run(c *cli.Context) error {
 	if err := limiter.LoadFile(policy); err != nil {
 		return err
 	}
-	watched, err := limiter.WatchFile(ctx, policy)
+	watched, err := daemon.Watch(ctx, daemon.WatchConfig{Path: policy, Load: func(string) error { return limiter.LoadFile(policy) }, Logger: logger})
 	if err != nil {
 		return err
 	}
-	hup := limiter.ReloadOnSignal(ctx, policy, syscall.SIGHUP)
+	defer func() { stop(); <-watched }()
 	go limiter.Run(ctx, 0)
 
 	proxy, err := limiter.Forwarder(upstream, pop.ForwardConfig{
@@ -194,37 +169,49 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	errc := make(chan error, len(servers))
 	acceptErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "poplimit_edge_accept_errors_total", Help: "Failed accepts (EMFILE, ENFILE, ...) by listener; the server backs off and keeps serving.",
 	}, []string{"listener"})
 	reg.MustRegister(acceptErrors)
-	for name, s := range servers {
-		ln, err := net.Listen("tcp", s.Addr)
-		if err != nil {
-			return err
-		}
-		logger.Info("listening", "listener", name, "addr", ln.Addr().String())
+	return daemon.ServeHTTP(ctx, daemon.ServeConfig{Servers: servers, Logger: logger, Wrap: func(name string, ln net.Listener) net.Listener {
 		count := acceptErrors.WithLabelValues(name)
-		ln = pop.WatchAccept(ln, pop.AcceptWatch{Logger: logger, Count: func(error) { count.Inc() }})
-		go func() { errc <- s.Serve(ln) }()
+		return pop.WatchAccept(ln, pop.AcceptWatch{Logger: logger, Count: func(error) { count.Inc() }})
+	}})
+}
+
+// socketTimeout is the memcached socket timeout of a deadline config: the
+// fixed deadline, else the adaptive deadline's ceiling.
+func socketTimeout(d pop.DeadlineConfig) time.Duration {
+	if d.Fixed > 0 {
+		return d.Fixed
 	}
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
+	return max(d.Ceiling, d.Floor)
+}
+
+// startEvents starts the rejection events writer of --events (path "" is
+// none: nil Events; "-" is stderr) until ctx ends; wait waits for it to
+// end and closes the file.
+func startEvents(ctx context.Context, path string, logger *slog.Logger) (events *pop.Events, wait func(), err error) {
+	if path == "" {
+		return nil, func() {}, nil
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for _, s := range servers {
-		s.Shutdown(sctx)
+	sink, closeSink := os.Stderr, func() error { return nil }
+	if path != "-" {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, nil, err
+		}
+		sink, closeSink = f, f.Close
 	}
-	stop()
-	<-watched
-	<-hup
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	return err
+	events = pop.NewEvents(sink, pop.EventsConfig{Logger: logger})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := events.Run(ctx); err != nil {
+			logger.Warn("events: sink failed", "err", err)
+		}
+	}()
+	return events, func() { <-done; closeSink() }, nil
 }
 
 // newServers builds the proxied listener's server and, with --admin, the
