@@ -10,7 +10,6 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,7 +17,8 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/memcached"
 	"github.com/poplimit/poplimit/pop"
@@ -161,7 +161,7 @@ func BenchmarkDecide(b *testing.B) {
 // window warm, one round trip per decision).
 func BenchmarkFullPath(b *testing.B) {
 	_, mcBin := binaries(b)
-	ms := bench.MemcachedForTest(b, 3)
+	ms := fixture.Memcached(b, 3)
 	px := startMcproxy(b, mcBin, "", ms)
 	for _, sc := range []struct {
 		name  string
@@ -175,7 +175,7 @@ func BenchmarkFullPath(b *testing.B) {
 	}
 }
 
-func fullPath(b *testing.B, store *counter.CountingStore, px *proc, ms []*bench.Memcached) {
+func fullPath(b *testing.B, store *counter.CountingStore, px *proc, ms []*procs.Memcached) {
 	for _, bc := range []struct {
 		name     string
 		quantity int
@@ -209,7 +209,7 @@ func fullPath(b *testing.B, store *counter.CountingStore, px *proc, ms []*bench.
 			}
 			used := make(chan *hdrhistogram.Histogram, cap(pools))
 			b.SetParallelism(par)
-			self, proxy := []int{os.Getpid()}, []int{px.cmd.Process.Pid}
+			self, proxy := []int{os.Getpid()}, []int{px.Pid()}
 			var shards []int
 			for _, m := range ms {
 				shards = append(shards, m.Pid())
@@ -260,24 +260,16 @@ func fullPath(b *testing.B, store *counter.CountingStore, px *proc, ms []*bench.
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
 
-// cpuTime sums utime+stime of pids from /proc/PID/stat.
+// cpuTime sums the user+system CPU time of pids (procs.ReadStat);
+// processes that cannot be read are skipped.
 func cpuTime(pids []int) time.Duration {
-	var ticks int64
+	var d time.Duration
 	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		// Fields after the command name (which may contain spaces).
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-		if len(f) > 12 {
-			u, _ := strconv.ParseInt(f[11], 10, 64)
-			st, _ := strconv.ParseInt(f[12], 10, 64)
-			ticks += u + st
+		if st, err := procs.ReadStat(pid); err == nil {
+			d += st.CPU
 		}
 	}
-	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+	return d
 }
 
 // reportCPU reports this process's CPU time per op since cpu0 (10ms

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
 )
 
 // envInt reads a positive integer from the environment, else def.
@@ -35,9 +36,7 @@ func envInt(t *testing.T, name string, def int) int {
 // length; `popbench faults --scenarios burst` runs the full form.
 func TestIntegrationBurstNeverFailsOpen(t *testing.T) {
 	edgeBin, mcBin := binaries(t)
-	if !bench.MemcachedInstalled() {
-		t.Skip("memcached not installed")
-	}
+	fixture.RequireMemcached(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	env, err := bench.NewEnv(ctx, bench.EnvConfig{Edge: true, Bins: &bench.Binaries{MCProxy: mcBin, Edge: edgeBin}, Store: bench.StoreMemcached})

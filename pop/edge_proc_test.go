@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
 )
 
 // edgeSafetyDoc: one limited route, a default policy for the rest, and
@@ -180,7 +180,7 @@ func TestEdgeFDExhaustion(t *testing.T) {
 	start := time.Now()
 	defer func() { t.Logf("flood test (without the build) took %v", time.Since(start)) }()
 	policy := writePolicy(t, t.TempDir(), edgeSafetyDoc)
-	listen, admin := bench.FreeAddrForTest(t), bench.FreeAddrForTest(t)
+	listen, admin := fixture.FreeAddr(t), fixture.FreeAddr(t)
 	p := startProc(t, prl, "--nofile=256:256", bin, "--listen", listen, "--upstream", upstream(t), "--policy", policy, "--admin", admin)
 	one := func() *http.Client {
 		return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxConnsPerHost: 1, MaxIdleConnsPerHost: 1}}
@@ -227,7 +227,7 @@ func TestEdgeFDExhaustion(t *testing.T) {
 		return errs > 0
 	})
 	select {
-	case <-p.done:
+	case <-p.Done():
 		t.Fatal("edge exited during the flood")
 	default:
 	}

@@ -14,16 +14,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/memcached"
 	"github.com/poplimit/poplimit/pop"
 )
 
 // onePoP starts 3 memcached shards and one mcproxy in front of them.
-func onePoP(t *testing.T, mcproxyBin string, shards int) (*proc, []*bench.Memcached) {
+func onePoP(t *testing.T, mcproxyBin string, shards int) (*proc, []*procs.Memcached) {
 	t.Helper()
-	ms := bench.MemcachedForTest(t, shards)
+	ms := fixture.Memcached(t, shards)
 	return startMcproxy(t, mcproxyBin, "", ms), ms
 }
 

@@ -6,114 +6,51 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
 
-// Binaries of cmd/edge and cmd/mcproxy, built once per test run.
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
+func TestMain(m *testing.M) { os.Exit(fixture.Main(m)) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
-
+// binaries returns cmd/edge and cmd/mcproxy, built once per test run
+// (POPLIMIT_MCPROXY names another mcproxy build to benchmark, for A/B).
 func binaries(t testing.TB) (edge, mcproxy string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("process integration test skipped in -short mode")
 	}
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "poplimit-pop-bin")
-		if buildErr != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		_, buildErr = bench.Build(ctx, binDir, "edge", "mcproxy")
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	mcproxy = filepath.Join(binDir, "mcproxy")
+	edge, mcproxy = fixture.Binary(t, "edge"), fixture.Binary(t, "mcproxy")
 	if bin := os.Getenv("POPLIMIT_MCPROXY"); bin != "" {
-		mcproxy = bin // benchmark a given build (A/B)
+		mcproxy = bin
 	}
-	return filepath.Join(binDir, "edge"), mcproxy
+	return edge, mcproxy
 }
 
-// proc is a child process stopped at test end.
+// proc is a child process (fixture.Start: killed at test end, its log
+// shown when the test failed) and its main listener.
 type proc struct {
-	cmd  *exec.Cmd
-	addr string // main listener
-	done chan struct{}
+	*procs.Proc
+	addr string
 }
 
-func (p *proc) kill() {
-	if p.cmd.Process != nil {
-		p.cmd.Process.Kill()
-		<-p.done
-	}
-}
+func (p *proc) kill() { p.Kill() }
 
 func startProc(t testing.TB, name string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(name, args...)
-	var logBuf strings.Builder
-	cmd.Stdout, cmd.Stderr = io.Discard, &lockedWriter{w: &logBuf}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	go func() { cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("%s %v log:\n%s", filepath.Base(name), args, logBuf.String())
-		}
-	})
-	return p
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
+	return &proc{Proc: fixture.Start(t, name, args...)}
 }
 
 // startMcproxy runs mcproxy in front of shards on addr (a free port if "").
-func startMcproxy(t testing.TB, bin, addr string, shards []*bench.Memcached) *proc {
+func startMcproxy(t testing.TB, bin, addr string, shards []*procs.Memcached) *proc {
 	t.Helper()
-	if addr == "" {
-		addr = bench.FreeAddrForTest(t)
-	}
-	args := []string{"--listen", addr}
-	for _, s := range shards {
-		args = append(args, "--shard", s.Addr)
-	}
-	p := startProc(t, bin, args...)
-	p.addr = addr
-	waitUntil(t, "mcproxy "+addr, func() bool { return bench.Ping(addr, 200*time.Millisecond) == nil })
-	return p
+	p := fixture.Mcproxy(t, bin, addr, fixture.Addrs(shards))
+	return &proc{Proc: p, addr: p.Addr}
 }
 
 type edgeProc struct {
@@ -124,7 +61,7 @@ type edgeProc struct {
 // startEdge runs an edge worker and waits for /healthz.
 func startEdge(t *testing.T, bin, upstream, memcached, policy string, extra ...string) *edgeProc {
 	t.Helper()
-	listen, admin := bench.FreeAddrForTest(t), bench.FreeAddrForTest(t)
+	listen, admin := fixture.FreeAddr(t), fixture.FreeAddr(t)
 	args := []string{"--listen", listen, "--upstream", upstream, "--policy", policy, "--admin", admin}
 	if memcached != "" {
 		args = append(args, "--memcached", memcached)
