@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/memcached"
 )
+
+func TestMain(m *testing.M) { os.Exit(fixture.Main(m)) }
 
 func TestNewStore(t *testing.T) {
 	for _, tc := range []struct {
@@ -59,10 +63,7 @@ func TestStartupErrorExits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "edge")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := fixture.Binary(t, "edge")
 	for _, tc := range []struct {
 		name string
 		args []string
