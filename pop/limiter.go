@@ -56,8 +56,9 @@ type Config struct {
 	Events *Events
 	// Logger logs reloads (never decisions); default slog.Default().
 	Logger *slog.Logger
-	// Clock is read by the middleware for the decision instant and to time
-	// store calls; default time.Now.
+	// Clock is read by the middleware (and Run, Load*) for the instant
+	// handed to Decide; default time.Now. Decide itself never reads it:
+	// see Decide for the one clock it times store calls with.
 	Clock func() time.Time
 }
 
@@ -261,6 +262,16 @@ func (l *Limiter) Headers() HeaderMode {
 
 // Decide decides r at now. It never returns an error: store trouble is
 // handled by the policy's fail mode and reported in Decision.Reason.
+//
+// now is the decision instant and everything the decision computes
+// derives from it: the windows and buckets counted, the mitigation cache,
+// the breaker, the leases, the Retry-After and the rejection event's Time.
+// The store calls alone are bounded and timed in real time, on the
+// process's monotonic clock (time.Now, read once before and once after
+// them): their deadline (the adaptive store deadline from that first
+// reading) is a socket and context deadline, and their latency feeds the
+// deadline, so neither may follow a now the caller chose (a replayed or
+// fixed instant).
 func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) Decision {
 	s := l.snap.Load()
 	if s == nil {
@@ -274,7 +285,7 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 		res, err := s.prefilter.AllowN(ctx, cnet.String(), now, 1)
 		if err == nil && !res.Allowed {
 			d := Decision{Status: http.StatusTooManyRequests, Policy: "prefilter", Reason: ReasonPrefilter, Binding: LimitResult{s.prefilter.Limit(), res}}
-			l.finish(&d, ip, Identity{})
+			l.finish(&d, now, ip, Identity{})
 			return d
 		}
 	}
@@ -321,7 +332,7 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 	if d.Reason != ReasonFailLocal && d.Reason != ReasonStoreSlow && d.Reason != ReasonStoreBusy {
 		d.policyField = rs.policyField
 	}
-	l.finish(&d, ip, id)
+	l.finish(&d, now, ip, id)
 	return d
 }
 
@@ -360,14 +371,14 @@ func identityParts(dst []string, spec PolicySpec, id Identity) []string {
 	return dst
 }
 
-func (l *Limiter) finish(d *Decision, ip netip.Addr, id Identity) {
+func (l *Limiter) finish(d *Decision, now time.Time, ip netip.Addr, id Identity) {
 	if !d.Allowed && d.Status == 0 {
 		d.Status = rejectStatus(d.Reason)
 	}
 	l.cfg.Metrics.decision(d)
 	if !d.Allowed && d.Reason != ReasonCanceled && l.cfg.Events != nil {
 		l.cfg.Events.Emit(Event{
-			Time: l.clock(), Policy: d.Policy, Tier: d.Tier, Reason: d.Reason, Status: d.Status,
+			Time: now, Policy: d.Policy, Tier: d.Tier, Reason: d.Reason, Status: d.Status,
 			Limit: d.Binding.Limit.Name, IP: ip.String(), KeyID: id.KeyID, Tenant: id.Tenant, Route: id.Route,
 			RetryAfter: d.RetryAfter().Seconds(),
 		})
@@ -412,12 +423,12 @@ func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []stri
 		}
 		return l.local(ctx, rs, keys, now, ReasonStoreBusy)
 	}
-	start := l.clock()
-	sctx := newStoreCtx(ctx, time.Now().Add(l.dl.Current()))
+	start := time.Now() // real time: see Decide
+	sctx := newStoreCtx(ctx, start.Add(l.dl.Current()))
 	d, err := l.count(sctx, rs, keys, now)
 	sctx.release()
 	<-l.slots
-	lat := l.clock().Sub(start)
+	lat := time.Since(start)
 	l.dl.Observe(start, lat)
 	contention := errors.Is(err, counter.ErrContention)
 	l.cfg.Metrics.store(lat, err, contention)
