@@ -515,3 +515,39 @@ func TestReloadMetricsByResult(t *testing.T) {
 		}
 	}
 }
+
+// TestVerdictBinding: the binding limit is counter.Closest over the limits
+// consulted; the ones after a lease that refused were not asked and never
+// bind nor reject.
+func TestVerdictBinding(t *testing.T) {
+	lr := func(name string, allowed bool, rem, lim int64, retry time.Duration) LimitResult {
+		return LimitResult{Limit: counter.Limit{Name: name, Quantity: max(lim, 1), Window: time.Second},
+			Result: counter.Result{Allowed: allowed, Remaining: rem, Limit: lim, RetryAfter: retry}}
+	}
+	unasked := func(name string) LimitResult {
+		return LimitResult{Limit: counter.Limit{Name: name, Quantity: 5, Window: time.Second}}
+	}
+	for _, tc := range []struct {
+		name        string
+		all         []LimitResult
+		consulted   int
+		wantAllowed bool
+		wantBinding string
+	}{
+		{"nothing consulted admits", []LimitResult{unasked("a")}, 0, true, ""},
+		{"least remaining share binds", []LimitResult{lr("a", true, 5, 10, 0), lr("b", true, 1, 10, 0)}, 2, true, "b"},
+		{"share tie: the first", []LimitResult{lr("a", true, 1, 2, 0), lr("b", true, 5, 10, 0)}, 2, true, "a"},
+		{"a zero limit counts as nothing used", []LimitResult{lr("a", true, 0, 0, 0), lr("b", true, 9, 10, 0)}, 2, true, "b"},
+		{"longest retry among rejections", []LimitResult{lr("a", false, 0, 10, time.Second), lr("b", true, 0, 10, 0), lr("c", false, 0, 10, time.Hour)}, 3, false, "c"},
+		{"retry tie: the first", []LimitResult{lr("a", false, 0, 10, time.Minute), lr("b", false, 0, 10, time.Minute)}, 2, false, "a"},
+		{"a lease that refused first", []LimitResult{lr("a", false, 0, 10, time.Second), unasked("b"), unasked("c")}, 1, false, "a"},
+		{"a lease that refused second", []LimitResult{lr("a", true, 0, 10, 0), lr("b", false, 0, 10, time.Second), unasked("c")}, 2, false, "b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := verdict(tc.all, tc.consulted, ReasonStore)
+			if d.Allowed != tc.wantAllowed || d.Binding.Limit.Name != tc.wantBinding || len(d.All) != len(tc.all) || d.Reason != ReasonStore {
+				t.Fatalf("verdict = allowed %v binding %q (%d limits), want allowed %v binding %q", d.Allowed, d.Binding.Limit.Name, len(d.All), tc.wantAllowed, tc.wantBinding)
+			}
+		})
+	}
+}
