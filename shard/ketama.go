@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"slices"
 	"strconv"
-	"strings"
 )
 
 // ErrKetamaConfig reports a Twemproxy ketama configuration that nutcracker
@@ -28,108 +26,6 @@ const (
 	ketamaMaxHostLen      = 273 // label buffer, NUL included
 )
 
-// KetamaServer is one entry of a Twemproxy pool's "servers:" list.
-// The zero Weight means 1.
-type KetamaServer struct {
-	// Addr is "host:port", or a Unix socket path starting with "/".
-	Addr string
-	// Weight is the server's relative share of points; default 1.
-	Weight int
-	// Name is the optional instance name after the weight. When set, it
-	// replaces the address in the ketama point labels, so servers can move
-	// to another address without moving their keys.
-	Name string
-	// Ejected leaves the server off the continuum (Twemproxy's view of a
-	// server ejected by auto_eject_hosts) while keeping its index. The
-	// live servers' shares are recomputed exactly as nutcracker does.
-	Ejected bool
-}
-
-func (s KetamaServer) weight() int {
-	if s.Weight > 0 {
-		return s.Weight
-	}
-	return 1
-}
-
-// label is the string Twemproxy hashes for the server's points: the name
-// when present; else the host alone when the port is 11211 (libmemcached
-// compatibility); else "host:port". For a Unix socket path Twemproxy's
-// parser yields "path:" (the empty port keeps its separator).
-func (s KetamaServer) label() string {
-	if s.Name != "" {
-		return s.Name
-	}
-	if strings.HasPrefix(s.Addr, "/") {
-		return s.Addr + ":"
-	}
-	host, port, err := net.SplitHostPort(s.Addr)
-	if err != nil {
-		return s.Addr
-	}
-	if p, err := strconv.Atoi(port); err == nil && p == ketamaDefaultPort {
-		return host
-	}
-	return s.Addr
-}
-
-// ParseKetamaServer parses a nutcracker.yml servers entry,
-// "host:port:weight [name]" or "/path/unix_socket:weight [name]", the way
-// Twemproxy 0.5.0 does: split from the right at the last space (name), then
-// colons (weight, port); the host is everything before, so IPv6 literals
-// are not supported (nor are they by nutcracker). Weight must be positive.
-func ParseKetamaServer(s string) (KetamaServer, error) {
-	bad := func(why string) (KetamaServer, error) {
-		return KetamaServer{}, fmt.Errorf("%w: server %q: %s", ErrKetamaConfig, s, why)
-	}
-	rest, name := s, ""
-	if i := strings.LastIndexByte(rest, ' '); i >= 0 {
-		rest, name = rest[:i], rest[i+1:]
-		if name == "" {
-			return bad("empty name")
-		}
-	}
-	i := strings.LastIndexByte(rest, ':')
-	if i < 0 {
-		return bad(`want "host:port:weight [name]"`)
-	}
-	addr, weightStr := rest[:i], rest[i+1:]
-	w, ok := digits(weightStr)
-	if !ok {
-		return bad("invalid weight")
-	}
-	if w == 0 {
-		return bad("zero weight")
-	}
-	if !strings.HasPrefix(addr, "/") {
-		j := strings.LastIndexByte(addr, ':')
-		if j <= 0 {
-			return bad(`want "host:port:weight [name]"`)
-		}
-		p, ok := digits(addr[j+1:])
-		if !ok || p <= 0 || p > 65535 {
-			return bad("invalid port")
-		}
-	}
-	return KetamaServer{Addr: addr, Weight: w, Name: name}, nil
-}
-
-// digits parses a non-empty run of ASCII digits (no sign, as nc_atoi), up
-// to 9 of them.
-func digits(s string) (int, bool) {
-	if len(s) == 0 || len(s) > 9 {
-		return 0, false
-	}
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, false
-		}
-		n = n*10 + int(s[i]-'0')
-	}
-	return n, true
-}
-
 // Ketama places keys on servers exactly as Twemproxy 0.5.0's
 // "distribution: ketama" does for the same servers list (order, weights,
 // names) and hash, so a pool can move from nutcracker to this proxy with
@@ -145,12 +41,18 @@ type Ketama struct {
 	index  []int32  // index[i] is the server owning values[i]
 }
 
-// NewKetama builds the continuum for servers, listed in config order, with
-// the named hash (see KetamaHash; "" is fnv1a_64). Each live server gets
-// floor(weight/total*40*live)*4 points (160 at equal weights), four per MD5
-// digest of "label-i". Points that collide keep config order, as glibc's
-// stable qsort leaves them. With every server ejected, Locate returns -1.
-func NewKetama(servers []KetamaServer, hash string) (*Ketama, error) {
+// NewKetama builds the continuum for servers, listed in config order and
+// all live, with the named hash (see KetamaHash; "" is fnv1a_64). Each
+// live server gets floor(weight/total*40*live)*4 points (160 at equal
+// weights), four per MD5 digest of "label-i". Points that collide keep
+// config order, as glibc's stable qsort leaves them.
+func NewKetama(servers []Server, hash string) (*Ketama, error) {
+	return newKetama(servers, nil, hash)
+}
+
+// newKetama is NewKetama over the liveness view live (see the package
+// doc). With every server dead, Locate returns -1.
+func newKetama(servers []Server, live []bool, hash string) (*Ketama, error) {
 	h, err := KetamaHash(hash)
 	if err != nil {
 		return nil, err
@@ -158,14 +60,17 @@ func NewKetama(servers []KetamaServer, hash string) (*Ketama, error) {
 	if len(servers) == 0 {
 		return nil, fmt.Errorf("%w: no servers", ErrKetamaConfig)
 	}
-	var total, live int
+	if err := checkLive(servers, live); err != nil {
+		return nil, err
+	}
+	var total, nlive int
 	for i, s := range servers {
 		if s.Weight < 0 {
 			return nil, fmt.Errorf("%w: server %d: negative weight", ErrKetamaConfig, i)
 		}
-		if !s.Ejected {
+		if isLive(live, i) {
 			total += s.weight()
-			live++
+			nlive++
 		}
 	}
 	k := &Ketama{n: len(servers), hash: h}
@@ -176,7 +81,7 @@ func NewKetama(servers []KetamaServer, hash string) (*Ketama, error) {
 	var pts []point
 	label := make([]byte, 0, ketamaMaxHostLen)
 	for i, s := range servers {
-		if s.Ejected {
+		if !isLive(live, i) {
 			continue
 		}
 		// Reproduce nutcracker's single-precision arithmetic step by step;
@@ -184,11 +89,11 @@ func NewKetama(servers []KetamaServer, hash string) (*Ketama, error) {
 		pct := float32(s.weight()) / float32(total)
 		x := float32(pct * float32(ketamaPointsPerServer))
 		x = float32(x / float32(ketamaPointsPerHash))
-		x = float32(x * float32(live))
+		x = float32(x * float32(nlive))
 		x = float32(float64(x) + 0.0000000001)
 		perServer := int(math.Floor(float64(x))) * ketamaPointsPerHash
 		for p := 0; p < perServer/ketamaPointsPerHash; p++ {
-			label = append(label[:0], s.label()...)
+			label = append(label[:0], s.ketamaLabel()...)
 			label = append(label, '-')
 			label = strconv.AppendUint(label, uint64(p), 10)
 			if len(label) > ketamaMaxHostLen-1 {

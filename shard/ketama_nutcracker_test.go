@@ -73,10 +73,10 @@ func TestKetamaMatchesNutcracker(t *testing.T) {
 	var golden bytes.Buffer
 	for _, tc := range nutcrackerCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			servers := make([]shard.KetamaServer, len(shards))
+			servers := make([]shard.Server, len(shards))
 			entries := make([]string, len(shards))
 			for i, m := range shards {
-				servers[i] = shard.KetamaServer{Addr: m.Addr, Weight: tc.weights[i]}
+				servers[i] = shard.Server{Addr: m.Addr, Weight: tc.weights[i]}
 				entries[i] = fmt.Sprintf("%s:%d", m.Addr, tc.weights[i])
 				if tc.names != nil {
 					servers[i].Name = tc.names[i]
@@ -84,7 +84,7 @@ func TestKetamaMatchesNutcracker(t *testing.T) {
 				}
 				fixture.Flush(t, m.Addr)
 			}
-			k, err := shard.NewKetama(servers, tc.hash)
+			k, err := shard.NewKetamaLive(servers, nil, tc.hash)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -146,14 +146,14 @@ func TestKetamaMatchesNutcracker(t *testing.T) {
 
 // TestKetamaEjectedMatchesNutcracker: with auto_eject_hosts, nutcracker
 // rebuilds its continuum without a failed server (and rescales the others'
-// points); Ketama with that server Ejected must place keys the same way.
+// points); Ketama with that server not live must place keys the same way.
 func TestKetamaEjectedMatchesNutcracker(t *testing.T) {
 	shards := fixture.Memcached(t, 3)
 	weights, names := []int{1, 2, 3}, []string{"alpha", "beta", "gamma"}
-	servers := make([]shard.KetamaServer, len(shards))
+	servers := make([]shard.Server, len(shards))
 	var entries []string
 	for i, m := range shards {
-		servers[i] = shard.KetamaServer{Addr: m.Addr, Weight: weights[i], Name: names[i]}
+		servers[i] = shard.Server{Addr: m.Addr, Weight: weights[i], Name: names[i]}
 		entries = append(entries, fmt.Sprintf("%s:%d %s", m.Addr, weights[i], names[i]))
 	}
 	nc := fixture.Nutcracker(t, procs.TwemproxyPool{
@@ -176,8 +176,7 @@ func TestKetamaEjectedMatchesNutcracker(t *testing.T) {
 	for _, m := range shards[1:] {
 		fixture.Flush(t, m.Addr)
 	}
-	servers[0].Ejected = true
-	k, err := shard.NewKetama(servers, "fnv1a_64")
+	k, err := shard.NewKetamaLive(servers, []bool{false, true, true}, "fnv1a_64")
 	if err != nil {
 		t.Fatal(err)
 	}

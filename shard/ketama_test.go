@@ -41,14 +41,14 @@ func TestKetamaGolden(t *testing.T) {
 		id := hash + " " + weights
 		k := rings[id]
 		if k == nil {
-			var servers []shard.KetamaServer
+			var servers []shard.Server
 			for i, w := range strings.Split(weights, ",") {
 				n, _ := strconv.Atoi(w)
-				servers = append(servers, shard.KetamaServer{
+				servers = append(servers, shard.Server{
 					Addr: fmt.Sprintf("192.0.2.%d:%d", i+1, 20000+i), Weight: n,
 					Name: []string{"alpha", "beta", "gamma"}[i]})
 			}
-			if k, err = shard.NewKetama(servers, hash); err != nil {
+			if k, err = shard.NewKetamaLive(servers, nil, hash); err != nil {
 				t.Fatal(err)
 			}
 			rings[id] = k
@@ -128,28 +128,28 @@ func TestKetamaHashKnownAnswers(t *testing.T) {
 	}
 }
 
-func TestParseKetamaServer(t *testing.T) {
+func TestParseServer(t *testing.T) {
 	tests := []struct {
 		name, in string
-		want     shard.KetamaServer
+		want     shard.Server
 		wantErr  bool
 	}{
-		{"host port weight", "127.0.0.1:11211:1", shard.KetamaServer{Addr: "127.0.0.1:11211", Weight: 1}, false},
-		{"with name", "10.0.0.2:11212:3 cache-b", shard.KetamaServer{Addr: "10.0.0.2:11212", Weight: 3, Name: "cache-b"}, false},
-		{"hostname", "mc1.example:2000:10 one", shard.KetamaServer{Addr: "mc1.example:2000", Weight: 10, Name: "one"}, false},
-		{"unix socket", "/var/run/mc.sock:2 s", shard.KetamaServer{Addr: "/var/run/mc.sock", Weight: 2, Name: "s"}, false},
-		{"zero weight", "127.0.0.1:11211:0", shard.KetamaServer{}, true},
-		{"negative weight", "127.0.0.1:11211:-1", shard.KetamaServer{}, true},
-		{"no weight", "127.0.0.1:11211", shard.KetamaServer{}, true},
-		{"bad port", "127.0.0.1:99999:1", shard.KetamaServer{}, true},
-		{"signed weight", "127.0.0.1:11211:+1", shard.KetamaServer{}, true},
-		{"signed port", "127.0.0.1:+80:1", shard.KetamaServer{}, true},
-		{"empty name", "127.0.0.1:11211:1 ", shard.KetamaServer{}, true},
-		{"empty", "", shard.KetamaServer{}, true},
+		{"host port weight", "127.0.0.1:11211:1", shard.Server{Addr: "127.0.0.1:11211", Weight: 1}, false},
+		{"with name", "10.0.0.2:11212:3 cache-b", shard.Server{Addr: "10.0.0.2:11212", Weight: 3, Name: "cache-b"}, false},
+		{"hostname", "mc1.example:2000:10 one", shard.Server{Addr: "mc1.example:2000", Weight: 10, Name: "one"}, false},
+		{"unix socket", "/var/run/mc.sock:2 s", shard.Server{Addr: "/var/run/mc.sock", Weight: 2, Name: "s"}, false},
+		{"zero weight", "127.0.0.1:11211:0", shard.Server{}, true},
+		{"negative weight", "127.0.0.1:11211:-1", shard.Server{}, true},
+		{"no weight", "127.0.0.1:11211", shard.Server{}, true},
+		{"bad port", "127.0.0.1:99999:1", shard.Server{}, true},
+		{"signed weight", "127.0.0.1:11211:+1", shard.Server{}, true},
+		{"signed port", "127.0.0.1:+80:1", shard.Server{}, true},
+		{"empty name", "127.0.0.1:11211:1 ", shard.Server{}, true},
+		{"empty", "", shard.Server{}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := shard.ParseKetamaServer(tc.in)
+			got, err := shard.ParseServer(tc.in)
 			if tc.wantErr {
 				if !errors.Is(err, shard.ErrKetamaConfig) {
 					t.Fatalf("err = %v, want ErrKetamaConfig", err)
@@ -163,12 +163,12 @@ func TestParseKetamaServer(t *testing.T) {
 	}
 }
 
-func FuzzParseKetamaServer(f *testing.F) {
+func FuzzParseServer(f *testing.F) {
 	for _, s := range []string{"127.0.0.1:11211:1", "10.0.0.2:11212:3 cache-b", "/tmp/s:1 x", "a:b:c d e", ":::", " "} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		srv, err := shard.ParseKetamaServer(s)
+		srv, err := shard.ParseServer(s)
 		if err != nil {
 			return
 		}
@@ -179,11 +179,11 @@ func FuzzParseKetamaServer(f *testing.F) {
 		if srv.Name != "" {
 			again += " " + srv.Name
 		}
-		srv2, err := shard.ParseKetamaServer(again)
+		srv2, err := shard.ParseServer(again)
 		if err != nil || srv2 != srv {
 			t.Fatalf("%q -> %+v -> %q -> %+v, %v", s, srv, again, srv2, err)
 		}
-		if _, err := shard.NewKetama([]shard.KetamaServer{srv, {Addr: "x:1"}}, "md5"); err != nil {
+		if _, err := shard.NewKetamaLive([]shard.Server{srv, {Addr: "x:1"}}, nil, "md5"); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -202,13 +202,13 @@ func TestKetamaPointsAndShares(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var servers []shard.KetamaServer
+			var servers []shard.Server
 			total := 0
 			for i, w := range tc.weights {
-				servers = append(servers, shard.KetamaServer{Addr: fmt.Sprintf("10.0.0.%d:11211", i+1), Weight: w})
+				servers = append(servers, shard.Server{Addr: fmt.Sprintf("10.0.0.%d:11211", i+1), Weight: w})
 				total += max(w, 1)
 			}
-			k, err := shard.NewKetama(servers, "fnv1a_64")
+			k, err := shard.NewKetamaLive(servers, nil, "fnv1a_64")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -234,12 +234,12 @@ func TestKetamaPointsAndShares(t *testing.T) {
 // TestKetamaLabels: the ketama label is the name when given, the bare host
 // for port 11211, else host:port; so equal labels give equal rings.
 func TestKetamaLabels(t *testing.T) {
-	same := func(a, b []shard.KetamaServer) bool {
-		ka, err := shard.NewKetama(a, "md5")
+	same := func(a, b []shard.Server) bool {
+		ka, err := shard.NewKetamaLive(a, nil, "md5")
 		if err != nil {
 			t.Fatal(err)
 		}
-		kb, err := shard.NewKetama(b, "md5")
+		kb, err := shard.NewKetamaLive(b, nil, "md5")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,16 +251,16 @@ func TestKetamaLabels(t *testing.T) {
 		}
 		return true
 	}
-	base := []shard.KetamaServer{{Addr: "10.0.0.1:11211"}, {Addr: "10.0.0.2:11300"}}
+	base := []shard.Server{{Addr: "10.0.0.1:11211"}, {Addr: "10.0.0.2:11300"}}
 	tests := []struct {
 		name  string
-		other []shard.KetamaServer
+		other []shard.Server
 		want  bool
 	}{
-		{"port 11211 is left out of the label", []shard.KetamaServer{{Addr: "192.0.2.9:1", Name: "10.0.0.1"}, {Addr: "10.0.0.2:11300"}}, true},
-		{"other ports are in the label", []shard.KetamaServer{{Addr: "10.0.0.1:11211"}, {Addr: "192.0.2.9:1", Name: "10.0.0.2:11300"}}, true},
-		{"a name replaces the address", []shard.KetamaServer{{Addr: "10.0.0.1:11211", Name: "a"}, {Addr: "10.0.0.2:11300"}}, false},
-		{"an address change moves keys", []shard.KetamaServer{{Addr: "10.0.0.3:11211"}, {Addr: "10.0.0.2:11300"}}, false},
+		{"port 11211 is left out of the label", []shard.Server{{Addr: "192.0.2.9:1", Name: "10.0.0.1"}, {Addr: "10.0.0.2:11300"}}, true},
+		{"other ports are in the label", []shard.Server{{Addr: "10.0.0.1:11211"}, {Addr: "192.0.2.9:1", Name: "10.0.0.2:11300"}}, true},
+		{"a name replaces the address", []shard.Server{{Addr: "10.0.0.1:11211", Name: "a"}, {Addr: "10.0.0.2:11300"}}, false},
+		{"an address change moves keys", []shard.Server{{Addr: "10.0.0.3:11211"}, {Addr: "10.0.0.2:11300"}}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -272,13 +272,12 @@ func TestKetamaLabels(t *testing.T) {
 }
 
 func TestKetamaEjected(t *testing.T) {
-	servers := []shard.KetamaServer{{Addr: "10.0.0.1:1"}, {Addr: "10.0.0.2:1"}, {Addr: "10.0.0.3:1"}}
-	all, err := shard.NewKetama(servers, "fnv1a_64")
+	servers := []shard.Server{{Addr: "10.0.0.1:1"}, {Addr: "10.0.0.2:1"}, {Addr: "10.0.0.3:1"}}
+	all, err := shard.NewKetamaLive(servers, nil, "fnv1a_64")
 	if err != nil {
 		t.Fatal(err)
 	}
-	servers[1].Ejected = true
-	some, err := shard.NewKetama(servers, "fnv1a_64")
+	some, err := shard.NewKetamaLive(servers, []bool{true, false, true}, "fnv1a_64")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,10 +294,7 @@ func TestKetamaEjected(t *testing.T) {
 			t.Fatalf("key %q moved from live server %d to %d", key, before, after)
 		}
 	}
-	for i := range servers {
-		servers[i].Ejected = true
-	}
-	none, err := shard.NewKetama(servers, "fnv1a_64")
+	none, err := shard.NewKetamaLive(servers, make([]bool, len(servers)), "fnv1a_64")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,17 +306,20 @@ func TestKetamaEjected(t *testing.T) {
 func TestNewKetamaErrors(t *testing.T) {
 	tests := []struct {
 		name    string
-		servers []shard.KetamaServer
+		servers []shard.Server
+		live    []bool
 		hash    string
 		want    error
 	}{
-		{"no servers", nil, "md5", shard.ErrKetamaConfig},
-		{"negative weight", []shard.KetamaServer{{Addr: "a:1", Weight: -1}}, "md5", shard.ErrKetamaConfig},
-		{"unknown hash", []shard.KetamaServer{{Addr: "a:1"}}, "sha1", shard.ErrKetamaHash},
+		{"no servers", nil, nil, "md5", shard.ErrKetamaConfig},
+		{"negative weight", []shard.Server{{Addr: "a:1", Weight: -1}}, nil, "md5", shard.ErrKetamaConfig},
+		{"unknown hash", []shard.Server{{Addr: "a:1"}}, nil, "sha1", shard.ErrKetamaHash},
+		{"liveness view too short", []shard.Server{{Addr: "a:1"}, {Addr: "b:1"}}, []bool{true}, "md5", shard.ErrLiveView},
+		{"liveness view too long", []shard.Server{{Addr: "a:1"}}, []bool{true, true}, "md5", shard.ErrLiveView},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := shard.NewKetama(tc.servers, tc.hash); !errors.Is(err, tc.want) {
+			if _, err := shard.NewKetamaLive(tc.servers, tc.live, tc.hash); !errors.Is(err, tc.want) {
 				t.Errorf("err = %v, want %v", err, tc.want)
 			}
 		})
@@ -328,11 +327,11 @@ func TestNewKetamaErrors(t *testing.T) {
 }
 
 func BenchmarkKetamaLocate(b *testing.B) {
-	servers := []shard.KetamaServer{{Addr: "10.0.0.1:11211"}, {Addr: "10.0.0.2:11211"}, {Addr: "10.0.0.3:11211"}}
+	servers := []shard.Server{{Addr: "10.0.0.1:11211"}, {Addr: "10.0.0.2:11211"}, {Addr: "10.0.0.3:11211"}}
 	key := []byte("rl:{tenant42:user1234567}:w1732900000")
 	for _, hash := range []string{"fnv1a_64", "md5", "murmur"} {
 		b.Run(hash, func(b *testing.B) {
-			k, err := shard.NewKetama(servers, hash)
+			k, err := shard.NewKetamaLive(servers, nil, hash)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -351,15 +350,15 @@ func BenchmarkKetamaLocate(b *testing.B) {
 // fix the ring. The answers are those of Debian's nutcracker 0.5.0 (see
 // testdata/nutcracker/ketama_golden.txt).
 func ExampleNewKetama() {
-	var servers []shard.KetamaServer
+	var servers []shard.Server
 	for _, entry := range []string{"10.0.0.1:11211:1 alpha", "10.0.0.2:11211:2 beta", "10.0.0.3:11211:3 gamma"} {
-		s, err := shard.ParseKetamaServer(entry)
+		s, err := shard.ParseServer(entry)
 		if err != nil {
 			panic(err)
 		}
 		servers = append(servers, s)
 	}
-	k, err := shard.NewKetama(servers, "fnv1a_64")
+	k, err := shard.NewKetamaLive(servers, nil, "fnv1a_64")
 	if err != nil {
 		panic(err)
 	}

@@ -10,24 +10,6 @@ import (
 	"time"
 )
 
-// Server is one shard of a pool, in config order.
-type Server struct {
-	// Addr is "host:port".
-	Addr string
-	// Weight is the relative share; default 1.
-	Weight int
-	// Name is the optional Twemproxy server name; when set it identifies
-	// the shard on the ring instead of Addr.
-	Name string
-}
-
-func (s Server) label() string {
-	if s.Name != "" {
-		return s.Name
-	}
-	return s.Addr
-}
-
 // Distribution names a placement algorithm.
 const (
 	// DistConsistent is buraksezer/consistent over xxhash (the default).
@@ -123,34 +105,19 @@ func (m *Membership) rebuild() error {
 		live[i] = !h.Stats().Ejected
 	}
 	var loc Locator
+	var err error
 	switch m.cfg.Distribution {
-	case DistKetama, DistModula, DistRandom:
-		ks := make([]KetamaServer, len(m.cfg.Servers))
-		for i, s := range m.cfg.Servers {
-			ks[i] = KetamaServer{Addr: s.Addr, Weight: s.Weight, Name: s.Name, Ejected: !live[i]}
-		}
-		var err error
-		switch m.cfg.Distribution {
-		case DistKetama:
-			loc, err = NewKetama(ks, m.cfg.Hash)
-		case DistModula:
-			loc, err = NewModula(ks, m.cfg.Hash)
-		default:
-			loc, err = NewRandom(ks, rand.Uint64())
-		}
-		if err != nil {
-			return err
-		}
+	case DistKetama:
+		loc, err = newKetama(m.cfg.Servers, live, m.cfg.Hash)
+	case DistModula:
+		loc, err = newModula(m.cfg.Servers, live, m.cfg.Hash)
+	case DistRandom:
+		loc, err = NewRandom(m.cfg.Servers, live, rand.Uint64())
 	default:
-		ms := make([]Member, len(m.cfg.Servers))
-		for i, s := range m.cfg.Servers {
-			ms[i] = Member{Name: s.label(), Weight: s.Weight, Ejected: !live[i]}
-		}
-		r, err := NewRing(ms, m.cfg.Ring)
-		if err != nil {
-			return err
-		}
-		loc = r
+		loc, err = NewRing(m.cfg.Servers, live, m.cfg.Ring)
+	}
+	if err != nil {
+		return err
 	}
 	m.cur.Store(&snapshot{loc: loc, live: live})
 	return nil

@@ -28,7 +28,7 @@ var (
 // moves most keys (unlike ketama): an ejected server's slots are removed
 // from the continuum, so the live servers' keys are reshuffled too. That is
 // nutcracker's behaviour with auto_eject_hosts, reproduced here through
-// KetamaServer.Ejected.
+// the liveness view.
 //
 // A Modula is immutable and safe for concurrent use; Locate takes no lock
 // and does not allocate.
@@ -41,11 +41,15 @@ type Modula struct {
 	idx   []int32 // otherwise: server idx[i] owns slots [cum[i-1], cum[i])
 }
 
-// liveWeights validates servers (config order) and returns the indexes of
-// the live ones, their weights (0 means 1) and the total live weight.
-func liveWeights(servers []KetamaServer) (idx []int32, weights []uint32, total uint64, err error) {
+// liveWeights validates servers (config order) and the liveness view live,
+// and returns the indexes of the live servers, their weights (0 means 1)
+// and the total live weight.
+func liveWeights(servers []Server, live []bool) (idx []int32, weights []uint32, total uint64, err error) {
 	if len(servers) == 0 {
 		return nil, nil, 0, fmt.Errorf("%w: no servers", ErrKetamaConfig)
+	}
+	if err := checkLive(servers, live); err != nil {
+		return nil, nil, 0, err
 	}
 	if len(servers) > math.MaxInt32 {
 		return nil, nil, 0, fmt.Errorf("%w: too many servers", ErrKetamaConfig)
@@ -54,7 +58,7 @@ func liveWeights(servers []KetamaServer) (idx []int32, weights []uint32, total u
 		if s.Weight < 0 {
 			return nil, nil, 0, fmt.Errorf("%w: server %d: negative weight", ErrKetamaConfig, i)
 		}
-		if s.Ejected {
+		if !isLive(live, i) {
 			continue
 		}
 		idx = append(idx, int32(i))
@@ -65,16 +69,22 @@ func liveWeights(servers []KetamaServer) (idx []int32, weights []uint32, total u
 }
 
 // NewModula builds Twemproxy's modula continuum for servers, listed in
-// config order, with the named hash (see KetamaHash; "" is fnv1a_64).
-// Weight 0 means 1; a negative weight, an empty list, or a total live
-// weight above 2^32-1 (nutcracker's uint32 counter would wrap) is
-// ErrKetamaConfig. With every server ejected, Locate returns -1.
-func NewModula(servers []KetamaServer, hash string) (*Modula, error) {
+// config order and all live, with the named hash (see KetamaHash; "" is
+// fnv1a_64). Weight 0 means 1; a negative weight, an empty list, or a
+// total live weight above 2^32-1 (nutcracker's uint32 counter would wrap)
+// is ErrKetamaConfig.
+func NewModula(servers []Server, hash string) (*Modula, error) {
+	return newModula(servers, nil, hash)
+}
+
+// newModula is NewModula over the liveness view live (see the package
+// doc). With every server dead, Locate returns -1.
+func newModula(servers []Server, live []bool, hash string) (*Modula, error) {
 	h, err := KetamaHash(hash)
 	if err != nil {
 		return nil, err
 	}
-	idx, weights, total, err := liveWeights(servers)
+	idx, weights, total, err := liveWeights(servers, live)
 	if err != nil {
 		return nil, err
 	}
@@ -166,12 +176,13 @@ type Random struct {
 }
 
 // NewRandom builds Twemproxy's random continuum for servers, listed in
-// config order, with its generator seeded by seed (the same seed draws the
+// config order, with the liveness view live (nil: all live; see the
+// package doc), with its generator seeded by seed (the same seed draws the
 // same sequence of servers when called from one goroutine). Weights are
-// validated (negative is ErrKetamaConfig) but do not affect placement. With
-// every server ejected, Locate returns -1.
-func NewRandom(servers []KetamaServer, seed uint64) (*Random, error) {
-	idx, _, _, err := liveWeights(servers)
+// validated (negative is ErrKetamaConfig) but do not affect placement.
+// With every server dead, Locate returns -1.
+func NewRandom(servers []Server, live []bool, seed uint64) (*Random, error) {
+	idx, _, _, err := liveWeights(servers, live)
 	if err != nil {
 		return nil, err
 	}

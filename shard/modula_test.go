@@ -16,16 +16,45 @@ import (
 )
 
 // modulaServers is a pool with the given weights, named "a", "b", ...,
-// with the listed servers ejected.
-func modulaServers(weights []int, ejected ...int) []shard.KetamaServer {
-	s := make([]shard.KetamaServer, len(weights))
+// and its liveness view with the listed servers ejected (nil: none).
+func modulaServers(weights []int, ejected ...int) ([]shard.Server, []bool) {
+	s := make([]shard.Server, len(weights))
 	for i, w := range weights {
-		s[i] = shard.KetamaServer{Addr: "127.0.0.1:" + strconv.Itoa(31001+i), Weight: w, Name: string(rune('a' + i))}
+		s[i] = shard.Server{Addr: "127.0.0.1:" + strconv.Itoa(31001+i), Weight: w, Name: string(rune('a' + i))}
+	}
+	if len(ejected) == 0 {
+		return s, nil
+	}
+	live := make([]bool, len(s))
+	for i := range live {
+		live[i] = true
 	}
 	for _, i := range ejected {
-		s[i].Ejected = true
+		live[i] = false
 	}
-	return s
+	return s, live
+}
+
+// modula and random build over modulaServers' pool, failing the test on
+// an error.
+func modula(t testing.TB, hash string, weights []int, ejected ...int) *shard.Modula {
+	t.Helper()
+	s, live := modulaServers(weights, ejected...)
+	m, err := shard.NewModulaLive(s, live, hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func random(t testing.TB, seed uint64, weights []int, ejected ...int) *shard.Random {
+	t.Helper()
+	s, live := modulaServers(weights, ejected...)
+	r, err := shard.NewRandom(s, live, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // TestModulaKnownPlacements checks placements observed on Debian's
@@ -40,10 +69,7 @@ func TestModulaKnownPlacements(t *testing.T) {
 		{"a", 0}, {"b", 1}, {"foo", 2}, {"bar", 1}, {"user:42", 1}, {"rl:{u1}:w1", 1},
 		{"k:1", 2}, {"k:2", 1}, {"k:3", 1}, {"k:4", 0}, {"x", 2}, {"hello", 2},
 	}
-	m, err := shard.NewModula(modulaServers([]int{1, 2, 1}), "fnv1a_64")
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := modula(t, "fnv1a_64", []int{1, 2, 1})
 	if m.Points() != 4 || m.Len() != 3 {
 		t.Fatalf("Points %d Len %d, want 4 and 3", m.Points(), m.Len())
 	}
@@ -75,10 +101,10 @@ func refHash(t *testing.T, name string, key []byte) uint32 {
 
 // refContinuum is nc_modula.c's continuum spelled out: one slot per weight
 // unit of each live server, in config order.
-func refContinuum(servers []shard.KetamaServer) []int {
+func refContinuum(servers []shard.Server, live []bool) []int {
 	var slots []int
 	for i, s := range servers {
-		if s.Ejected {
+		if live != nil && !live[i] {
 			continue
 		}
 		for range max(s.Weight, 1) {
@@ -128,12 +154,9 @@ func TestModulaMatchesReference(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			servers := modulaServers(tc.weights, tc.ejected...)
-			m, err := shard.NewModula(servers, tc.hash)
-			if err != nil {
-				t.Fatal(err)
-			}
-			slots := refContinuum(servers)
+			servers, live := modulaServers(tc.weights, tc.ejected...)
+			m := modula(t, tc.hash, tc.weights, tc.ejected...)
+			slots := refContinuum(servers, live)
 			wrong := 0
 			for _, k := range keys {
 				want := refModula(t, slots, len(servers), tc.hash, k)
@@ -148,13 +171,15 @@ func TestModulaMatchesReference(t *testing.T) {
 }
 
 func TestModulaNamesDoNotMatter(t *testing.T) {
-	a := modulaServers([]int{1, 2, 1})
-	b := modulaServers([]int{1, 2, 1})
+	ma := modula(t, "", []int{1, 2, 1})
+	b, _ := modulaServers([]int{1, 2, 1})
 	for i := range b {
 		b[i].Name, b[i].Addr = "", "10.0.0."+strconv.Itoa(9-i)+":11211"
 	}
-	ma, _ := shard.NewModula(a, "")
-	mb, _ := shard.NewModula(b, "")
+	mb, err := shard.NewModulaLive(b, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range 1000 {
 		k := []byte(strconv.Itoa(i))
 		if ma.Locate(k) != mb.Locate(k) {
@@ -167,10 +192,7 @@ func TestModulaNamesDoNotMatter(t *testing.T) {
 // its share of the live weight.
 func TestModulaSpreadByWeight(t *testing.T) {
 	weights := []int{1, 2, 1, 4}
-	m, err := shard.NewModula(modulaServers(weights), "fnv1a_64")
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := modula(t, "fnv1a_64", weights)
 	const n = 40000
 	counts := make([]int, len(weights))
 	for i := range n {
@@ -185,18 +207,10 @@ func TestModulaSpreadByWeight(t *testing.T) {
 }
 
 func TestModulaRandomAllEjected(t *testing.T) {
-	servers := modulaServers([]int{1, 2}, 0, 1)
-	m, err := shard.NewModula(servers, "md5")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := shard.NewRandom(servers, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	one := modulaServers([]int{1}, 0)
-	m1, _ := shard.NewModula(one, "")
-	r1, _ := shard.NewRandom(one, 1)
+	m := modula(t, "md5", []int{1, 2}, 0, 1)
+	r := random(t, 1, []int{1, 2}, 0, 1)
+	m1 := modula(t, "", []int{1}, 0)
+	r1 := random(t, 1, []int{1}, 0)
 	for name, loc := range map[string]shard.Locator{"modula": m, "random": r, "modula one": m1, "random one": r1} {
 		for _, k := range []string{"", "a", "rl:{x}"} {
 			if got := loc.Locate([]byte(k)); got != -1 {
@@ -209,24 +223,31 @@ func TestModulaRandomAllEjected(t *testing.T) {
 func TestModulaRandomErrors(t *testing.T) {
 	tests := []struct {
 		name    string
-		servers []shard.KetamaServer
+		weights []int // nil: no servers
+		live    []bool
 		hash    string
 		want    error
 	}{
-		{"no servers", nil, "", shard.ErrKetamaConfig},
-		{"negative weight", modulaServers([]int{1, -1}), "", shard.ErrKetamaConfig},
-		{"unknown hash", modulaServers([]int{1}), "sha1", shard.ErrKetamaHash},
-		{"total weight over uint32", modulaServers([]int{math.MaxInt32, math.MaxInt32, math.MaxInt32}), "", shard.ErrKetamaConfig},
+		{"no servers", nil, nil, "", shard.ErrKetamaConfig},
+		{"negative weight", []int{1, -1}, nil, "", shard.ErrKetamaConfig},
+		{"unknown hash", []int{1}, nil, "sha1", shard.ErrKetamaHash},
+		{"total weight over uint32", []int{math.MaxInt32, math.MaxInt32, math.MaxInt32}, nil, "", shard.ErrKetamaConfig},
+		{"liveness view too short", []int{1, 1}, []bool{true}, "", shard.ErrLiveView},
+		{"liveness view too long", []int{1}, []bool{true, false}, "", shard.ErrLiveView},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := shard.NewModula(tc.servers, tc.hash); !errors.Is(err, tc.want) {
+			var servers []shard.Server
+			if tc.weights != nil {
+				servers, _ = modulaServers(tc.weights)
+			}
+			if _, err := shard.NewModulaLive(servers, tc.live, tc.hash); !errors.Is(err, tc.want) {
 				t.Errorf("NewModula: %v, want %v", err, tc.want)
 			}
 			if tc.want == shard.ErrKetamaHash || tc.name == "total weight over uint32" {
 				return // Random ignores the hash and the weights' sum
 			}
-			if _, err := shard.NewRandom(tc.servers, 0); !errors.Is(err, tc.want) {
+			if _, err := shard.NewRandom(servers, tc.live, 0); !errors.Is(err, tc.want) {
 				t.Errorf("NewRandom: %v, want %v", err, tc.want)
 			}
 		})
@@ -248,10 +269,7 @@ func TestRandomSpread(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := shard.NewRandom(modulaServers(tc.weights, tc.ejected...), 42)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := random(t, 42, tc.weights, tc.ejected...)
 			live := len(tc.weights) - len(tc.ejected)
 			if r.Points() != live || r.Len() != len(tc.weights) {
 				t.Fatalf("Points %d Len %d", r.Points(), r.Len())
@@ -279,12 +297,8 @@ func TestRandomSpread(t *testing.T) {
 }
 
 func TestRandomSeed(t *testing.T) {
-	servers := modulaServers([]int{1, 1, 1, 1})
 	draw := func(seed uint64) []int {
-		r, err := shard.NewRandom(servers, seed)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := random(t, seed, []int{1, 1, 1, 1})
 		out := make([]int, 64)
 		for i := range out {
 			out[i] = r.Locate(nil)
@@ -309,10 +323,7 @@ func TestRandomSeed(t *testing.T) {
 // TestRandomConcurrent runs Locate from several goroutines (for -race) and
 // checks every draw is a live server.
 func TestRandomConcurrent(t *testing.T) {
-	r, err := shard.NewRandom(modulaServers([]int{1, 1, 1}, 2), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := random(t, 3, []int{1, 1, 1}, 2)
 	var wg sync.WaitGroup
 	counts := make([][2]int, 4)
 	for g := range counts {
@@ -338,9 +349,9 @@ func TestRandomConcurrent(t *testing.T) {
 }
 
 func TestModulaRandomNoAllocs(t *testing.T) {
-	m, _ := shard.NewModula(modulaServers([]int{1, 2, 1}), "md5")
-	big, _ := shard.NewModula(modulaServers([]int{70000, 2, 1}), "fnv1a_64")
-	r, _ := shard.NewRandom(modulaServers([]int{1, 2, 1}), 1)
+	m := modula(t, "md5", []int{1, 2, 1})
+	big := modula(t, "fnv1a_64", []int{70000, 2, 1})
+	r := random(t, 1, []int{1, 2, 1})
 	key := []byte("rl:{user42}:w17")
 	for name, loc := range map[string]shard.Locator{"modula": m, "modula searched": big, "random": r} {
 		if a := testing.AllocsPerRun(200, func() { loc.Locate(key) }); a != 0 {
@@ -354,13 +365,8 @@ func TestModulaRandomNoAllocs(t *testing.T) {
 // re-admitting it restores the original placement.
 func TestMembershipModulaEjection(t *testing.T) {
 	servers := []shard.Server{{Addr: "127.0.0.1:31001", Weight: 1}, {Addr: "127.0.0.1:31002", Weight: 2}, {Addr: "127.0.0.1:31003", Weight: 1}}
-	ks := make([]shard.KetamaServer, len(servers))
-	for i, s := range servers {
-		ks[i] = shard.KetamaServer{Addr: s.Addr, Weight: s.Weight}
-	}
-	full, _ := shard.NewModula(ks, "md5")
-	ks[1].Ejected = true
-	without1, _ := shard.NewModula(ks, "md5")
+	full, _ := shard.NewModulaLive(servers, nil, "md5")
+	without1, _ := shard.NewModulaLive(servers, []bool{true, false, true}, "md5")
 
 	changes := 0
 	m, err := shard.NewMembership(shard.MembershipConfig{
@@ -436,10 +442,7 @@ func BenchmarkModulaLocate(b *testing.B) {
 		weights []int
 	}{{"table", []int{1, 2, 1, 1, 3}}, {"searched", []int{70000, 2, 1, 1, 3}}} {
 		b.Run(tc.name, func(b *testing.B) {
-			m, err := shard.NewModula(modulaServers(tc.weights), "fnv1a_64")
-			if err != nil {
-				b.Fatal(err)
-			}
+			m := modula(b, "fnv1a_64", tc.weights)
 			key := []byte("rl:user42:w17")
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
@@ -452,10 +455,7 @@ func BenchmarkModulaLocate(b *testing.B) {
 }
 
 func BenchmarkRandomLocate(b *testing.B) {
-	r, err := shard.NewRandom(modulaServers([]int{1, 2, 1, 1, 3}), 1)
-	if err != nil {
-		b.Fatal(err)
-	}
+	r := random(b, 1, []int{1, 2, 1, 1, 3})
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -468,12 +468,8 @@ func BenchmarkRandomLocate(b *testing.B) {
 // table, keys whose slot is just below, on, or just after each server's last
 // slot go where the continuum says (found by searching keys).
 func TestModulaSearchedBoundaries(t *testing.T) {
-	servers := modulaServers([]int{70000, 1, 30000, 2})
-	m, err := shard.NewModula(servers, "fnv1a_64")
-	if err != nil {
-		t.Fatal(err)
-	}
-	slots := refContinuum(servers)
+	m := modula(t, "fnv1a_64", []int{70000, 1, 30000, 2})
+	slots := refContinuum(modulaServers([]int{70000, 1, 30000, 2}))
 	total := uint32(len(slots))
 	want := map[uint32]bool{}
 	for _, edge := range []uint32{70000, 70001, 100001} {

@@ -10,6 +10,15 @@
 // good probe), and Membership ties them together: it publishes a new
 // Locator snapshot through an atomic.Pointer whenever a shard is ejected or
 // re-admitted. The package knows nothing of the memcached wire format.
+//
+// Server is the one shard type. The placement builders (NewRing,
+// NewKetama, NewModula, NewRandom) take the servers in config order plus a
+// liveness view: live[i] reports whether server i is on the placement, and
+// nil means every server is. A server that is not live keeps its index
+// (Locate answers are indexes into the full list) but owns no keys: they
+// go to the others, as nutcracker does for a server ejected by
+// auto_eject_hosts. Membership builds the view from each shard's Health.
+// A view of another length than the servers is ErrLiveView.
 package shard
 
 import (
@@ -29,7 +38,7 @@ var (
 	ErrDuplicateMember = errors.New("shard: duplicate member")
 	// ErrNoLiveMember: every member is ejected.
 	ErrNoLiveMember = errors.New("shard: no live members")
-	// ErrRingConfig: a Member or RingConfig value NewRing cannot use
+	// ErrRingConfig: a Server or RingConfig value NewRing cannot use
 	// (negative or too large weight, Load below 1, negative
 	// ReplicationFactor).
 	ErrRingConfig = errors.New("shard: invalid ring config")
@@ -53,21 +62,6 @@ type Hasher struct{}
 // Sum64 returns xxhash64 of data.
 func (Hasher) Sum64(data []byte) uint64 { return xxhash.Sum64(data) }
 
-// Member is one shard on a Ring.
-type Member struct {
-	// Name identifies the member on the ring: placement depends on names
-	// only, never on list order. Usually "host:port" or the Twemproxy
-	// server name.
-	Name string
-	// Weight is the member's relative share; default 1. A weight w puts
-	// w virtual members on the ring, so building costs grow with the total
-	// weight: NewRing rejects weights above MaxRingWeight.
-	Weight int
-	// Ejected keeps the member's index but leaves it off the ring: its keys
-	// go to the others.
-	Ejected bool
-}
-
 // RingConfig configures NewRing. Zero means default.
 type RingConfig struct {
 	// PartitionCount is the number of partitions of the key space; default
@@ -82,8 +76,9 @@ type RingConfig struct {
 	Load float64
 }
 
-// MaxRingWeight is the largest Member.Weight NewRing accepts: every unit
-// of weight is one more virtual member, and the ring build cost grows
+// MaxRingWeight is the largest Server.Weight NewRing accepts: a weight w
+// puts w virtual members on the ring, so every unit of weight is one more
+// virtual member, and the ring build cost grows
 // faster than linearly with their number (weight 1000 takes over a
 // second). Weights are relative, so scale them down (e.g. divide by
 // their gcd) to fit.
@@ -98,8 +93,8 @@ func (c RingConfig) partitionCount() int {
 
 // Ring is an immutable snapshot of a consistent-hash placement: the
 // partition table of a buraksezer/consistent ring, flattened so Locate takes
-// no lock and does not allocate. Two Rings built from the same members (by
-// name and weight, in any order) and config place every key identically.
+// no lock and does not allocate. Two Rings built from the same servers (by
+// Label and weight, in any order) and config place every key identically.
 type Ring struct {
 	owner []int32 // partition → member index, -1 when none live
 	n     int
@@ -109,24 +104,31 @@ type ringMember string
 
 func (m ringMember) String() string { return string(m) }
 
-// NewRing builds a Ring over members; Locate returns indexes into members.
-func NewRing(members []Member, cfg RingConfig) (*Ring, error) {
-	if len(members) == 0 {
+// NewRing builds a Ring over servers with the liveness view live (see the
+// package doc); Locate returns indexes into servers. A server is placed by
+// its Label (Name, else Addr), never by its position in the list; two
+// servers with one Label are ErrDuplicateMember.
+func NewRing(servers []Server, live []bool, cfg RingConfig) (*Ring, error) {
+	if len(servers) == 0 {
 		return nil, ErrNoMembers
 	}
-	index := make(map[string]int, len(members))
-	var live []consistent.Member
-	for i, m := range members {
-		if _, dup := index[m.Name]; dup || m.Name == "" {
-			return nil, fmt.Errorf("%w: %q", ErrDuplicateMember, m.Name)
+	if err := checkLive(servers, live); err != nil {
+		return nil, err
+	}
+	index := make(map[string]int, len(servers))
+	var members []consistent.Member
+	for i, s := range servers {
+		name := s.Label()
+		if _, dup := index[name]; dup || name == "" {
+			return nil, fmt.Errorf("%w: %q", ErrDuplicateMember, name)
 		}
-		index[m.Name] = i
-		if m.Weight < 0 {
-			return nil, fmt.Errorf("%w: member %q: negative weight %d", ErrRingConfig, m.Name, m.Weight)
+		index[name] = i
+		if s.Weight < 0 {
+			return nil, fmt.Errorf("%w: member %q: negative weight %d", ErrRingConfig, name, s.Weight)
 		}
-		if m.Weight > MaxRingWeight {
+		if s.Weight > MaxRingWeight {
 			return nil, fmt.Errorf("%w: member %q: weight %d above %d (weights are relative: scale them down)",
-				ErrRingConfig, m.Name, m.Weight, MaxRingWeight)
+				ErrRingConfig, name, s.Weight, MaxRingWeight)
 		}
 	}
 	if !(cfg.Load == 0 || cfg.Load >= 1) { // also rejects NaN
@@ -136,31 +138,30 @@ func NewRing(members []Member, cfg RingConfig) (*Ring, error) {
 		return nil, fmt.Errorf("%w: negative replication factor %d", ErrRingConfig, cfg.ReplicationFactor)
 	}
 	virtual := make(map[string]int)
-	for i, m := range members {
-		if m.Ejected {
+	for i, s := range servers {
+		if !isLive(live, i) {
 			continue
 		}
-		w := max(m.Weight, 1)
-		for j := 0; j < w; j++ {
-			name := m.Name
+		for j := 0; j < s.weight(); j++ {
+			name := s.Label()
 			if j > 0 {
-				name = m.Name + "#" + strconv.Itoa(j)
+				name += "#" + strconv.Itoa(j)
 			}
 			if _, clash := virtual[name]; clash {
 				return nil, fmt.Errorf("%w: virtual %q", ErrDuplicateMember, name)
 			}
 			virtual[name] = i
-			live = append(live, ringMember(name))
+			members = append(members, ringMember(name))
 		}
 	}
-	r := &Ring{owner: make([]int32, cfg.partitionCount()), n: len(members)}
-	if len(live) == 0 {
+	r := &Ring{owner: make([]int32, cfg.partitionCount()), n: len(servers)}
+	if len(members) == 0 {
 		for p := range r.owner {
 			r.owner[p] = -1
 		}
 		return r, nil
 	}
-	c := consistent.New(live, consistent.Config{
+	c := consistent.New(members, consistent.Config{
 		Hasher:            Hasher{},
 		PartitionCount:    cfg.partitionCount(),
 		ReplicationFactor: cfg.ReplicationFactor,
@@ -172,11 +173,11 @@ func NewRing(members []Member, cfg RingConfig) (*Ring, error) {
 	return r, nil
 }
 
-// Locate returns the index of the member that owns hashKey, as
-// consistent.LocateKey would, or -1 when every member is ejected.
+// Locate returns the index of the server that owns hashKey, as
+// consistent.LocateKey would, or -1 when no server is live.
 func (r *Ring) Locate(hashKey []byte) int {
 	return int(r.owner[xxhash.Sum64(hashKey)%uint64(len(r.owner))])
 }
 
-// Len is the number of members, live or ejected.
+// Len is the number of servers, live or not.
 func (r *Ring) Len() int { return r.n }

@@ -10,10 +10,10 @@ import (
 	"time"
 )
 
-func members(names ...string) []Member {
-	ms := make([]Member, len(names))
+func members(names ...string) []Server {
+	ms := make([]Server, len(names))
 	for i, n := range names {
-		ms[i] = Member{Name: n}
+		ms[i] = Server{Name: n}
 	}
 	return ms
 }
@@ -21,7 +21,7 @@ func members(names ...string) []Member {
 // Two rings built from permuted lists place 100k keys on the same member.
 func TestRingOrderIndependent(t *testing.T) {
 	names := []string{"10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211", "10.0.0.4:11211", "10.0.0.5:11211"}
-	a, err := NewRing(members(names...), RingConfig{})
+	a, err := NewRing(members(names...), nil, RingConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestRingOrderIndependent(t *testing.T) {
 	for round := 0; round < 3; round++ {
 		perm := append([]string(nil), names...)
 		rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
-		b, err := NewRing(members(perm...), RingConfig{})
+		b, err := NewRing(members(perm...), nil, RingConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,9 +52,8 @@ func TestRingOrderIndependent(t *testing.T) {
 
 func TestRingEjectMovesOnlyEjectedKeys(t *testing.T) {
 	ms := members("a", "b", "c")
-	full, _ := NewRing(ms, RingConfig{})
-	ms[1].Ejected = true
-	part, _ := NewRing(ms, RingConfig{})
+	full, _ := NewRing(ms, nil, RingConfig{})
+	part, _ := NewRing(ms, []bool{true, false, true}, RingConfig{})
 	moved := 0
 	for k := 0; k < 20000; k++ {
 		key := []byte(strconv.Itoa(k))
@@ -70,20 +69,24 @@ func TestRingEjectMovesOnlyEjectedKeys(t *testing.T) {
 	if moved > 20000/5 {
 		t.Errorf("%d keys of live members moved", moved)
 	}
-	for i := range ms {
-		ms[i].Ejected = true
-	}
-	none, _ := NewRing(ms, RingConfig{})
+	none, _ := NewRing(ms, make([]bool, len(ms)), RingConfig{})
 	if got := none.Locate([]byte("x")); got != -1 {
 		t.Errorf("all ejected: Locate = %d, want -1", got)
 	}
 }
 
 func TestRingErrors(t *testing.T) {
-	if _, err := NewRing(nil, RingConfig{}); !errors.Is(err, ErrNoMembers) {
+	if _, err := NewRing(nil, nil, RingConfig{}); !errors.Is(err, ErrNoMembers) {
 		t.Errorf("empty: %v", err)
 	}
-	if _, err := NewRing(members("a", "a"), RingConfig{}); !errors.Is(err, ErrDuplicateMember) {
+	if _, err := NewRing(members("a", "b"), []bool{true}, RingConfig{}); !errors.Is(err, ErrLiveView) {
+		t.Errorf("short liveness view: %v, want ErrLiveView", err)
+	}
+	// A name and another server's address are one label.
+	if _, err := NewRing([]Server{{Addr: "a:1"}, {Addr: "b:1", Name: "a:1"}}, nil, RingConfig{}); !errors.Is(err, ErrDuplicateMember) {
+		t.Errorf("name equal to an address: %v, want ErrDuplicateMember", err)
+	}
+	if _, err := NewRing(members("a", "a"), nil, RingConfig{}); !errors.Is(err, ErrDuplicateMember) {
 		t.Errorf("dup: %v", err)
 	}
 }
@@ -224,7 +227,7 @@ func TestMembershipEjectAndProbe(t *testing.T) {
 }
 
 func BenchmarkRingLocate(b *testing.B) {
-	r, _ := NewRing(members("a", "b", "c", "d"), RingConfig{})
+	r, _ := NewRing(members("a", "b", "c", "d"), nil, RingConfig{})
 	key := []byte("rl:{user:12345}:1700000000")
 	tag := DefaultHashTag()
 	b.ReportAllocs()
@@ -246,17 +249,17 @@ func ExampleHashTag_Extract() {
 
 func ExampleNewRing() {
 	// The same members in any order place every key on the same member.
-	x := []Member{{Name: "10.0.0.1:11211"}, {Name: "10.0.0.2:11211"}, {Name: "10.0.0.3:11211"}}
-	y := []Member{x[2], x[0], x[1]}
-	a, _ := NewRing(x, RingConfig{})
-	b, _ := NewRing(y, RingConfig{})
+	x := []Server{{Addr: "10.0.0.1:11211"}, {Addr: "10.0.0.2:11211"}, {Addr: "10.0.0.3:11211"}}
+	y := []Server{x[2], x[0], x[1]}
+	a, _ := NewRing(x, nil, RingConfig{})
+	b, _ := NewRing(y, nil, RingConfig{})
 	key := DefaultHashTag().Extract([]byte("rl:{user:42}:w1"))
-	fmt.Println(x[a.Locate(key)].Name == y[b.Locate(key)].Name)
+	fmt.Println(x[a.Locate(key)].Addr == y[b.Locate(key)].Addr)
 	// Output: true
 }
 
 func TestRingWeights(t *testing.T) {
-	r, err := NewRing([]Member{{Name: "a", Weight: 3}, {Name: "b"}, {Name: "c", Weight: 0}}, RingConfig{})
+	r, err := NewRing([]Server{{Name: "a", Weight: 3}, {Name: "b"}, {Name: "c", Weight: 0}}, nil, RingConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +271,7 @@ func TestRingWeights(t *testing.T) {
 	if counts[0] < 50000*45/100 || counts[1] > 50000*30/100 || counts[2] > 50000*30/100 {
 		t.Errorf("shares %v, want about 60/20/20%%", counts)
 	}
-	if _, err := NewRing([]Member{{Name: "a", Weight: -1}}, RingConfig{}); err == nil {
+	if _, err := NewRing([]Server{{Name: "a", Weight: -1}}, nil, RingConfig{}); err == nil {
 		t.Error("negative weight accepted")
 	}
 }
@@ -281,7 +284,7 @@ func TestRingConfigErrors(t *testing.T) {
 	nan /= nan
 	tests := []struct {
 		name    string
-		members []Member
+		members []Server
 		cfg     RingConfig
 		wantErr bool
 	}{
@@ -291,10 +294,10 @@ func TestRingConfigErrors(t *testing.T) {
 		{"load negative", members("a", "b", "c"), RingConfig{Load: -1}, true},
 		{"load NaN", members("a", "b", "c"), RingConfig{Load: nan}, true},
 		{"replication negative", members("a", "b"), RingConfig{ReplicationFactor: -1}, true},
-		{"weight negative", []Member{{Name: "a", Weight: -1}}, RingConfig{}, true},
-		{"weight max", []Member{{Name: "a", Weight: MaxRingWeight}, {Name: "b"}}, RingConfig{}, false},
-		{"weight above max", []Member{{Name: "a", Weight: MaxRingWeight + 1}, {Name: "b"}}, RingConfig{}, true},
-		{"weight 50000", []Member{{Name: "a", Weight: 50000}}, RingConfig{}, true},
+		{"weight negative", []Server{{Name: "a", Weight: -1}}, RingConfig{}, true},
+		{"weight max", []Server{{Name: "a", Weight: MaxRingWeight}, {Name: "b"}}, RingConfig{}, false},
+		{"weight above max", []Server{{Name: "a", Weight: MaxRingWeight + 1}, {Name: "b"}}, RingConfig{}, true},
+		{"weight 50000", []Server{{Name: "a", Weight: 50000}}, RingConfig{}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -305,7 +308,7 @@ func TestRingConfigErrors(t *testing.T) {
 						err = fmt.Errorf("panic: %v", p)
 					}
 				}()
-				_, err = NewRing(tt.members, tt.cfg)
+				_, err = NewRing(tt.members, nil, tt.cfg)
 			}()
 			if tt.wantErr && !errors.Is(err, ErrRingConfig) {
 				t.Fatalf("err = %v, want ErrRingConfig", err)
