@@ -44,7 +44,7 @@ var (
 	// ErrBadLimit: Quantity or Window is not positive, Burst is negative, or
 	// Algorithm/OnReject is unknown.
 	ErrBadLimit = errors.New("counter: invalid limit")
-	// ErrBadPrecision: Precision is negative, above MaxPrecision, or the
+	// ErrBadPrecision: Precision is negative, above 1024, or the
 	// window is not a whole number of milliseconds divisible into Precision
 	// sub-windows of whole milliseconds.
 	ErrBadPrecision = errors.New("counter: invalid precision")
@@ -64,8 +64,8 @@ var (
 // token bucket). Such a request is not counted.
 const Never = time.Duration(math.MaxInt64)
 
-// MaxPrecision is the largest SlidingWindow Precision accepted.
-const MaxPrecision = 1024
+// maxPrecision is the largest SlidingWindow Precision accepted.
+const maxPrecision = 1024
 
 // Algorithm names a rate algorithm.
 type Algorithm int
@@ -175,8 +175,8 @@ func (l Limit) Validate() error {
 		}
 		return nil
 	}
-	if l.Precision < 0 || l.Precision > MaxPrecision {
-		return fmt.Errorf("%w: precision %d not in [0, %d]", ErrBadPrecision, l.Precision, MaxPrecision)
+	if l.Precision < 0 || l.Precision > maxPrecision {
+		return fmt.Errorf("%w: precision %d not in [0, %d]", ErrBadPrecision, l.Precision, maxPrecision)
 	}
 	if l.Window%time.Millisecond != 0 {
 		return fmt.Errorf("%w: window %v is not a whole number of milliseconds", ErrBadPrecision, l.Window)

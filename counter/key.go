@@ -12,16 +12,16 @@ import (
 )
 
 // ErrBadKey: a key passed to a store-backed limiter is not one Key could
-// have built (too long, or whitespace/control bytes).
+// have built (longer than 202 bytes, or whitespace/control bytes).
 var ErrBadKey = errors.New("counter: illegal identity key")
 
 // Key scheme limits.
 const (
-	// MaxKeyLen is memcached's key limit.
-	MaxKeyLen = 250
-	// MaxIdentityLen bounds what Key returns, leaving room for the window
+	// maxKeyLen is memcached's key limit.
+	maxKeyLen = 250
+	// maxIdentityLen bounds what Key returns, leaving room for the window
 	// suffix the algorithms append (at most maxSuffixLen bytes).
-	MaxIdentityLen = MaxKeyLen - maxSuffixLen
+	maxIdentityLen = maxKeyLen - maxSuffixLen
 	// maxSuffixLen: algorithm letter, window ms (≤ 8 base-36 digits), "p"
 	// and precision, ".", window id (≤ 13 digits with sign), bucket
 	// quantity and burst (≤ 8 each with dots).
@@ -46,7 +46,7 @@ const (
 // printable ASCII bytes without space, '{', '}', '|' or '~'; any other part
 // (empty, long, binary, UTF-8, whitespace) becomes '~' followed by the 11
 // base64url characters of its xxhash64. If the joined parts would exceed
-// MaxIdentityLen, the whole tag becomes "~" + the xxhash64 of the joined
+// 202 bytes (maxIdentityLen), the whole tag becomes "~" + the xxhash64 of the joined
 // parts. Distinct part lists give distinct keys except on a 64-bit hash
 // collision.
 //
@@ -81,7 +81,7 @@ func Key(parts ...string) string {
 	}
 	b.WriteByte('}')
 	k := b.String()
-	if len(k) > MaxIdentityLen {
+	if len(k) > maxIdentityLen {
 		inner := k[len(keyPrefix)+1 : len(k)-1]
 		k = keyPrefix + "{~" + hash64(xxhash.Sum64String(inner)) + "}"
 	}
@@ -107,10 +107,10 @@ func hash64(h uint64) string {
 	return base64.RawURLEncoding.EncodeToString(raw[:])
 }
 
-// LegalKey reports whether k is a legal memcached key: 1 to 250 bytes, no
+// legalKey reports whether k is a legal memcached key: 1 to 250 bytes, no
 // whitespace or control bytes.
-func LegalKey(k string) bool {
-	if len(k) == 0 || len(k) > MaxKeyLen {
+func legalKey(k string) bool {
+	if len(k) == 0 || len(k) > maxKeyLen {
 		return false
 	}
 	for i := 0; i < len(k); i++ {
@@ -124,7 +124,7 @@ func LegalKey(k string) bool {
 // checkIdentity verifies a caller's identity key leaves a legal store key
 // once suffixed.
 func checkIdentity(k string) error {
-	if len(k) > MaxIdentityLen || !LegalKey(k) {
+	if len(k) > maxIdentityLen || !legalKey(k) {
 		return fmt.Errorf("%w: %.40q", ErrBadKey, k)
 	}
 	return nil
@@ -150,7 +150,7 @@ func limitSuffix(l Limit) string {
 
 // windowKey returns identity + suffix + base-36 id.
 func windowKey(identity, suffix string, id int64) string {
-	var buf [MaxKeyLen + 16]byte
+	var buf [maxKeyLen + 16]byte
 	b := append(buf[:0], identity...)
 	b = append(b, suffix...)
 	b = strconv.AppendInt(b, id, 36)

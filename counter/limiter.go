@@ -144,19 +144,19 @@ func NewWithConfig(store Store, l Limit, cfg Config) (*Limiter, error) {
 // Limit implements Allower.
 func (lim *Limiter) Limit() Limit { return lim.l }
 
-// BucketStats reports the token bucket's compare-and-swap behaviour:
+// bucketStats reports the token bucket's compare-and-swap behaviour:
 // decisions that needed a cas, retries after a lost race, and decisions
 // that gave up with ErrContention.
-type BucketStats struct{ Ops, Retries, Failures int64 }
+type bucketStats struct{ Ops, Retries, Failures int64 }
 
-// BucketStats returns the counts so far (zero for window algorithms).
-func (lim *Limiter) BucketStats() BucketStats {
-	return BucketStats{lim.casOps.Load(), lim.casRetries.Load(), lim.casFailures.Load()}
+// bucketStats returns the counts so far (zero for window algorithms).
+func (lim *Limiter) bucketStats() bucketStats {
+	return bucketStats{lim.casOps.Load(), lim.casRetries.Load(), lim.casFailures.Load()}
 }
 
-// Coalesced returns the number of decisions so far that shared another
+// coalescedDecisions returns the number of decisions so far that shared another
 // decision's store operation (see coalesce.go).
-func (lim *Limiter) Coalesced() int64 { return lim.coalesced.Load() }
+func (lim *Limiter) coalescedDecisions() int64 { return lim.coalesced.Load() }
 
 // AllowN implements Allower.
 func (lim *Limiter) AllowN(ctx context.Context, key string, now time.Time, n int64) (Result, error) {
@@ -255,8 +255,8 @@ func (lim *Limiter) Sweep(now time.Time) {
 	}
 }
 
-// CachedKeys returns the number of identities with cached window state.
-func (lim *Limiter) CachedKeys() int {
+// cachedKeys returns the number of identities with cached window state.
+func (lim *Limiter) cachedKeys() int {
 	n := 0
 	for i := range lim.cache {
 		s := &lim.cache[i]

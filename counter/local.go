@@ -210,8 +210,8 @@ func (lo *Local) idle(e *localEntry, t, id int64) bool {
 	return true
 }
 
-// Len returns the number of keys with state.
-func (lo *Local) Len() int {
+// size returns the number of keys with state.
+func (lo *Local) size() int {
 	n := 0
 	for i := range lo.shards {
 		s := &lo.shards[i]

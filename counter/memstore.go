@@ -53,8 +53,8 @@ func NewMemoryStoreClock(now func() time.Time) *MemoryStore {
 	return m
 }
 
-// Len returns the number of live items.
-func (m *MemoryStore) Len() int {
+// size returns the number of live items.
+func (m *MemoryStore) size() int {
 	now := m.now().UnixNano()
 	n := 0
 	for i := range m.shards {
