@@ -47,6 +47,15 @@ func (c DeadlineConfig) ceiling() time.Duration {
 	return max(500*time.Millisecond, c.floor())
 }
 
+// longest is the longest deadline a decision can get: Fixed, else
+// Ceiling (the socket timeout a store that ignores contexts needs).
+func (c DeadlineConfig) longest() time.Duration {
+	if c.Fixed > 0 {
+		return c.Fixed
+	}
+	return c.ceiling()
+}
+
 func (c DeadlineConfig) multiple() float64 {
 	if c.Multiple > 0 {
 		return c.Multiple

@@ -1,10 +1,13 @@
 package pop_test
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
@@ -44,4 +47,45 @@ policies:
 	// 200 "burst";r=1;t=1  hello
 	// 200 "burst";r=0;t=1  hello
 	// 429 "burst";r=0;t=1 1 {"error":"rate_limit_exceeded","retry_after":1}
+}
+
+// The library in a few lines: Open counts in the PoP's memcached through
+// the host's mcproxy (Memcached: "127.0.0.1:22122"); here "" counts in
+// process. The policy: 2 requests per second per client IP.
+func ExampleOpen() {
+	serve(os.Stdout, pop.Options{})
+	// Output:
+	// 200 "burst";r=1;t=1
+	// 200 "burst";r=0;t=1
+	// 429 "burst";r=0;t=1
+}
+
+// exampleDoc is ExampleOpen's policy (Options.Policy names a file).
+const exampleDoc = `version: 1
+headers: draft11
+tiers:
+  free: {limits: [{name: burst, algorithm: fixed_window, quantity: 2, window: 1s}]}
+policies:
+  - {name: api, routes: ["GET /api/"], identity: [ip], tier: free}
+`
+
+// serve opens a Limiter with o and exampleDoc, and writes the status and
+// RateLimit header of three requests to w. TestOpenMemcached runs it
+// against real memcached.
+func serve(w io.Writer, o pop.Options) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	o.PolicyDoc = []byte(exampleDoc)
+	o.Config.Clock = func() time.Time { return time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) }
+	o.Config.Logger = slog.New(slog.DiscardHandler)
+	l, err := pop.Open(ctx, o)
+	if err != nil {
+		panic(err)
+	}
+	h := l.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for range 3 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/api/items", nil))
+		fmt.Fprintln(w, rec.Code, rec.Header().Get("RateLimit"))
+	}
 }

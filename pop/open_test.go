@@ -1,0 +1,59 @@
+package pop_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/pop"
+)
+
+// TestOpenMemcached runs ExampleOpen's service against real memcached,
+// with each client Open builds: the same answers as in process.
+func TestOpenMemcached(t *testing.T) {
+	addr := fixture.Memcached(t, 1)[0].Addr
+	want := "200 \"burst\";r=1;t=1\n200 \"burst\";r=0;t=1\n429 \"burst\";r=0;t=1\n"
+	for _, o := range []pop.Options{
+		{Memcached: addr},
+		{Memcached: addr, Client: pop.ClientPipe},
+		{Memcached: addr, Client: pop.ClientPipe, Multiplex: 2},
+	} {
+		t.Run(o.Client, func(t *testing.T) {
+			fixture.Flush(t, addr)
+			var out strings.Builder
+			serve(&out, o)
+			if out.String() != want {
+				t.Fatalf("through memcached:\n%s\nwant:\n%s", out.String(), want)
+			}
+		})
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	shared := func(counter.Limit) (counter.Allower, error) { return nil, nil }
+	for _, tc := range []struct {
+		name string
+		o    pop.Options
+		want error
+	}{
+		{"no policy", pop.Options{}, pop.ErrConfig},
+		{"NewShared given", pop.Options{PolicyDoc: []byte(exampleDoc), Config: pop.Config{NewShared: shared}}, pop.ErrConfig},
+		{"unknown client", pop.Options{PolicyDoc: []byte(exampleDoc), Client: "redis"}, pop.ErrConfig},
+		{"pipe without an address", pop.Options{PolicyDoc: []byte(exampleDoc), Client: pop.ClientPipe}, pop.ErrConfig},
+		{"multiplex on gomemcache", pop.Options{PolicyDoc: []byte(exampleDoc), Memcached: "127.0.0.1:1", Multiplex: 2}, pop.ErrConfig},
+		{"negative timeout", pop.Options{PolicyDoc: []byte(exampleDoc), Timeout: -1}, pop.ErrConfig},
+		{"bad config", pop.Options{PolicyDoc: []byte(exampleDoc), Config: pop.Config{MaxInFlight: -1}}, pop.ErrConfig},
+		{"invalid policy", pop.Options{Policy: "bad.yml", PolicyDoc: []byte("version: 9\n")}, pop.ErrInvalidPolicy},
+		{"missing file", pop.Options{Policy: "testdata/no-such-policy.yml"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := pop.Open(context.Background(), tc.o)
+			if err == nil || l != nil || (tc.want != nil && !errors.Is(err, tc.want)) {
+				t.Fatalf("Open = %v, %v; want an error wrapping %v", l, err, tc.want)
+			}
+		})
+	}
+}
