@@ -254,17 +254,24 @@ func RunProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*ProxyCompare
 // startMcproxyForCompare builds (unless given) and starts mcproxy over the
 // pool's servers, on a free loopback port, and waits until it answers.
 func startMcproxyForCompare(ctx context.Context, cfg ProxyCompareConfig, dir string, pool TwemproxyPool) (*Proc, string, error) {
+	p, _, detail, err := startMcproxyAdmin(ctx, cfg, dir, pool)
+	return p, detail, err
+}
+
+// startMcproxyAdmin is startMcproxyForCompare, also returning the admin
+// base URL (http://HOST:PORT).
+func startMcproxyAdmin(ctx context.Context, cfg ProxyCompareConfig, dir string, pool TwemproxyPool) (*Proc, string, string, error) {
 	bin := cfg.McproxyBin
 	if bin == "" {
 		bins, err := Build(ctx, dir, "mcproxy")
 		if err != nil {
-			return nil, "", err
+			return nil, "", "", err
 		}
 		bin = bins["mcproxy"]
 	}
 	port, err := FreePort()
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	var args []string
@@ -273,7 +280,7 @@ func startMcproxyForCompare(ctx context.Context, cfg ProxyCompareConfig, dir str
 		pool.Listen = addr
 		path := filepath.Join(dir, "mcproxy.yml")
 		if err := os.WriteFile(path, []byte(pool.YAML()), 0o644); err != nil {
-			return nil, "", err
+			return nil, "", "", err
 		}
 		args = []string{"--config", path}
 		detail += "--config (same YAML as nutcracker, listen changed)"
@@ -288,21 +295,21 @@ func startMcproxyForCompare(ctx context.Context, cfg ProxyCompareConfig, dir str
 	// (the default port may be taken by another mcproxy).
 	adminPort, err := FreePort()
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	args = append(args, "--admin", net.JoinHostPort("127.0.0.1", strconv.Itoa(adminPort)))
 	args = append(args, cfg.McproxyArgs...)
 	p, err := StartProc(SystemMcproxy, bin, args, filepath.Join(dir, "mcproxy.log"))
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	p.Addr = addr
 	if err := p.WaitReady(ctx, 5*time.Second, func() error { return Ping(addr, 200*time.Millisecond) }); err != nil {
 		p.Kill()
 		log, _ := os.ReadFile(filepath.Join(dir, "mcproxy.log"))
-		return nil, "", fmt.Errorf("%w; log: %s", err, lastLines(string(log), 5))
+		return nil, "", "", fmt.Errorf("%w; log: %s", err, lastLines(string(log), 5))
 	}
-	return p, detail, nil
+	return p, "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(adminPort)), detail, nil
 }
 
 func summariseMix(mix string, systems []ProxySystem, runs []*ProxyLoadResult) ProxyMixSummary {

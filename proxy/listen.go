@@ -190,7 +190,7 @@ func (s *Server) sweepIdle(stop <-chan struct{}) {
 			case req > 0 && p != 0 && now-p > req:
 				s.cl.slow.Add(1)
 				cc.stopReading()
-			case idle > 0 && now-cc.active.Load() > idle && len(cc.entries) == 0:
+			case idle > 0 && now-cc.active.Load() > idle && cc.queueLen() == 0:
 				s.cl.idled.Add(1)
 				cc.stopReading()
 			case p == 0 && cc.active.Load() < prev:

@@ -33,6 +33,7 @@ func (p *parker) park(cc *clientConn) bool {
 		return false
 	}
 	cc.rd.releaseBuf() // before the loop can run the reader again
+	cc.dropQueue()
 	p.mu.Lock()
 	if p.closed || (p.epfd == 0 && !p.start()) {
 		p.mu.Unlock()

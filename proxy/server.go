@@ -117,7 +117,8 @@ type Server struct {
 	cl  clientLimits
 	acc acceptStats
 
-	park parker // idle connections with no goroutine (Linux)
+	park   parker    // idle connections with no goroutine (Linux)
+	queues sync.Pool // request queues of parked connections (getQueue)
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
@@ -233,7 +234,7 @@ func newClientConn(s *Server, nc net.Conn) *clientConn {
 		s:       s,
 		nc:      nc,
 		id:      s.nextID.Add(1),
-		entries: make(chan *entry, s.cfg.maxPipeline()),
+		entries: s.getQueue(),
 		wake:    make(chan struct{}, 1),
 		room:    make(chan struct{}, 1),
 		quit:    make(chan struct{}),
@@ -245,6 +246,46 @@ func newClientConn(s *Server, nc net.Conn) *clientConn {
 	rd.cc = cc
 	rd.fillFn, rd.consumeFn = rd.fill, rd.consume // bound once
 	return cc
+}
+
+// getQueue returns an empty request queue (clientConn.entries) of
+// MaxPipeline slots; a parked connection gives its queue back (putQueue),
+// so an idle one holds none.
+func (s *Server) getQueue() chan *entry {
+	if q, ok := s.queues.Get().(chan *entry); ok {
+		return q
+	}
+	return make(chan *entry, s.cfg.maxPipeline())
+}
+
+// dropQueue gives cc's queue back when nothing is queued or being
+// answered; the reader is parking.
+func (cc *clientConn) dropQueue() {
+	o := &cc.out
+	o.mu.Lock()
+	if cc.entries != nil && len(cc.entries) == 0 && o.head == nil && !o.busy && !o.eof {
+		cc.s.queues.Put(cc.entries)
+		cc.entries = nil
+	}
+	o.mu.Unlock()
+}
+
+// takeQueue gives a resumed reader a queue again.
+func (cc *clientConn) takeQueue() {
+	if cc.entries != nil { // only the reader sets it
+		return
+	}
+	q := cc.s.getQueue()
+	cc.out.mu.Lock()
+	cc.entries = q
+	cc.out.mu.Unlock()
+}
+
+// queueLen is len(cc.entries) for goroutines other than the reader.
+func (cc *clientConn) queueLen() int {
+	cc.out.mu.Lock()
+	defer cc.out.mu.Unlock()
+	return len(cc.entries)
 }
 
 // closed is the end of a connection's bookkeeping, once it is closed.
@@ -300,7 +341,7 @@ type clientConn struct {
 	s       *Server
 	nc      net.Conn
 	id      uint64
-	entries chan *entry       // in client order; send with queue
+	entries chan *entry       // in client order; send with queue; nil while parked, set under out.mu
 	wake    chan struct{}     // wakes the writer (clientio.go)
 	sock    *counter.FastConn // nc with raw socket I/O
 	out     clientOut         // with a raw socket: replies answered by whoever completes them
@@ -381,7 +422,7 @@ func (cc *clientConn) endWaits() {
 // ends its wait, and it parks if still idle (serve). Nothing happens
 // where parking is not supported or the connection is parked already.
 func (cc *clientConn) askPark() {
-	if !parkSupported || !cc.sock.Raw() || cc.parked.Load() || len(cc.entries) > 0 || cc.parkReq.Swap(true) {
+	if !parkSupported || !cc.sock.Raw() || cc.parked.Load() || cc.queueLen() > 0 || cc.parkReq.Swap(true) {
 		return
 	}
 	_ = cc.nc.SetReadDeadline(time.Now())
@@ -408,6 +449,7 @@ const (
 // by the sweeper, it parks an idle connection and returns (the parker
 // runs readLoop again when the client sends or hangs up).
 func (cc *clientConn) readLoop() {
+	cc.takeQueue()
 	if cc.serve() {
 		return // parked
 	}
@@ -454,6 +496,7 @@ func (cc *clientConn) serve() (parked bool) {
 			if rd.r == rd.w && cc.s.park.park(cc) {
 				return true
 			}
+			cc.takeQueue() // park may have given it back
 		}
 	}
 }

@@ -31,7 +31,14 @@ mget (4-key gets).
 --compare starts 3 memcached shards, Debian's nutcracker (ketama, the --hash)
 and mcproxy (built from ./cmd/mcproxy unless --mcproxy) with the same YAML,
 and runs memcached (one shard, direct), nutcracker, mcproxy, ... for --rounds
-rounds per mix.`,
+rounds per mix.
+
+  popbench proxy --idle-conns 10000
+
+--idle-conns N starts the same 3 shards, nutcracker and mcproxy, and holds N
+client connections (one get each, then idle) to mcproxy, then to nutcracker:
+VmRSS delta / N and mcproxy's go_goroutines delta / N, then a get on a sample
+of them. It raises its RLIMIT_NOFILE soft limit to the hard limit.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "addr", Usage: "memcached-protocol `HOST:PORT` to drive (without --compare)"},
 			&cli.StringFlag{Name: "mix", Value: "incr", Usage: "comma-separated mixes: incr, getset, mget"},
@@ -50,6 +57,7 @@ rounds per mix.`,
 			&cli.BoolFlag{Name: "require-mcproxy", Usage: "fail when mcproxy cannot be built or started"},
 			&cli.StringFlag{Name: "dir", Usage: "keep configs and logs in `DIR` (default: a removed temp dir)"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
+			&cli.IntFlag{Name: "idle-conns", Usage: "hold `N` idle connections to mcproxy, then to nutcracker (3 memcached), and report RSS and goroutines per connection"},
 		},
 		Action: runProxyCommand,
 	}
@@ -60,6 +68,9 @@ func runProxyCommand(c *cli.Context) error {
 	out := c.App.Writer
 	if out == nil {
 		out = os.Stdout
+	}
+	if n := c.Int("idle-conns"); n > 0 {
+		return runIdleConns(c, n, out)
 	}
 	if c.Bool("compare") {
 		if c.IsSet("addr") {
@@ -122,4 +133,29 @@ func proxyWriteJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// runIdleConns is "popbench proxy --idle-conns N".
+func runIdleConns(c *cli.Context, n int, out io.Writer) error {
+	var progress io.Writer = c.App.ErrWriter
+	if progress == nil {
+		progress = os.Stderr
+	}
+	rep, err := bench.RunIdleConns(c.Context, bench.IdleConnsConfig{
+		Conns: n, McproxyBin: c.String("mcproxy"), McproxyArgs: c.StringSlice("mcproxy-arg"),
+		Dir: c.String("dir"), Progress: progress,
+	})
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return proxyWriteJSON(out, rep)
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "system\tconns\tRSS before KB\tRSS held KB\tbytes/conn\tgoroutines before\theld\tper conn\theap/conn\tanswered\t")
+	for _, r := range rep.Results {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%d\t%d\t%.3f\t%.0f\t%d/%d\t\n", r.System, r.Conns, r.RSSBeforeKB, r.RSSHeldKB,
+			r.BytesPerConn, r.GoroutinesBefore, r.GoroutinesHeld, r.GoroutinesPerConn, r.HeapPerConn, r.Answered, r.Sampled)
+	}
+	return tw.Flush()
 }
