@@ -28,6 +28,8 @@ var (
 	StartProc = procs.StartProc
 	// Build is procs.Build.
 	Build = procs.Build
+	// ProcResources is procs.ReadResources.
+	ProcResources = procs.ReadResources
 )
 
 // RequireMemcachedEnv is fixture.RequireEnv (bench may not import fixture).
