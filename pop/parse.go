@@ -8,14 +8,11 @@ import (
 	"net/netip"
 	"net/textproto"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/poplimit/poplimit/counter"
 )
 
 // ParseFile reads and validates a policy file. A file that cannot be read
@@ -194,80 +191,14 @@ func (p *parser) file_(n *yaml.Node) *File {
 				p.errf(v, k, "must be unlimited (or set default_policy instead); got %q", v.Value)
 			}
 			f.UnmatchedUnlimited, unmatchedNode = true, v
-		case "case_insensitive_paths":
-			f.CaseInsensitivePaths = p.bool(v, k)
-		case "max_forwarded_hops":
-			f.MaxForwardedHops = int(p.int(v, k, 1))
-			if f.MaxForwardedHops > 1024 {
-				p.errf(v, k, "must be ≤ 1024, got %d", f.MaxForwardedHops)
-			}
-		case "ip_prefix":
-			p.fields(v, k, []string{"ipv4", "ipv6"}, func(k2 string, v2 *yaml.Node) {
-				if k2 == "ipv4" {
-					f.IPv4Prefix = int(p.int(v2, join(k, k2), 1))
-					if f.IPv4Prefix > 32 {
-						p.errf(v2, join(k, k2), "must be ≤ 32, got %d", f.IPv4Prefix)
-					}
-					return
-				}
-				f.IPv6Prefix = int(p.int(v2, join(k, k2), 1))
-				if f.IPv6Prefix > 128 {
-					p.errf(v2, join(k, k2), "must be ≤ 128, got %d", f.IPv6Prefix)
-				}
-			})
-		case "version":
-			if ver := p.int(v, k, 1); ver != 1 {
-				p.errf(v, k, "unsupported version %d (want 1)", ver)
-			}
-		case "headers":
-			switch p.str(v, k) {
-			case "both":
-				f.Headers = HeadersBoth
-			case "seed":
-				f.Headers = HeadersSeed
-			case "draft11":
-				f.Headers = HeadersDraft11
-			case "none":
-				f.Headers = HeadersNone
-			default:
-				p.errf(v, k, "must be one of both, seed, draft11, none; got %q", v.Value)
-			}
-		case "trusted_proxies":
-			p.list(v, k, func(i int, e *yaml.Node) {
-				path := fmt.Sprintf("%s[%d]", k, i)
-				s := p.str(e, path)
-				pr, err := netip.ParsePrefix(s)
-				if err != nil {
-					a, err2 := netip.ParseAddr(s)
-					if err2 != nil {
-						p.errf(e, path, "must be a CIDR or an address, got %q", s)
-						return
-					}
-					pr = netip.PrefixFrom(a, a.BitLen())
-				}
-				f.TrustedProxies = append(f.TrustedProxies, pr.Masked())
-			})
-		case "api_key":
-			p.fields(v, k, []string{"header", "bearer", "query"}, func(k2 string, v2 *yaml.Node) {
-				switch k2 {
-				case "header":
-					f.APIKey.Header = textproto.CanonicalMIMEHeaderKey(p.str(v2, join(k, k2)))
-				case "bearer":
-					f.APIKey.Bearer = p.bool(v2, join(k, k2))
-				case "query":
-					f.APIKey.Query = p.str(v2, join(k, k2))
-				}
-			})
-		case "user_header":
-			f.UserHeader = textproto.CanonicalMIMEHeaderKey(p.str(v, k))
-		case "prefilter":
-			f.Prefilter = p.prefilter(v, k)
 		case "keys":
 			keysNode = v
 		case "tiers":
 			tiersNode = v
 		case "policies":
 			policiesNode = v
+		default:
+			p.setting(f, k, v)
 		}
 	})
 	if tiersNode != nil {
@@ -277,48 +208,134 @@ func (p *parser) file_(n *yaml.Node) *File {
 		p.errf(n, "tiers", "at least one tier is required")
 	}
 	if keysNode != nil {
-		p.list(keysNode, "keys", func(i int, e *yaml.Node) {
-			path := fmt.Sprintf("keys[%d]", i)
-			var key string
-			var rec KeyRecord
-			p.fields(e, path, []string{"key", "tenant", "tier"}, func(k string, v *yaml.Node) {
-				switch k {
-				case "key":
-					key = p.str(v, join(path, k))
-				case "tenant":
-					rec.Tenant = p.str(v, join(path, k))
-				case "tier":
-					rec.Tier = p.str(v, join(path, k))
-					if _, ok := f.Tiers[rec.Tier]; !ok {
-						p.errf(v, join(path, k), "unknown tier %q", rec.Tier)
-					}
-				}
-			})
-			if key == "" {
-				p.errf(e, join(path, "key"), "required")
-				return
-			}
-			if _, dup := f.Keys[key]; dup {
-				p.errf(e, join(path, "key"), "duplicate key (digest %s)", KeyID(key))
-			}
-			f.Keys[key] = rec
-		})
+		p.keys(keysNode, f)
 	}
-	if policiesNode == nil {
-		p.errf(n, "policies", "at least one policy is required")
-	} else {
-		names := map[string]bool{}
-		p.list(policiesNode, "policies", func(i int, e *yaml.Node) {
-			ps := p.policy(e, fmt.Sprintf("policies[%d]", i), f)
-			if ps.Name != "" && names[ps.Name] {
-				p.errf(e, fmt.Sprintf("policies[%d].name", i), "duplicate policy name %q", ps.Name)
-			}
-			names[ps.Name] = true
-			f.Policies = append(f.Policies, ps)
-		})
-	}
+	p.policies(n, policiesNode, f)
 	p.unmatched(f, defaultNode, unmatchedNode)
 	return f
+}
+
+// setting parses one of the file's request settings: the version, the
+// header mode, where identities come from (forwarding, API key, user,
+// prefixes) and the pre-filter.
+func (p *parser) setting(f *File, k string, v *yaml.Node) {
+	switch k {
+	case "case_insensitive_paths":
+		f.CaseInsensitivePaths = p.bool(v, k)
+	case "max_forwarded_hops":
+		f.MaxForwardedHops = int(p.int(v, k, 1))
+		if f.MaxForwardedHops > 1024 {
+			p.errf(v, k, "must be ≤ 1024, got %d", f.MaxForwardedHops)
+		}
+	case "ip_prefix":
+		p.fields(v, k, []string{"ipv4", "ipv6"}, func(k2 string, v2 *yaml.Node) {
+			if k2 == "ipv4" {
+				f.IPv4Prefix = int(p.int(v2, join(k, k2), 1))
+				if f.IPv4Prefix > 32 {
+					p.errf(v2, join(k, k2), "must be ≤ 32, got %d", f.IPv4Prefix)
+				}
+				return
+			}
+			f.IPv6Prefix = int(p.int(v2, join(k, k2), 1))
+			if f.IPv6Prefix > 128 {
+				p.errf(v2, join(k, k2), "must be ≤ 128, got %d", f.IPv6Prefix)
+			}
+		})
+	case "version":
+		if ver := p.int(v, k, 1); ver != 1 {
+			p.errf(v, k, "unsupported version %d (want 1)", ver)
+		}
+	case "headers":
+		switch p.str(v, k) {
+		case "both":
+			f.Headers = HeadersBoth
+		case "seed":
+			f.Headers = HeadersSeed
+		case "draft11":
+			f.Headers = HeadersDraft11
+		case "none":
+			f.Headers = HeadersNone
+		default:
+			p.errf(v, k, "must be one of both, seed, draft11, none; got %q", v.Value)
+		}
+	case "trusted_proxies":
+		p.list(v, k, func(i int, e *yaml.Node) {
+			path := fmt.Sprintf("%s[%d]", k, i)
+			s := p.str(e, path)
+			pr, err := netip.ParsePrefix(s)
+			if err != nil {
+				a, err2 := netip.ParseAddr(s)
+				if err2 != nil {
+					p.errf(e, path, "must be a CIDR or an address, got %q", s)
+					return
+				}
+				pr = netip.PrefixFrom(a, a.BitLen())
+			}
+			f.TrustedProxies = append(f.TrustedProxies, pr.Masked())
+		})
+	case "api_key":
+		p.fields(v, k, []string{"header", "bearer", "query"}, func(k2 string, v2 *yaml.Node) {
+			switch k2 {
+			case "header":
+				f.APIKey.Header = textproto.CanonicalMIMEHeaderKey(p.str(v2, join(k, k2)))
+			case "bearer":
+				f.APIKey.Bearer = p.bool(v2, join(k, k2))
+			case "query":
+				f.APIKey.Query = p.str(v2, join(k, k2))
+			}
+		})
+	case "user_header":
+		f.UserHeader = textproto.CanonicalMIMEHeaderKey(p.str(v, k))
+	case "prefilter":
+		f.Prefilter = p.prefilter(v, k)
+	}
+}
+
+// keys parses the API key records; their tiers must exist.
+func (p *parser) keys(n *yaml.Node, f *File) {
+	p.list(n, "keys", func(i int, e *yaml.Node) {
+		path := fmt.Sprintf("keys[%d]", i)
+		var key string
+		var rec KeyRecord
+		p.fields(e, path, []string{"key", "tenant", "tier"}, func(k string, v *yaml.Node) {
+			switch k {
+			case "key":
+				key = p.str(v, join(path, k))
+			case "tenant":
+				rec.Tenant = p.str(v, join(path, k))
+			case "tier":
+				rec.Tier = p.str(v, join(path, k))
+				if _, ok := f.Tiers[rec.Tier]; !ok {
+					p.errf(v, join(path, k), "unknown tier %q", rec.Tier)
+				}
+			}
+		})
+		if key == "" {
+			p.errf(e, join(path, "key"), "required")
+			return
+		}
+		if _, dup := f.Keys[key]; dup {
+			p.errf(e, join(path, "key"), "duplicate key (digest %s)", KeyID(key))
+		}
+		f.Keys[key] = rec
+	})
+}
+
+// policies parses the policy list; names are unique.
+func (p *parser) policies(root, policiesNode *yaml.Node, f *File) {
+	if policiesNode == nil {
+		p.errf(root, "policies", "at least one policy is required")
+		return
+	}
+	names := map[string]bool{}
+	p.list(policiesNode, "policies", func(i int, e *yaml.Node) {
+		ps := p.policy(e, fmt.Sprintf("policies[%d]", i), f)
+		if ps.Name != "" && names[ps.Name] {
+			p.errf(e, fmt.Sprintf("policies[%d].name", i), "duplicate policy name %q", ps.Name)
+		}
+		names[ps.Name] = true
+		f.Policies = append(f.Policies, ps)
+	})
 }
 
 // unmatched checks default_policy and unmatched together, and that route
@@ -344,284 +361,4 @@ func (p *parser) unmatched(f *File, defaultNode, unmatchedNode *yaml.Node) {
 			p.errf(rn.node, rn.field, "route %q has upper case letters, but case_insensitive_paths matches lower-cased paths only", rn.pattern)
 		}
 	}
-}
-
-func (p *parser) prefilter(n *yaml.Node, path string) *PrefilterSpec {
-	ps := &PrefilterSpec{}
-	p.fields(n, path, []string{"quantity", "window", "burst"}, func(k string, v *yaml.Node) {
-		switch k {
-		case "quantity":
-			ps.Quantity = p.int(v, join(path, k), 1)
-		case "window":
-			ps.Window = p.dur(v, join(path, k))
-		case "burst":
-			ps.Burst = p.int(v, join(path, k), 0)
-		}
-	})
-	if ps.Quantity == 0 {
-		p.errf(n, join(path, "quantity"), "required")
-	}
-	if ps.Window == 0 {
-		ps.Window = time.Second
-	}
-	return ps
-}
-
-func (p *parser) tiers(n *yaml.Node, f *File) {
-	if n.Kind != yaml.MappingNode {
-		p.errf(n, "tiers", "must be a mapping of tier name to tier")
-		return
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		path := "tiers." + k.Value
-		if !validName(k.Value) {
-			p.errf(k, path, "tier names use letters, digits, '-' and '_'")
-		}
-		t := TierSpec{Name: k.Value}
-		p.fields(v, path, []string{"limits"}, func(k2 string, v2 *yaml.Node) {
-			t.Limits = p.limits(v2, join(path, k2))
-		})
-		if len(t.Limits) == 0 {
-			p.errf(v, join(path, "limits"), "at least one limit is required")
-		}
-		f.Tiers[k.Value] = t
-	}
-}
-
-func (p *parser) limits(n *yaml.Node, path string) []LimitSpec {
-	var out []LimitSpec
-	names := map[string]bool{}
-	p.list(n, path, func(i int, e *yaml.Node) {
-		lp := fmt.Sprintf("%s[%d]", path, i)
-		ls := LimitSpec{Cost: 1}
-		l := &ls.Limit
-		seen := map[string]bool{}
-		p.fields(e, lp, []string{"name", "algorithm", "quantity", "window", "burst", "cost", "on_reject", "precision"}, func(k string, v *yaml.Node) {
-			fp := join(lp, k)
-			seen[k] = true
-			switch k {
-			case "name":
-				l.Name = p.str(v, fp)
-				if !validName(l.Name) {
-					p.errf(v, fp, "limit names use letters, digits, '-' and '_'")
-				}
-			case "algorithm":
-				switch p.str(v, fp) {
-				case "sliding_window":
-					l.Algorithm = counter.SlidingWindow
-				case "fixed_window":
-					l.Algorithm = counter.FixedWindow
-				case "token_bucket":
-					l.Algorithm = counter.TokenBucket
-				default:
-					p.errf(v, fp, "must be sliding_window, fixed_window or token_bucket; got %q", v.Value)
-				}
-			case "quantity":
-				l.Quantity = p.int(v, fp, 1)
-			case "window":
-				l.Window = p.dur(v, fp)
-			case "burst":
-				l.Burst = p.int(v, fp, 0)
-			case "cost":
-				ls.Cost = p.int(v, fp, 1)
-			case "on_reject":
-				switch p.str(v, fp) {
-				case "count":
-					l.OnReject = counter.Count
-				case "refund":
-					l.OnReject = counter.Refund
-				default:
-					p.errf(v, fp, "must be count or refund; got %q", v.Value)
-				}
-			case "precision":
-				l.Precision = int(p.int(v, fp, 0))
-			}
-		})
-		if l.Name == "" {
-			l.Name = fmt.Sprintf("limit%d", i)
-		}
-		if names[l.Name] {
-			p.errf(e, join(lp, "name"), "duplicate limit name %q", l.Name)
-		}
-		names[l.Name] = true
-		if !seen["quantity"] {
-			p.errf(e, join(lp, "quantity"), "required")
-		}
-		if !seen["window"] {
-			p.errf(e, join(lp, "window"), "required")
-		}
-		if l.Quantity > 0 && l.Window > 0 {
-			if err := l.Validate(); err != nil {
-				p.errf(e, lp, "%v", err)
-			}
-		}
-		if ls.Cost > l.Quantity && l.Quantity > 0 && (l.Algorithm != counter.TokenBucket || l.Burst < ls.Cost) {
-			p.errf(e, join(lp, "cost"), "cost %d exceeds the allowance: no request could ever pass", ls.Cost)
-		}
-		out = append(out, ls)
-	})
-	return out
-}
-
-func validName(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
-
-func (p *parser) policy(n *yaml.Node, path string, f *File) PolicySpec {
-	ps := PolicySpec{TierSource: "api_key"}
-	var maxBatchNode *yaml.Node
-	p.fields(n, path, []string{"name", "routes", "identity", "tier", "default_tier", "overrides", "fail_mode", "lease"}, func(k string, v *yaml.Node) {
-		fp := join(path, k)
-		switch k {
-		case "name":
-			ps.Name = p.str(v, fp)
-			if !validName(ps.Name) {
-				p.errf(v, fp, "policy names use letters, digits, '-' and '_'")
-			}
-		case "routes":
-			p.list(v, fp, func(i int, e *yaml.Node) {
-				rp := fmt.Sprintf("%s[%d]", fp, i)
-				r := p.str(e, rp)
-				if err := p.addPattern(r); err != nil {
-					p.errf(e, rp, "%v", err)
-					return
-				}
-				ps.Routes = append(ps.Routes, r)
-				p.routes = append(p.routes, routeNode{e, rp, r})
-			})
-		case "identity":
-			p.list(v, fp, func(i int, e *yaml.Node) {
-				rp := fmt.Sprintf("%s[%d]", fp, i)
-				switch pt := Part(p.str(e, rp)); pt {
-				case PartIP, PartAPIKey, PartUser, PartTenant, PartRoute:
-					ps.Identity = append(ps.Identity, pt)
-				default:
-					p.errf(e, rp, "must be ip, api_key, user, tenant or route; got %q", e.Value)
-				}
-			})
-		case "tier":
-			ps.TierSource = p.str(v, fp)
-			if _, ok := f.Tiers[ps.TierSource]; !ok && ps.TierSource != "api_key" {
-				p.errf(v, fp, "must be api_key or a tier name; got %q", ps.TierSource)
-			}
-		case "default_tier":
-			ps.DefaultTier = p.str(v, fp)
-			if _, ok := f.Tiers[ps.DefaultTier]; !ok {
-				p.errf(v, fp, "unknown tier %q", ps.DefaultTier)
-			}
-		case "overrides":
-			if v.Kind != yaml.MappingNode {
-				p.errf(v, fp, "must be a mapping of tier name to limits")
-				return
-			}
-			ps.Overrides = map[string][]LimitSpec{}
-			for i := 0; i+1 < len(v.Content); i += 2 {
-				tk, tv := v.Content[i], v.Content[i+1]
-				if _, ok := f.Tiers[tk.Value]; !ok {
-					p.errf(tk, join(fp, tk.Value), "unknown tier %q", tk.Value)
-					continue
-				}
-				ps.Overrides[tk.Value] = p.limits(tv, join(fp, tk.Value))
-			}
-		case "fail_mode":
-			switch p.str(v, fp) {
-			case "open":
-				ps.FailMode = FailOpen
-			case "closed":
-				ps.FailMode = FailClosed
-			case "local":
-				ps.FailMode = FailLocal
-			default:
-				p.errf(v, fp, "must be open, closed or local; got %q", v.Value)
-			}
-		case "lease":
-			p.fields(v, fp, []string{"enabled", "max_batch", "horizon"}, func(k2 string, v2 *yaml.Node) {
-				switch k2 {
-				case "enabled":
-					ps.Lease.Enabled = p.bool(v2, join(fp, k2))
-				case "max_batch":
-					ps.Lease.MaxBatch = p.int(v2, join(fp, k2), 1)
-					maxBatchNode = v2
-				case "horizon":
-					ps.Lease.Horizon = p.dur(v2, join(fp, k2))
-				}
-			})
-		}
-	})
-	if ps.Name == "" {
-		p.errf(n, join(path, "name"), "required")
-	}
-	if len(ps.Routes) == 0 && (ps.Name == "" || ps.Name != f.DefaultPolicy) {
-		p.errf(n, join(path, "routes"), "at least one route pattern is required (only the default_policy may have none)")
-	}
-	if len(ps.Identity) == 0 {
-		ps.Identity = []Part{PartIP}
-	}
-	if maxBatchNode != nil && ps.Lease.MaxBatch > 0 {
-		p.checkMaxBatch(maxBatchNode, join(path, "lease.max_batch"), ps, f)
-	}
-	if ps.DefaultTier == "" {
-		if _, ok := f.Tiers[ps.TierSource]; ok {
-			ps.DefaultTier = ps.TierSource
-		} else {
-			p.errf(n, join(path, "default_tier"), "required when tier is api_key")
-		}
-	}
-	return ps
-}
-
-// checkMaxBatch rejects a lease max_batch bigger than the allowance ÷ cost
-// of a limit the policy may apply (every tier when the tier comes from the
-// API key): such a batch could never be granted.
-func (p *parser) checkMaxBatch(n *yaml.Node, path string, ps PolicySpec, f *File) {
-	tiers := []string{ps.TierSource}
-	if ps.TierSource == "api_key" {
-		tiers = tiers[:0]
-		for name := range f.Tiers {
-			tiers = append(tiers, name)
-		}
-		sort.Strings(tiers)
-	}
-	for _, tier := range tiers {
-		limits, ok := ps.Overrides[tier]
-		if !ok {
-			limits = f.Tiers[tier].Limits
-		}
-		for _, ls := range limits {
-			if ls.Cost < 1 {
-				continue
-			}
-			if c := allowanceOf(ls.Limit) / ls.Cost; ps.Lease.MaxBatch > c && c > 0 {
-				p.errf(n, path, "%d exceeds what limit %s of tier %s can grant at once (%d)", ps.Lease.MaxBatch, ls.Limit.Name, tier, c)
-				return
-			}
-		}
-	}
-}
-
-// addPattern validates a ServeMux pattern "[METHOD ][HOST]/[PATH]" and
-// checks it conflicts with no route registered before it.
-func (p *parser) addPattern(s string) (err error) {
-	if s == "" {
-		return errors.New("empty route pattern")
-	}
-	if p.mux == nil {
-		p.mux = newRouteMux()
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("bad route pattern %q: %v", s, r)
-		}
-	}()
-	p.mux.HandleFunc(s, nopHandler)
-	return nil
 }
