@@ -1,0 +1,336 @@
+package pop
+
+// One decision: identity, policy, mitigation cache, breaker, in-flight
+// slot, leases and the shared count, fail modes.
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/poplimit/poplimit/counter"
+)
+
+// Decide decides r at now. It never returns an error: store trouble is
+// handled by the policy's fail mode and reported in Decision.Reason.
+//
+// now is the decision instant and everything the decision computes
+// derives from it: the windows and buckets counted, the mitigation cache,
+// the breaker, the leases, the Retry-After and the rejection event's Time.
+// The store calls alone are bounded and timed in real time, on the
+// process's monotonic clock (time.Now, read once before and once after
+// them): their deadline (the adaptive store deadline from that first
+// reading) is a socket and context deadline, and their latency feeds the
+// deadline, so neither may follow a now the caller chose (a replayed or
+// fixed instant).
+func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) Decision {
+	s := l.snap.Load()
+	if s == nil {
+		return Decision{Allowed: true, Reason: ReasonNoPolicy}
+	}
+	ip := s.file.TrustedProxies.ClientIPHops(r, s.file.maxHops())
+	// Per-IP counts key on the client's network (ip_prefix: an IPv6 /64
+	// by default), so rotating addresses within it shares one count.
+	cnet := s.file.ClientNet(ip)
+	if s.prefilter != nil && cnet.IsValid() {
+		res, err := s.prefilter.AllowN(ctx, cnet.String(), now, 1)
+		if err == nil && !res.Allowed {
+			d := Decision{Status: http.StatusTooManyRequests, Policy: "prefilter", Reason: ReasonPrefilter, Binding: LimitResult{s.prefilter.Limit(), res}}
+			l.finish(&d, now, ip, Identity{})
+			return d
+		}
+	}
+	pattern := s.route(r).pattern
+	p := s.routes[pattern]
+	if p == nil {
+		if p = s.unmatched; p == nil {
+			return Decision{Allowed: true, Reason: ReasonNoPolicy}
+		}
+		pattern = unmatchedRoute
+	}
+	id := Identity{IP: cnet, Route: pattern}
+	tier := p.spec.DefaultTier
+	if p.needKey {
+		id.APIKey = s.file.APIKey.Extract(r)
+		if id.APIKey != "" {
+			rec, known := s.file.Keys[id.APIKey]
+			switch {
+			case known:
+				id.KeyID = KeyID(id.APIKey)
+				id.Tenant = rec.Tenant
+				if p.spec.TierSource == "api_key" && rec.Tier != "" {
+					tier = rec.Tier
+				}
+			case len(s.file.Keys) == 0:
+				// No key records: keys are taken as they come.
+				id.KeyID = KeyID(id.APIKey)
+			default:
+				// Unknown key while records exist: anonymous, so rotating
+				// made-up keys cannot mint fresh identities.
+			}
+		}
+	}
+	if p.spec.TierSource != "api_key" {
+		tier = p.spec.TierSource
+	}
+	if s.file.UserHeader != "" {
+		id.User = headerGet(r.Header, s.file.UserHeader)
+	}
+	rs := p.tiers[tier]
+	var buf [12]string
+	d := l.decide(ctx, p, rs, identityParts(buf[:0], p.spec, id), now)
+	d.Policy, d.Tier = p.spec.Name, tier
+	if d.Reason != ReasonFailLocal && d.Reason != ReasonStoreSlow && d.Reason != ReasonStoreBusy {
+		d.policyField = rs.policyField
+	}
+	l.finish(&d, now, ip, id)
+	return d
+}
+
+// identityParts appends the key parts of id for spec to dst: the policy
+// name, then a (label, value) pair per identity part. A missing part is
+// replaced by the client IP (label "anon"), so anonymous traffic is still
+// counted per client.
+func identityParts(dst []string, spec PolicySpec, id Identity) []string {
+	dst = append(dst, spec.Name)
+	ip := ""
+	for _, pt := range spec.Identity {
+		var label, v string
+		switch pt {
+		case PartIP:
+			label = "ip"
+		case PartAPIKey:
+			label, v = "k", id.KeyID
+		case PartUser:
+			label, v = "u", id.User
+		case PartTenant:
+			label, v = "t", id.Tenant
+		case PartRoute:
+			label, v = "r", id.Route
+		}
+		if v == "" {
+			if ip == "" {
+				ip = id.IP.String()
+			}
+			if pt != PartIP {
+				label = "anon"
+			}
+			v = ip
+		}
+		dst = append(dst, label, v)
+	}
+	return dst
+}
+
+func (l *Limiter) finish(d *Decision, now time.Time, ip netip.Addr, id Identity) {
+	if !d.Allowed && d.Status == 0 {
+		d.Status = rejectStatus(d.Reason)
+	}
+	l.cfg.Metrics.decision(d)
+	if !d.Allowed && d.Reason != ReasonCanceled && l.cfg.Events != nil {
+		l.cfg.Events.Emit(Event{
+			Time: now, Policy: d.Policy, Tier: d.Tier, Reason: d.Reason, Status: d.Status,
+			Limit: d.Binding.Limit.Name, IP: ip.String(), KeyID: id.KeyID, Tenant: id.Tenant, Route: id.Route,
+			RetryAfter: d.RetryAfter().Seconds(),
+		})
+	}
+}
+
+// decide runs mitigation cache → breaker → leases → shared count → fail
+// mode for one identity.
+func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []string, now time.Time) Decision {
+	mitKey := counter.Key(parts...)
+	var kbuf [4]string // most rules have few limits: no allocation
+	keys := kbuf[:0]
+	if len(rs.limits) <= len(kbuf) {
+		keys = kbuf[:len(rs.limits)]
+	} else {
+		keys = make([]string, len(rs.limits))
+	}
+	for i, r := range rs.limits {
+		if r.distinct {
+			keys[i] = counter.Key(append(parts[:len(parts):len(parts)], "l", r.spec.Limit.Name)...)
+		} else {
+			keys[i] = mitKey
+		}
+	}
+	if e, ok := p.mit.get(mitKey, now); ok && e.tier == rs.tier {
+		// Replay the rejection, aged by the time since it was made.
+		age := time.Duration(now.UnixNano() - e.at)
+		b := e.binding
+		b.Result.Allowed = false
+		b.Result.Remaining = 0
+		b.Result.RetryAfter = time.Duration(e.until - now.UnixNano())
+		b.Result.Reset = max(b.Result.Reset-age, b.Result.RetryAfter)
+		return Decision{Reason: ReasonMitigated, Binding: b, All: e.all}
+	}
+	if !l.breaker.Allow(now) {
+		return l.fallback(ctx, p, rs, keys, now)
+	}
+	if !l.acquire(ctx) {
+		l.breaker.Release()
+		if ctx.Err() != nil {
+			return Decision{Reason: ReasonCanceled}
+		}
+		return l.local(ctx, rs, keys, now, ReasonStoreBusy)
+	}
+	start := time.Now() // real time: see Decide
+	sctx := newStoreCtx(ctx, start.Add(l.dl.Current()))
+	d, err := l.count(sctx, rs, keys, now)
+	sctx.release()
+	<-l.slots
+	lat := time.Since(start)
+	l.dl.Observe(start, lat)
+	contention := errors.Is(err, counter.ErrContention)
+	l.cfg.Metrics.store(lat, err, contention)
+	if err != nil && ctx.Err() != nil {
+		// The client went away: not the store's fault, and not a
+		// reason to admit (nor to count a fail-open).
+		l.breaker.Release()
+		return Decision{Reason: ReasonCanceled}
+	}
+	if contention {
+		// A hot key, not a sick store: failing open here would let
+		// whoever hammers one key open the breaker for every key.
+		l.breaker.Observe(now, nil)
+		return contended(rs)
+	}
+	l.breaker.Observe(now, err)
+	if err != nil {
+		if IsTimeout(err) && l.breaker.State() == BreakerClosed && l.breaker.Live(now) {
+			// A live store that was slow this once (a burst): not a
+			// reason to fail open, nor to answer 503.
+			return l.local(ctx, rs, keys, now, ReasonStoreSlow)
+		}
+		return l.fallback(ctx, p, rs, keys, now)
+	}
+	if !d.Allowed && d.Binding.Result.RetryAfter > 0 {
+		p.mit.put(mitKey, now, now.Add(d.Binding.Result.RetryAfter), mitEntry{at: now.UnixNano(), binding: d.Binding, all: d.All, tier: rs.tier})
+		l.cfg.Metrics.mitigationInsert(p.spec.Name)
+	}
+	return d
+}
+
+// contended is the rejection of a request whose count could not be
+// updated (counter.ErrContention): bound to the first token bucket of the
+// rule (the limit that races), retry after one token's interval.
+func contended(rs *rules) Decision {
+	lim := rs.limits[0].spec.Limit
+	for _, r := range rs.limits {
+		if r.spec.Limit.Algorithm == counter.TokenBucket {
+			lim = r.spec.Limit
+			break
+		}
+	}
+	retry := max(lim.Window/time.Duration(max(lim.Quantity, 1)), time.Millisecond)
+	return Decision{
+		Status: http.StatusTooManyRequests, Reason: ReasonContention,
+		Binding: LimitResult{Limit: lim, Result: counter.Result{Limit: lim.Quantity, Reset: retry, RetryAfter: retry}},
+	}
+}
+
+// count asks the shared count (and the leases) about every limit.
+func (l *Limiter) count(ctx context.Context, rs *rules, keys []string, now time.Time) (Decision, error) {
+	all := make([]LimitResult, len(rs.limits))
+	// Stack buffers: most rules have few limits.
+	var cbuf [4]counter.Check
+	var ibuf, lbuf [4]int
+	checks, idx, leased := cbuf[:0], ibuf[:0], lbuf[:0]
+	leasedAll := true
+	for i, r := range rs.limits {
+		all[i].Limit = r.spec.Limit
+		if r.lease == nil {
+			leasedAll = false
+			checks = append(checks, r.check(keys[i]))
+			idx = append(idx, i)
+			continue
+		}
+		res, served, err := r.lease.take(ctx, keys[i], now, 1)
+		if err != nil {
+			l.giveBack(rs, keys, leased, now)
+			return Decision{}, err
+		}
+		all[i].Result = res
+		if !served {
+			leasedAll = false
+		}
+		if !res.Allowed {
+			l.giveBack(rs, keys, leased, now)
+			return verdict(all, i+1, ReasonStore), nil // the limits after i were not consulted
+		}
+		leased = append(leased, i)
+	}
+	switch len(checks) {
+	case 0:
+	case 1:
+		// AllowAll of one check is that check (nothing to undo when it
+		// refuses): skip its result slice.
+		c := checks[0]
+		res, err := c.Allower.AllowN(ctx, c.Key, now, c.Cost) // one request: Cost units (r.cost ≥ 1)
+		if err != nil {
+			l.giveBack(rs, keys, leased, now)
+			return Decision{}, err
+		}
+		all[idx[0]].Result = res
+		if !res.Allowed {
+			l.giveBack(rs, keys, leased, now)
+		}
+	default:
+		_, results, err := counter.AllowAll(ctx, now, 1, checks...)
+		if err != nil {
+			l.giveBack(rs, keys, leased, now)
+			return Decision{}, err
+		}
+		refused := false
+		for j, res := range results {
+			all[idx[j]].Result = res
+			refused = refused || !res.Allowed
+		}
+		if refused {
+			l.giveBack(rs, keys, leased, now)
+		}
+	}
+	reason := ReasonStore
+	if leasedAll {
+		reason = ReasonLease
+	}
+	return verdict(all, len(all), reason), nil
+}
+
+func (l *Limiter) giveBack(rs *rules, keys []string, leased []int, now time.Time) {
+	for _, i := range leased {
+		rs.limits[i].lease.giveBack(keys[i], now, 1)
+	}
+}
+
+// verdict is the decision over the first consulted limits of all (a lease
+// that refused leaves the later ones unasked): the binding limit is
+// counter.Closest's, the request is admitted when that one admitted it
+// (or when none was consulted).
+func verdict(all []LimitResult, consulted int, reason Reason) Decision {
+	var buf [4]counter.Result // most rules have few limits: no allocation
+	rs := buf[:0]
+	for _, lr := range all[:consulted] {
+		rs = append(rs, lr.Result)
+	}
+	d := Decision{Allowed: true, Reason: reason, All: all}
+	if b := counter.Closest(rs); b >= 0 {
+		d.Binding = all[b]
+		d.Allowed = all[b].Result.Allowed
+	}
+	return d
+}
+
+// fallback applies the policy's fail mode when the store is unavailable.
+func (l *Limiter) fallback(ctx context.Context, p *policy, rs *rules, keys []string, now time.Time) Decision {
+	switch p.spec.FailMode {
+	case FailClosed:
+		return Decision{Reason: ReasonFailClosed, Status: http.StatusServiceUnavailable,
+			Binding: LimitResult{Result: counter.Result{RetryAfter: l.cfg.Breaker.openFor()}}}
+	case FailLocal:
+		return l.local(ctx, rs, keys, now, ReasonFailLocal)
+	}
+	return Decision{Allowed: true, Reason: ReasonFailOpen}
+}
