@@ -331,7 +331,9 @@ func TestDefaultHashTag(t *testing.T) {
 	if tag != want {
 		t.Fatalf("DefaultHashTag() = %q, want %q", tag, want)
 	}
-	tag, _ = ParseHashTag("[]")
+	if tag, _ = ParseHashTag("[]"); tag.String() != "[]" {
+		t.Fatalf("the caller's copy is %q, want []", tag)
+	}
 	if got := DefaultHashTag(); got != want || got.String() != "{}" {
 		t.Fatalf("DefaultHashTag() after a caller's change = %q", got)
 	}
