@@ -60,14 +60,6 @@ func satSum(c []int64, q int64) int64 {
 	return s
 }
 
-// fits reports whether the estimate over counts at elapsed e in the current
-// sub-window is at most q. The comparison is exact: sub × full + counts[0]
-// × (sub − e) ≤ q × sub, in 128 bits where needed.
-func (w window) fits(counts []int64, e int64) bool {
-	_, ok := w.slack(counts, e)
-	return ok
-}
-
 // slack returns q × sub minus the weighted estimate (in units × ms) and
 // true when the estimate is at most q; 0 and false otherwise.
 func (w window) slack(counts []int64, e int64) (int64, bool) {
@@ -100,18 +92,6 @@ func (w window) remaining(counts []int64, e int64) int64 {
 		return 0
 	}
 	return sl / w.sub
-}
-
-// estimate is the sliding estimate as a float (for accuracy reports).
-func (w window) estimate(counts []int64, e int64) float64 {
-	est := 0.0
-	for _, v := range counts[1:] {
-		est += float64(v)
-	}
-	if w.n == 0 {
-		return est + float64(counts[0])
-	}
-	return est + float64(counts[0])*float64(w.sub-e)/float64(w.sub)
 }
 
 // result builds the answer at now (unix ns; in sub-window id at elapsed e

@@ -133,14 +133,6 @@ func (l Limit) burst() int64 {
 	return l.Quantity
 }
 
-// allowance is the Result.Limit of the limit.
-func (l Limit) allowance() int64 {
-	if l.Algorithm == TokenBucket {
-		return l.burst()
-	}
-	return l.Quantity
-}
-
 // Validate reports whether the limit can be enforced; the error wraps
 // ErrBadLimit or ErrBadPrecision.
 func (l Limit) Validate() error {
