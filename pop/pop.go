@@ -14,10 +14,13 @@
 // and are swapped atomically on reload (file watch, SIGHUP, admin endpoint);
 // in-flight requests finish under the snapshot they started with.
 //
-// pop never speaks the memcached protocol itself: shared limiters are built
-// by the caller (usually counter.New over a memcached.PipeStore or
-// memcached.Store aimed at the host's mcproxy; cmd/edge's
-// --store-client picks one) and handed in through Config.NewShared.
+// pop never speaks the memcached protocol itself: Open builds the usual
+// shared limiters (counter.New over a memcached.Store or
+// memcached.PipeStore aimed at the host's mcproxy) and loads the policy in
+// one call; New takes them from the caller through Config.NewShared, for
+// any other counter.Store. pop imports counter and counter/memcached; the
+// file watchers and signals of a daemon live beside it, in
+// cmd/internal/daemon.
 package pop
 
 import (
