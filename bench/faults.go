@@ -153,34 +153,12 @@ func RunFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, 
 
 // runFaults runs the scenarios on one PoP whose shards sit behind relays.
 func runFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, error) {
-	api := Route{Path: "/api", Quantity: 20, Window: time.Second}
-	login := Route{Path: "/login", Quantity: 5, Window: time.Second, FailClosed: true}
 	span := cfg.Fault + cfg.Settle
-	total := cfg.Warmup + time.Duration(len(cfg.Scenarios))*span
-	tr, err := Generate(WorkloadConfig{Seed: cfg.Seed, Duration: total, API: api, Login: login,
-		Legit: cfg.APIUsers, LegitMin: 0.3, LegitMax: 0.5, Abusive: -1, Boundary: -1, Stuffers: -1})
+	tr, err := faultsTrace(cfg, cfg.Warmup+time.Duration(len(cfg.Scenarios))*span)
 	if err != nil {
 		return nil, err
 	}
-	// Login users at 0.6× their limit.
-	for i := 0; i < cfg.LoginUsers; i++ {
-		id := int32(len(tr.Clients))
-		tr.Clients = append(tr.Clients, Client{ID: fmt.Sprintf("login-%03d", i), Kind: Legit, Route: 1, Multiple: 0.6})
-		for at := time.Duration(i) * time.Second / time.Duration(cfg.LoginUsers*3); at < total; at += time.Second / 3 {
-			tr.Requests = append(tr.Requests, Request{At: at, Client: id})
-		}
-	}
-	tr.sort()
-	pc := PoPConfig{Name: "faults", Shards: 3, Proxies: 1, RelayShards: true,
-		ProxyArgs: []string{"--auto-eject", "--failure-limit", "3", "--retry-timeout", "1s", "--timeout", "300ms"}}
-	if !cfg.InProcess && env.HasEdge() {
-		pc.Edges, pc.WorkersPerPoP = 4, 4
-		pc.Policy = PolicyYAML(tr.Routes, 0, 1)
-		// Deadlines generous enough that a loaded 2-core machine does not
-		// look like a fault; the faults themselves exceed them.
-		pc.EdgeArgs = []string{"--store-deadline", "400ms", "--breaker-failures", "5", "--breaker-open", "250ms"}
-	}
-	p, err := env.Launch(ctx, pc)
+	p, err := env.Launch(ctx, faultsPoP(cfg, env, tr))
 	if err != nil {
 		return nil, err
 	}
@@ -188,30 +166,8 @@ func runFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, 
 	if err != nil {
 		return nil, err
 	}
-	rep := &FaultsReport{PoP: p.Describe() + ", shards behind relays"}
 	results := make([]*FaultResult, len(cfg.Scenarios))
-	var mu sync.Mutex
-	var samples []errSample
-	sample := func(at time.Duration) {
-		s := errSample{at: at, fallback: map[string]int64{}}
-		if in != nil {
-			s.errs = in.StoreStats().Errors
-		} else {
-			for _, e := range p.Edges {
-				m, err := ScrapeMetrics(e.Admin)
-				if err != nil {
-					continue
-				}
-				s.errs += int64(m.Sum("poplimit_store_errors_total", "", ""))
-				for _, mode := range []string{"open", "closed", "local"} {
-					s.fallback[mode] += int64(m.Sum("poplimit_fallback_decisions_total", "mode", "fail_"+mode))
-				}
-			}
-		}
-		mu.Lock()
-		samples = append(samples, s)
-		mu.Unlock()
-	}
+	es := &errSampler{p: p, in: in}
 	var actions sync.WaitGroup
 	var start time.Time
 	next := 0
@@ -223,7 +179,7 @@ func runFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, 
 		if elapsed-sampledAt >= 200*time.Millisecond {
 			sampledAt = elapsed
 			actions.Add(1)
-			go func() { defer actions.Done(); sample(elapsed) }()
+			go func() { defer actions.Done(); es.sample(elapsed) }()
 		}
 		if next >= len(cfg.Scenarios) || elapsed < cfg.Warmup+time.Duration(next)*span {
 			return
@@ -242,6 +198,88 @@ func runFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, 
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
+	rep := &FaultsReport{PoP: p.Describe() + ", shards behind relays"}
+	rep.score(cfg, results, replay, es.samples)
+	if cfg.OutDir != "" {
+		if err := rep.write(cfg.OutDir, ChartExt(cfg.ChartFormat), replay); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// faultsTrace is the steady traffic of the faults run, total long: API
+// users under their limit and login users at 0.6x theirs.
+func faultsTrace(cfg FaultsConfig, total time.Duration) (*Trace, error) {
+	api := Route{Path: "/api", Quantity: 20, Window: time.Second}
+	login := Route{Path: "/login", Quantity: 5, Window: time.Second, FailClosed: true}
+	tr, err := Generate(WorkloadConfig{Seed: cfg.Seed, Duration: total, API: api, Login: login,
+		Legit: cfg.APIUsers, LegitMin: 0.3, LegitMax: 0.5, Abusive: -1, Boundary: -1, Stuffers: -1})
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i < cfg.LoginUsers; i++ {
+		id := int32(len(tr.Clients))
+		tr.Clients = append(tr.Clients, Client{ID: fmt.Sprintf("login-%03d", i), Kind: Legit, Route: 1, Multiple: 0.6})
+		for at := time.Duration(i) * time.Second / time.Duration(cfg.LoginUsers*3); at < total; at += time.Second / 3 {
+			tr.Requests = append(tr.Requests, Request{At: at, Client: id})
+		}
+	}
+	tr.sort()
+	return tr, nil
+}
+
+// faultsPoP is the PoP of the faults run: three relayed shards, one
+// ejecting mcproxy, and (out of process) four edges with deadlines
+// generous enough that a loaded 2-core machine does not look like a fault;
+// the faults themselves exceed them.
+func faultsPoP(cfg FaultsConfig, env *Env, tr *Trace) PoPConfig {
+	pc := PoPConfig{Name: "faults", Shards: 3, Proxies: 1, RelayShards: true,
+		ProxyArgs: []string{"--auto-eject", "--failure-limit", "3", "--retry-timeout", "1s", "--timeout", "300ms"}}
+	if !cfg.InProcess && env.HasEdge() {
+		pc.Edges, pc.WorkersPerPoP = 4, 4
+		pc.Policy = PolicyYAML(tr.Routes, 0, 1)
+		pc.EdgeArgs = []string{"--store-deadline", "400ms", "--breaker-failures", "5", "--breaker-open", "250ms"}
+	}
+	return pc
+}
+
+// errSampler records the store errors and fallback decisions of the PoP's
+// workers over time (in process, or scraped from each edge's metrics).
+type errSampler struct {
+	p       *PoP
+	in      *Inproc
+	mu      sync.Mutex
+	samples []errSample
+}
+
+func (es *errSampler) sample(at time.Duration) {
+	s := errSample{at: at, fallback: map[string]int64{}}
+	if es.in != nil {
+		s.errs = es.in.StoreStats().Errors
+	} else {
+		for _, e := range es.p.Edges {
+			m, err := ScrapeMetrics(e.Admin)
+			if err != nil {
+				continue
+			}
+			s.errs += int64(m.Sum("poplimit_store_errors_total", "", ""))
+			for _, mode := range []string{"open", "closed", "local"} {
+				s.fallback[mode] += int64(m.Sum("poplimit_fallback_decisions_total", "mode", "fail_"+mode))
+			}
+		}
+	}
+	es.mu.Lock()
+	es.samples = append(es.samples, s)
+	es.mu.Unlock()
+}
+
+// score fills the report from the replay: the baseline error rate over
+// the warmup, then each scenario's span judged against the noise floor
+// (the baseline, or the second before the fault if the machine got busier
+// since).
+func (rep *FaultsReport) score(cfg FaultsConfig, results []*FaultResult, replay *Replay, samples []errSample) {
+	span := cfg.Fault + cfg.Settle
 	base := &FaultResult{RepairS: cfg.Warmup.Seconds()}
 	scoreFault(base, replay, cfg.Warmup/2, cfg.Warmup, samples, 1)
 	rep.BaselineErrorPct = base.errPct
@@ -251,8 +289,6 @@ func runFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, 
 			results[i] = r
 		}
 		from := cfg.Warmup + time.Duration(i)*span
-		// The noise floor: the run's baseline, or the second before this
-		// fault if the machine got busier since.
 		pre := &FaultResult{RepairS: from.Seconds()}
 		scoreFault(pre, replay, from-time.Second, from, samples, 1)
 		threshold := max(0.05, 2*max(base.errPct, pre.errPct)/100)
@@ -263,12 +299,6 @@ func runFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, 
 		}
 	}
 	rep.Results = results
-	if cfg.OutDir != "" {
-		if err := rep.write(cfg.OutDir, ChartExt(cfg.ChartFormat), replay); err != nil {
-			return rep, err
-		}
-	}
-	return rep, nil
 }
 
 func secondsDur(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -100,53 +100,20 @@ func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error)
 	cfg = cfg.withDefaults()
 	route := Route{Path: "/api", Quantity: cfg.Quantity, Window: cfg.Window}
 	res := &LoadResult{Conns: cfg.Conns, Keys: cfg.Keys}
-	var p *PoP
-	switch {
-	case len(cfg.EdgeURLs) > 0:
-		res.Target = fmt.Sprintf("existing edges %v", cfg.EdgeURLs)
+	if len(cfg.EdgeURLs) > 0 {
 		cfg.Algorithms = cfg.Algorithms[:1]
-	case len(cfg.ProxyAddrs) > 0:
-		res.Target = fmt.Sprintf("existing proxies %v, %d in-process workers", cfg.ProxyAddrs, cfg.Workers)
-	default:
-		pc := PoPConfig{Name: "load", Shards: 3, Proxies: 1}
-		if cfg.HTTP {
-			if !env.HasEdge() {
-				return nil, fmt.Errorf("%w: edge: %v", ErrNoPoP, env.EdgeErr)
-			}
-			pc.Edges, pc.WorkersPerPoP = cfg.Workers, cfg.Workers
-			pc.Policy = PolicyYAML([]Route{route}, cfg.Algorithms[0], 1)
-		}
-		var err error
-		if p, err = env.Launch(ctx, pc); err != nil {
-			return nil, err
-		}
-		res.Target = p.Describe()
+	}
+	p, err := loadPoP(ctx, env, cfg, route, res)
+	if err != nil {
+		return nil, err
 	}
 	total := cfg.Rounds * len(cfg.Algorithms)
 	sums := map[string]*LoadRun{}
 	for round := 1; round <= cfg.Rounds; round++ {
 		for ai, alg := range cfg.Algorithms {
-			var target Target
-			var in *Inproc
-			switch {
-			case len(cfg.EdgeURLs) > 0:
-				target = NewHTTPTarget(cfg.EdgeURLs, cfg.Conns)
-			case p != nil && len(p.Edges) > 0:
-				if err := p.SetPolicy(ctx, PolicyYAML([]Route{route}, alg, 1)); err != nil {
-					return nil, err
-				}
-				target = NewHTTPTarget(p.EdgeURLs(), cfg.Conns)
-			default:
-				servers, direct := cfg.ProxyAddrs, false
-				if p != nil {
-					servers, direct = p.WorkerServers()
-				}
-				var err error
-				in, err = NewInproc([]Route{route}, InprocConfig{Servers: servers, Direct: direct, Workers: cfg.Workers, Algorithm: alg})
-				if err != nil {
-					return nil, err
-				}
-				target = in
+			target, in, err := loadTarget(ctx, cfg, p, route, alg)
+			if err != nil {
+				return nil, err
 			}
 			env.Logf("load: %s round %d for %v", AlgorithmName(alg), round, cfg.Duration)
 			var before int64
@@ -180,23 +147,86 @@ func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error)
 				run.cpu = p.CPUSeconds() - cpu0
 				run.CPUPerM = run.cpu / float64(run.Decisions) * 1e6
 			}
-			res.Runs = append(res.Runs, run)
-			s := sums[run.Algorithm]
-			if s == nil {
-				s = &LoadRun{Algorithm: run.Algorithm, lat: NewLatency()}
-				sums[run.Algorithm] = s
-				res.Sums = append(res.Sums, s)
-			}
-			s.Decisions += run.Decisions
-			s.Seconds += run.Seconds
-			s.Admitted += run.Admitted
-			s.Rejected += run.Rejected
-			s.Errors += run.Errors
-			s.RoundTrips += run.RoundTrips * float64(run.Decisions)
-			s.cpu += run.cpu
-			s.lat.Merge(run.lat)
+			res.add(sums, run)
 		}
 	}
+	res.finish(cfg.Rounds)
+	return res, nil
+}
+
+// loadPoP launches the PoP the load runs through (nil when cfg names
+// existing edges or proxies) and describes the target in res.
+func loadPoP(ctx context.Context, env *Env, cfg LoadConfig, route Route, res *LoadResult) (*PoP, error) {
+	switch {
+	case len(cfg.EdgeURLs) > 0:
+		res.Target = fmt.Sprintf("existing edges %v", cfg.EdgeURLs)
+		return nil, nil
+	case len(cfg.ProxyAddrs) > 0:
+		res.Target = fmt.Sprintf("existing proxies %v, %d in-process workers", cfg.ProxyAddrs, cfg.Workers)
+		return nil, nil
+	}
+	pc := PoPConfig{Name: "load", Shards: 3, Proxies: 1}
+	if cfg.HTTP {
+		if !env.HasEdge() {
+			return nil, fmt.Errorf("%w: edge: %v", ErrNoPoP, env.EdgeErr)
+		}
+		pc.Edges, pc.WorkersPerPoP = cfg.Workers, cfg.Workers
+		pc.Policy = PolicyYAML([]Route{route}, cfg.Algorithms[0], 1)
+	}
+	p, err := env.Launch(ctx, pc)
+	if err != nil {
+		return nil, err
+	}
+	res.Target = p.Describe()
+	return p, nil
+}
+
+// loadTarget is what one run of algorithm alg sends to: the existing
+// edges, the PoP's edges (their policy switched to alg), or in-process
+// workers over the PoP's (or the given) proxies, returned as in too.
+func loadTarget(ctx context.Context, cfg LoadConfig, p *PoP, route Route, alg counter.Algorithm) (Target, *Inproc, error) {
+	switch {
+	case len(cfg.EdgeURLs) > 0:
+		return NewHTTPTarget(cfg.EdgeURLs, cfg.Conns), nil, nil
+	case p != nil && len(p.Edges) > 0:
+		if err := p.SetPolicy(ctx, PolicyYAML([]Route{route}, alg, 1)); err != nil {
+			return nil, nil, err
+		}
+		return NewHTTPTarget(p.EdgeURLs(), cfg.Conns), nil, nil
+	}
+	servers, direct := cfg.ProxyAddrs, false
+	if p != nil {
+		servers, direct = p.WorkerServers()
+	}
+	in, err := NewInproc([]Route{route}, InprocConfig{Servers: servers, Direct: direct, Workers: cfg.Workers, Algorithm: alg})
+	if err != nil {
+		return nil, nil, err
+	}
+	return in, in, nil
+}
+
+// add records run and folds it into its algorithm's sum (sums indexes
+// res.Sums by algorithm name).
+func (res *LoadResult) add(sums map[string]*LoadRun, run *LoadRun) {
+	res.Runs = append(res.Runs, run)
+	s := sums[run.Algorithm]
+	if s == nil {
+		s = &LoadRun{Algorithm: run.Algorithm, lat: NewLatency()}
+		sums[run.Algorithm] = s
+		res.Sums = append(res.Sums, s)
+	}
+	s.Decisions += run.Decisions
+	s.Seconds += run.Seconds
+	s.Admitted += run.Admitted
+	s.Rejected += run.Rejected
+	s.Errors += run.Errors
+	s.RoundTrips += run.RoundTrips * float64(run.Decisions)
+	s.cpu += run.cpu
+	s.lat.Merge(run.lat)
+}
+
+// finish turns the sums into rates and means over rounds rounds.
+func (res *LoadResult) finish(rounds int) {
 	for _, s := range res.Sums {
 		s.PerSecond = float64(s.Decisions) / s.Seconds
 		s.Latency = s.lat.Summary()
@@ -204,9 +234,8 @@ func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error)
 			s.RoundTrips /= float64(s.Decisions)
 			s.CPUPerM = s.cpu / float64(s.Decisions) * 1e6
 		}
-		s.Round = cfg.Rounds
+		s.Round = rounds
 	}
-	return res, nil
 }
 
 // closedLoop runs cfg.Conns clients for cfg.Duration, each sending the next

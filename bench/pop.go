@@ -253,17 +253,8 @@ func (p *PoP) Describe() string {
 // and waits until each answers. On error everything started is stopped.
 func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 	cfg = cfg.withDefaults()
-	if cfg.Dir == "" {
-		return nil, errors.New("bench: PoPConfig needs Dir")
-	}
-	if cfg.Bins.MCProxy == "" && (cfg.Proxies > 0 || cfg.Store == StoreEmbedded) {
-		return nil, fmt.Errorf("%w: mcproxy is needed for proxies and embedded shards", procs.ErrNotBuilt)
-	}
-	if cfg.Edges > 0 && (cfg.Bins.Edge == "" || cfg.Upstream == "" || len(cfg.Policy) == 0) {
-		return nil, errors.New("bench: edge workers need Bins.Edge, Upstream and Policy")
-	}
-	if cfg.Store == StoreMemcached && !procs.MemcachedInstalled() {
-		return nil, procs.ErrNoMemcached
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	p := &PoP{Name: cfg.Name, Store: cfg.Store, cfg: cfg}
 	defer func() {
@@ -271,21 +262,59 @@ func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 			p.Close()
 		}
 	}()
-	logf := func(name string) string { return filepath.Join(cfg.Dir, cfg.Name+"-"+name+".log") }
+	if err := p.startShards(ctx); err != nil {
+		return nil, err
+	}
+	if err := p.startProxies(ctx); err != nil {
+		return nil, err
+	}
+	if err := p.startEdges(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// check reports a configuration LaunchPoP cannot start (after defaults).
+func (cfg PoPConfig) check() error {
+	if cfg.Dir == "" {
+		return errors.New("bench: PoPConfig needs Dir")
+	}
+	if cfg.Bins.MCProxy == "" && (cfg.Proxies > 0 || cfg.Store == StoreEmbedded) {
+		return fmt.Errorf("%w: mcproxy is needed for proxies and embedded shards", procs.ErrNotBuilt)
+	}
+	if cfg.Edges > 0 && (cfg.Bins.Edge == "" || cfg.Upstream == "" || len(cfg.Policy) == 0) {
+		return errors.New("bench: edge workers need Bins.Edge, Upstream and Policy")
+	}
+	if cfg.Store == StoreMemcached && !procs.MemcachedInstalled() {
+		return procs.ErrNoMemcached
+	}
+	return nil
+}
+
+// logFile is the log path of the PoP's process name.
+func (p *PoP) logFile(name string) string {
+	return filepath.Join(p.cfg.Dir, p.cfg.Name+"-"+name+".log")
+}
+
+// startShards starts the shards (memcached or embedded mcproxy), each
+// behind a relay when the configuration delays or relays shards.
+func (p *PoP) startShards(ctx context.Context) error {
+	cfg := p.cfg
 	for i := 0; i < cfg.Shards; i++ {
 		s := &Shard{}
 		if cfg.Store == StoreMemcached {
 			m, err := procs.StartMemcached(ctx, procs.MemcachedConfig{Threads: 1, MemoryMB: cfg.ShardMemoryMB})
 			if err != nil {
-				return nil, err
+				return err
 			}
 			s.mc, s.Direct = m, m.Addr
 		} else {
-			pr, err := startServing(ctx, fmt.Sprintf("shard-%d", i), cfg.Bins.MCProxy, logf(fmt.Sprintf("shard-%d", i)),
+			name := fmt.Sprintf("shard-%d", i)
+			pr, err := startServing(ctx, name, cfg.Bins.MCProxy, p.logFile(name),
 				func(addr string) []string { return []string{"--listen", addr, "--embedded", "1", "--admin", ""} },
 				func(addr string) error { return procs.Ping(addr, 200*time.Millisecond) })
 			if err != nil {
-				return nil, err
+				return err
 			}
 			s.proc, s.Direct = pr, pr.Addr
 		}
@@ -294,13 +323,21 @@ func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 		if cfg.ShardDelay > 0 || cfg.RelayShards {
 			r, err := StartRelay(s.Direct, cfg.ShardDelay)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			s.Relay, s.Addr = r, r.Addr
 		}
 	}
+	return nil
+}
+
+// startProxies starts the mcproxies over every shard, and their store
+// relays when the configuration delays the store.
+func (p *PoP) startProxies(ctx context.Context) error {
+	cfg := p.cfg
 	for i := 0; i < cfg.Proxies; i++ {
-		pr, err := startServing(ctx, fmt.Sprintf("mcproxy-%d", i), cfg.Bins.MCProxy, logf(fmt.Sprintf("mcproxy-%d", i)),
+		name := fmt.Sprintf("mcproxy-%d", i)
+		pr, err := startServing(ctx, name, cfg.Bins.MCProxy, p.logFile(name),
 			func(addr string) []string {
 				args := []string{"--listen", addr}
 				for _, s := range p.Shards {
@@ -315,7 +352,7 @@ func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 			},
 			func(addr string) error { return procs.Ping(addr, 200*time.Millisecond) })
 		if err != nil {
-			return nil, err
+			return err
 		}
 		p.Proxies = append(p.Proxies, pr)
 	}
@@ -323,26 +360,34 @@ func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 		for _, pr := range p.Proxies {
 			r, err := StartRelay(pr.Addr, cfg.StoreDelay)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			p.StoreRelays = append(p.StoreRelays, r)
 		}
 	}
-	if cfg.Edges > 0 {
-		p.PolicyFile = filepath.Join(cfg.Dir, cfg.Name+"-policy.yml")
-		if err := os.WriteFile(p.PolicyFile, cfg.Policy, 0o644); err != nil {
-			return nil, fmt.Errorf("bench: write policy: %w", err)
-		}
+	return nil
+}
+
+// startEdges writes the policy file and starts the edge workers, each
+// with its own admin listener and the store servers StoreServers gives it.
+func (p *PoP) startEdges(ctx context.Context) error {
+	cfg := p.cfg
+	if cfg.Edges == 0 {
+		return nil
+	}
+	p.PolicyFile = filepath.Join(cfg.Dir, cfg.Name+"-policy.yml")
+	if err := os.WriteFile(p.PolicyFile, cfg.Policy, 0o644); err != nil {
+		return fmt.Errorf("bench: write policy: %w", err)
 	}
 	for i := 0; i < cfg.Edges; i++ {
 		adminPort, err := procs.FreePort()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		admin := "127.0.0.1:" + strconv.Itoa(adminPort)
 		servers, _ := p.StoreServers(i)
 		name := fmt.Sprintf("edge-%d", i)
-		pr, err := startServing(ctx, name, cfg.Bins.Edge, logf(name),
+		pr, err := startServing(ctx, name, cfg.Bins.Edge, p.logFile(name),
 			func(addr string) []string {
 				args := []string{"--listen", addr, "--upstream", cfg.Upstream}
 				for _, s := range servers {
@@ -353,11 +398,11 @@ func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 			},
 			func(addr string) error { return httpUp("http://" + admin + "/healthz") })
 		if err != nil {
-			return nil, err
+			return err
 		}
 		p.Edges = append(p.Edges, &Edge{URL: "http://" + pr.Addr, Admin: "http://" + admin, Proc: pr})
 	}
-	return p, nil
+	return nil
 }
 
 // startServing starts a process that listens on a free port given by args,
