@@ -92,6 +92,10 @@ type Call struct {
 	// until the client connection releases the call.
 	budget *atomic.Int64
 	held   int64
+	// perKey is what the client reserved in the budget for each key's
+	// reply when it dispatched the call (clientConn.replyReserve): a big
+	// reply is counted (held) only beyond perKey times its keys.
+	perKey int64
 	// est is the client's reply size estimate (clientConn.replyEst):
 	// a retrieval's Finish raises it to its reply's size when big, and
 	// sets it to 0 from unknown when small.
@@ -116,12 +120,22 @@ func (c *Call) Finish(err error) {
 // finishing a batch of calls drains each client once.
 func (c *Call) finish(err error) *clientConn {
 	c.Err = err
-	if c.budget != nil && len(c.Reply) >= bigRequest {
-		c.held = int64(len(c.Reply))
-		c.budget.Add(c.held)
+	var big int64 // the reply's size when big, else 0
+	if len(c.Reply) >= bigRequest {
+		big = int64(len(c.Reply))
+	}
+	if c.budget != nil && big > 0 {
+		covered := int64(0)
+		if c.Req != nil {
+			covered = c.perKey * int64(len(c.Req.Keys))
+		}
+		if big > covered {
+			c.held = big - covered
+			c.budget.Add(c.held)
+		}
 	}
 	if c.est != nil && c.Req != nil && (c.Req.Cmd.IsRetrieval() || c.Req.Cmd == CmdMg) {
-		raiseEstimate(c.est, c.held)
+		raiseEstimate(c.est, big)
 	}
 	wake, owner := c.wake, c.owner // c may be reused once finished is set
 	c.done <- struct{}{}
@@ -156,7 +170,7 @@ func (c *Call) reset() {
 	c.owner = nil
 	c.finished.Store(false)
 	c.wire = 0
-	c.budget, c.held, c.est = nil, 0, nil
+	c.budget, c.held, c.est, c.perKey = nil, 0, nil, 0
 	c.req.Reset()
 }
 

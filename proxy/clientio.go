@@ -37,6 +37,10 @@ type clientOut struct {
 	busy  bool   // the writer goroutine runs (writeDirect), writing buf blocking
 	eof   bool   // entries is closed and drained
 	dead  bool   // a write failed: replies are dropped
+	// held is the budget bytes (clientConn.held) of the replies in buf:
+	// given back once buf is written, so replies answered and not yet
+	// taken by the client count against MaxClientBytes.
+	held int64
 }
 
 // Write appends p (respond writes replies into the output buffer).
@@ -128,9 +132,11 @@ func (cc *clientConn) answerReady() {
 		}
 		o.head = nil
 		cc.s.respond(o, e)
-		cc.release(e)
+		o.held += cc.release(e)
 		if o.dead {
 			o.buf = o.buf[:0]
+			cc.giveBack(o.held)
+			o.held = 0
 		}
 	}
 }
@@ -143,9 +149,13 @@ func (cc *clientConn) writeNow() {
 	switch {
 	case err == nil && n == len(o.buf):
 		o.buf = o.buf[:0]
+		cc.giveBack(o.held)
+		o.held = 0
 	case err != nil:
 		o.dead = true
 		o.buf = o.buf[:0]
+		cc.giveBack(o.held)
+		o.held = 0
 		_ = cc.sock.Shutdown() // the reader sees EOF (Close would wait for it)
 		cc.endWaits()
 	default:
@@ -168,13 +178,16 @@ func (cc *clientConn) writeDirect() {
 		cc.answerReady()
 		if len(o.buf) == 0 || o.dead {
 			o.buf = o.buf[:0]
+			cc.giveBack(o.held)
+			o.held = 0
 			o.busy = false
 			break
 		}
-		buf := o.buf
-		o.buf = o.spare[:0]
+		buf, held := o.buf, o.held
+		o.buf, o.held = o.spare[:0], 0
 		o.mu.Unlock()
 		_, err := cc.sock.Write(buf)
+		cc.giveBack(held) // written, or dropped (dead)
 		o.mu.Lock()
 		if cap(buf) <= maxOutBuffered {
 			o.spare = buf[:0]

@@ -75,6 +75,7 @@ func (cc *clientConn) newCall(e *entry, req *Request) *Call {
 	c.Conn = cc.id
 	c.budget = &cc.held
 	c.est = &cc.replyEst
+	c.perKey = cc.perKey
 	if cc.sock.Raw() {
 		c.owner = cc
 	} else {

@@ -352,20 +352,28 @@ type clientConn struct {
 	// replyEst is the largest big reply (value) a retrieval of this client
 	// got, 0 when all were small, -1 before the first (see replyReserve).
 	replyEst atomic.Int64
+	perKey   int64         // the reservation per key of the request being dispatched (reader only)
 	room     chan struct{} // wakes the reader once held drops to the budget
 	quit     chan struct{} // closed by endWaits: the reader stops waiting for room
 	quitOnce sync.Once
 }
 
-// release frees an answered entry and gives its bytes back to the
-// client's budget, waking the reader when that makes room.
-func (cc *clientConn) release(e *entry) {
+// release frees an answered entry and returns the bytes it holds of the
+// client's budget: the caller gives them back (giveBack) once the reply
+// is written, or at once.
+func (cc *clientConn) release(e *entry) int64 {
 	h := e.held
 	e.held = 0
 	for _, c := range e.calls {
 		h += c.held // big replies
 	}
 	releaseEntry(e)
+	return h
+}
+
+// giveBack returns h bytes to the client's budget, waking the reader when
+// that makes room.
+func (cc *clientConn) giveBack(h int64) {
 	if h == 0 {
 		return
 	}
@@ -386,7 +394,13 @@ func (cc *clientConn) release(e *entry) {
 // MaxClientBytes, before the shards send them (a get is a few bytes, its
 // reply up to the item size); a client whose values are all small
 // reserves nothing after its first reply.
+//
+// The request's calls count a big reply against the budget only beyond
+// what was reserved for their keys (Call.perKey), so a reply is not
+// counted twice. replyReserve sets cc.perKey for the calls dispatch makes;
+// the reader resets it after.
 func (cc *clientConn) replyReserve(req *Request) int64 {
+	cc.perKey = 0
 	if !req.Cmd.IsRetrieval() && req.Cmd != CmdMg {
 		return 0
 	}
@@ -394,6 +408,7 @@ func (cc *clientConn) replyReserve(req *Request) int64 {
 	if est < 0 {
 		est = int64(cc.s.cfg.Limits.maxItemSize())
 	}
+	cc.perKey = est
 	return est * int64(len(req.Keys))
 }
 
@@ -632,6 +647,7 @@ func (rd *clientReader) parse(nonBlocking bool) readStep {
 			}
 			cc.held.Add(held)
 			cc.dispatch(&rd.req, rd.buf[rd.r:rd.w], n, held)
+			cc.perKey = 0
 			rd.r += n
 			if !cc.waitRoom() {
 				return stepStop
@@ -707,7 +723,7 @@ func (cc *clientConn) writeLoop() {
 			}
 		}
 		s.respond(bw, e)
-		cc.release(e)
+		cc.giveBack(cc.release(e)) // bw holds at most writeBufSize
 		if broken {
 			bw.Reset(io.Discard)
 			continue
