@@ -130,6 +130,26 @@ func (p *parser) int(n *yaml.Node, path string, min int64) int64 {
 	return v
 }
 
+// choice is one spelling of an enumerated field and its value.
+type choice[T any] struct {
+	name  string
+	value T
+}
+
+// oneOf reads a string node that must be one of choices; otherwise it
+// reports "must be <want>; got ..." and returns the zero T.
+func oneOf[T any](p *parser, n *yaml.Node, path, want string, choices ...choice[T]) T {
+	s := p.str(n, path)
+	for _, c := range choices {
+		if s == c.name {
+			return c.value
+		}
+	}
+	p.errf(n, path, "must be %s; got %q", want, n.Value)
+	var zero T
+	return zero
+}
+
 func (p *parser) bool(n *yaml.Node, path string) bool {
 	var b bool
 	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
@@ -246,18 +266,9 @@ func (p *parser) setting(f *File, k string, v *yaml.Node) {
 			p.errf(v, k, "unsupported version %d (want 1)", ver)
 		}
 	case "headers":
-		switch p.str(v, k) {
-		case "both":
-			f.Headers = HeadersBoth
-		case "seed":
-			f.Headers = HeadersSeed
-		case "draft11":
-			f.Headers = HeadersDraft11
-		case "none":
-			f.Headers = HeadersNone
-		default:
-			p.errf(v, k, "must be one of both, seed, draft11, none; got %q", v.Value)
-		}
+		f.Headers = oneOf(p, v, k, "one of both, seed, draft11, none",
+			choice[HeaderMode]{"both", HeadersBoth}, choice[HeaderMode]{"seed", HeadersSeed},
+			choice[HeaderMode]{"draft11", HeadersDraft11}, choice[HeaderMode]{"none", HeadersNone})
 	case "trusted_proxies":
 		p.list(v, k, func(i int, e *yaml.Node) {
 			path := fmt.Sprintf("%s[%d]", k, i)

@@ -75,16 +75,9 @@ func (p *parser) limits(n *yaml.Node, path string) []LimitSpec {
 					p.errf(v, fp, "limit names use letters, digits, '-' and '_'")
 				}
 			case "algorithm":
-				switch p.str(v, fp) {
-				case "sliding_window":
-					l.Algorithm = counter.SlidingWindow
-				case "fixed_window":
-					l.Algorithm = counter.FixedWindow
-				case "token_bucket":
-					l.Algorithm = counter.TokenBucket
-				default:
-					p.errf(v, fp, "must be sliding_window, fixed_window or token_bucket; got %q", v.Value)
-				}
+				l.Algorithm = oneOf(p, v, fp, "sliding_window, fixed_window or token_bucket",
+					choice[counter.Algorithm]{"sliding_window", counter.SlidingWindow}, choice[counter.Algorithm]{"fixed_window", counter.FixedWindow},
+					choice[counter.Algorithm]{"token_bucket", counter.TokenBucket})
 			case "quantity":
 				l.Quantity = p.int(v, fp, 1)
 			case "window":
@@ -94,14 +87,8 @@ func (p *parser) limits(n *yaml.Node, path string) []LimitSpec {
 			case "cost":
 				ls.Cost = p.int(v, fp, 1)
 			case "on_reject":
-				switch p.str(v, fp) {
-				case "count":
-					l.OnReject = counter.Count
-				case "refund":
-					l.OnReject = counter.Refund
-				default:
-					p.errf(v, fp, "must be count or refund; got %q", v.Value)
-				}
+				l.OnReject = oneOf(p, v, fp, "count or refund",
+					choice[counter.OnReject]{"count", counter.Count}, choice[counter.OnReject]{"refund", counter.Refund})
 			case "precision":
 				l.Precision = int(p.int(v, fp, 0))
 			}
@@ -180,16 +167,8 @@ func (p *parser) policy(n *yaml.Node, path string, f *File) PolicySpec {
 		case "overrides":
 			ps.Overrides = p.overrides(v, fp, f)
 		case "fail_mode":
-			switch p.str(v, fp) {
-			case "open":
-				ps.FailMode = FailOpen
-			case "closed":
-				ps.FailMode = FailClosed
-			case "local":
-				ps.FailMode = FailLocal
-			default:
-				p.errf(v, fp, "must be open, closed or local; got %q", v.Value)
-			}
+			ps.FailMode = oneOf(p, v, fp, "open, closed or local",
+				choice[FailMode]{"open", FailOpen}, choice[FailMode]{"closed", FailClosed}, choice[FailMode]{"local", FailLocal})
 		case "lease":
 			p.fields(v, fp, []string{"enabled", "max_batch", "horizon"}, func(k2 string, v2 *yaml.Node) {
 				switch k2 {
