@@ -143,7 +143,7 @@ func (l *Limiter) finish(d *Decision, now time.Time, ip netip.Addr, id Identity)
 func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []string, now time.Time) Decision {
 	mitKey := counter.Key(parts...)
 	var kbuf [4]string // most rules have few limits: no allocation
-	keys := kbuf[:0]
+	var keys []string
 	if len(rs.limits) <= len(kbuf) {
 		keys = kbuf[:len(rs.limits)]
 	} else {
