@@ -12,17 +12,28 @@ import (
 )
 
 // TestOpenMemcached runs ExampleOpen's service against real memcached,
-// with each client Open builds: the same answers as in process.
+// with each client Open builds, then as the README has it: through a
+// PoP's mcproxy over two memcached shards. The same answers as in process.
 func TestOpenMemcached(t *testing.T) {
 	addr := fixture.Memcached(t, 1)[0].Addr
 	want := "200 \"burst\";r=1;t=1\n200 \"burst\";r=0;t=1\n429 \"burst\";r=0;t=1\n"
-	for _, o := range []pop.Options{
-		{Memcached: addr},
-		{Memcached: addr, Client: pop.ClientPipe},
-		{Memcached: addr, Client: pop.ClientPipe, Multiplex: 2},
+	for _, tc := range []struct {
+		name string
+		o    pop.Options
+	}{
+		{"gomemcache", pop.Options{Memcached: addr}},
+		{"pipe", pop.Options{Memcached: addr, Client: pop.ClientPipe}},
+		{"pipe-mux", pop.Options{Memcached: addr, Client: pop.ClientPipe, Multiplex: 2}},
+		{"mcproxy", pop.Options{}}, // Memcached: set below
 	} {
-		t.Run(o.Client, func(t *testing.T) {
-			fixture.Flush(t, addr)
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.o
+			if tc.name == "mcproxy" {
+				_, mcBin := binaries(t)
+				o.Memcached = startMcproxy(t, mcBin, "", fixture.Memcached(t, 2)).addr
+			} else {
+				fixture.Flush(t, addr)
+			}
 			var out strings.Builder
 			serve(&out, o)
 			if out.String() != want {
