@@ -23,9 +23,9 @@ import (
 // clientConn.wake: Call.Finish wakes it, and queue wakes it only for an
 // entry that is ready now, so one wakeup per request, not two.
 
-// maxOutBuffered is how many reply bytes may wait for a slow client
-// before entries stop being answered (and the reader, once the pipeline
-// is full, stops reading).
+// maxOutBuffered is how many reply bytes are answered into the output
+// buffer before it is written (more wait as entries; for a slow client,
+// the reader stops once the pipeline or the byte budget is full).
 const maxOutBuffered = 256 << 10
 
 // clientOut is a client connection's output state, under mu.
@@ -91,14 +91,25 @@ func (cc *clientConn) signal() {
 func (cc *clientConn) drain() {
 	o := &cc.out
 	o.mu.Lock()
-	cc.answerReady()
-	if len(o.buf) > 0 && !o.busy && !o.dead {
-		cc.writeNow()
-	}
+	cc.writeReady()
 	if o.eof && o.head == nil && !o.busy {
 		cc.signal() // the reader closes the connection (closeWhenAnswered)
 	}
 	o.mu.Unlock()
+}
+
+// writeReady answers the ready head entries and writes them without
+// blocking, maxOutBuffered bytes at a time, until nothing is ready or
+// the socket is full (the writer goroutine then goes on). out.mu is held.
+func (cc *clientConn) writeReady() {
+	o := &cc.out
+	for {
+		cc.answerReady()
+		if len(o.buf) == 0 || o.busy || o.dead {
+			return
+		}
+		cc.writeNow()
+	}
 }
 
 // answerReady moves the replies of the head entries whose calls have all
@@ -121,8 +132,8 @@ func (cc *clientConn) answerReady() {
 				return
 			}
 		}
-		if o.busy && len(o.buf) >= maxOutBuffered {
-			return
+		if len(o.buf) >= maxOutBuffered {
+			return // written first (writeReady, writeDirect)
 		}
 		e := o.head
 		for _, c := range e.calls {
@@ -149,6 +160,9 @@ func (cc *clientConn) writeNow() {
 	switch {
 	case err == nil && n == len(o.buf):
 		o.buf = o.buf[:0]
+		if cap(o.buf) > 2*maxOutBuffered { // a big reply's: not kept
+			o.buf = nil
+		}
 		cc.giveBack(o.held)
 		o.held = 0
 	case err != nil:
@@ -213,10 +227,7 @@ func (cc *clientConn) closeWhenAnswered() {
 	o := &cc.out
 	for {
 		o.mu.Lock()
-		cc.answerReady()
-		if len(o.buf) > 0 && !o.busy && !o.dead {
-			cc.writeNow()
-		}
+		cc.writeReady()
 		done := o.eof && o.head == nil && !o.busy
 		o.mu.Unlock()
 		if done {
