@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/memcached"
 )
@@ -127,7 +128,7 @@ func TestMemcachedTTL(t *testing.T) {
 		}
 	}
 	if st == nil {
-		t.Skip("memcached not installed")
+		fixture.SkipOrFail(t, procs.ErrNoMemcached)
 	}
 	k := uniqueKey(t)
 	if err := st.Add(ctx, k, []byte("1"), time.Second); err != nil {

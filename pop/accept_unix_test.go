@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
 
 // TestAcceptSurvivesEMFILE runs an http.Server over WatchAccept in a child
@@ -107,8 +109,8 @@ func emfileChild() {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, errs.Load())
 	}), ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
-	fds, _ := os.ReadDir("/proc/self/fd")
-	lim := syscall.Rlimit{Cur: uint64(len(fds) + 6), Max: uint64(len(fds) + 6)}
+	fds, _ := procs.CountFDs(os.Getpid())
+	lim := syscall.Rlimit{Cur: uint64(fds + 6), Max: uint64(fds + 6)}
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		fmt.Println("addr error", err)
 		os.Exit(1)

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -172,10 +171,7 @@ func TestEdgeSlowClients(t *testing.T) {
 // poplimit_edge_accept_errors_total, a client connected before keeps being
 // served, and new clients are accepted once the flood closes.
 func TestEdgeFDExhaustion(t *testing.T) {
-	prl, err := exec.LookPath("prlimit")
-	if err != nil {
-		t.Skip("prlimit not installed")
-	}
+	prl := fixture.LookPath(t, "prlimit")
 	bin, _ := binaries(t)
 	start := time.Now()
 	defer func() { t.Logf("flood test (without the build) took %v", time.Since(start)) }()
