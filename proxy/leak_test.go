@@ -163,9 +163,15 @@ func TestClientCloseNoticed(t *testing.T) {
 // returns the last count seen.
 func waitConns(t *testing.T, srv *Server, want int64, d time.Duration) int64 {
 	t.Helper()
+	return waitCount(srv.st.currConns.Load, want, d)
+}
+
+// waitCount waits up to d for count to return want and returns the last
+// value seen.
+func waitCount(count func() int64, want int64, d time.Duration) int64 {
 	deadline := time.Now().Add(d)
 	for {
-		n := srv.st.currConns.Load()
+		n := count()
 		if n == want || time.Now().After(deadline) {
 			return n
 		}
