@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/proxy/fastconn"
 )
 
 // PoolConfig configures a Pool of connections to one memcached. Zero means
@@ -325,7 +325,7 @@ func (pc *poolConn) dial() (*session, error) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	s := &session{nc: nc, sock: counter.NewFastConn(nc), timeout: p.cfg.timeout(), p: p, pc: pc}
+	s := &session{nc: nc, sock: fastconn.New(nc), timeout: p.cfg.timeout(), p: p, pc: pc}
 	pc.mu.Lock()
 	if pc.closed {
 		pc.mu.Unlock()
@@ -345,7 +345,7 @@ func (pc *poolConn) dial() (*session, error) {
 // until the reader matches their replies.
 type session struct {
 	nc      net.Conn
-	sock    *counter.FastConn // nc with raw socket I/O
+	sock    *fastconn.Conn // nc with raw socket I/O
 	timeout time.Duration
 	p       *Pool
 	pc      *poolConn // its slot: the reader counts replies there

@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/proxy/fastconn"
 )
 
 // DefaultVersion is what "version" answers by default.
@@ -238,7 +238,7 @@ func newClientConn(s *Server, nc net.Conn) *clientConn {
 		wake:    make(chan struct{}, 1),
 		room:    make(chan struct{}, 1),
 		quit:    make(chan struct{}),
-		sock:    counter.NewFastConn(nc),
+		sock:    fastconn.New(nc),
 		fd:      -1,
 	}
 	cc.replyEst.Store(-1)
@@ -341,10 +341,10 @@ type clientConn struct {
 	s       *Server
 	nc      net.Conn
 	id      uint64
-	entries chan *entry       // in client order; send with queue; nil while parked, set under out.mu
-	wake    chan struct{}     // wakes the writer (clientio.go)
-	sock    *counter.FastConn // nc with raw socket I/O
-	out     clientOut         // with a raw socket: replies answered by whoever completes them
+	entries chan *entry    // in client order; send with queue; nil while parked, set under out.mu
+	wake    chan struct{}  // wakes the writer (clientio.go)
+	sock    *fastconn.Conn // nc with raw socket I/O
+	out     clientOut      // with a raw socket: replies answered by whoever completes them
 	stopped atomic.Bool
 	active  atomic.Int64 // s.cl.tick at the last read (idle timeout)
 	partial atomic.Int64 // s.cl.tick when an incomplete request began; 0: none (request timeout)
@@ -539,7 +539,7 @@ type clientReader struct {
 	replies bool
 
 	fillFn    func() []byte
-	consumeFn func(int) counter.ReadNext
+	consumeFn func(int) fastconn.ReadNext
 }
 
 // readBufs holds the read buffers of connections between arrivals, so
@@ -581,8 +581,8 @@ func (rd *clientReader) fill() []byte {
 // bytes while that is all the reader needs. It lets a short read wait for
 // the next arrival only when a reply to these bytes is due: otherwise
 // (a partial request, noreply, quiet meta) a close that came with them
-// would go unnoticed (see counter.ReadShort).
-func (rd *clientReader) consume(n int) counter.ReadNext {
+// would go unnoticed (see fastconn.ReadShort).
+func (rd *clientReader) consume(n int) fastconn.ReadNext {
 	rd.cc.active.Store(rd.cc.s.cl.tick.Load())
 	rd.w += n
 	rd.replies = false
@@ -590,11 +590,11 @@ func (rd *clientReader) consume(n int) counter.ReadNext {
 	rd.markPartial()
 	switch {
 	case rd.next != stepRead:
-		return counter.ReadStop
+		return fastconn.ReadStop
 	case rd.replies:
-		return counter.ReadShort
+		return fastconn.ReadShort
 	}
-	return counter.ReadDrain
+	return fastconn.ReadDrain
 }
 
 // markPartial records when the buffer began to hold an incomplete

@@ -25,6 +25,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/proxy/fastconn"
 )
 
 // Config configures NewClient. Zero means default.
@@ -84,7 +85,7 @@ func dialFast(ctx context.Context, network, addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return counter.NewFastConn(nc), nil
+	return fastconn.New(nc), nil
 }
 
 // Store is the Store over memcached (or mcproxy) through

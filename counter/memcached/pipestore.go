@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/proxy/fastconn"
 )
 
 // PipeConfig configures NewPipeStore. Zero means default.
@@ -161,7 +162,7 @@ func (p *PipeStore) dial(ctx context.Context, deadline time.Time) (net.Conn, err
 	if err != nil {
 		return nil, fmt.Errorf("memcached: dial: %w", err)
 	}
-	return counter.NewFastConn(c), nil
+	return fastconn.New(c), nil
 }
 
 // call writes a request with write and reads its replies with read: on a

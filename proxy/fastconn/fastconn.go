@@ -1,4 +1,9 @@
-package counter
+// Package fastconn is the socket I/O leaf of poplimit: Conn, a net.Conn
+// whose reads and writes are raw system calls on the non-blocking socket
+// (see Conn for why). The memcached clients of counter/memcached and
+// mcproxy's client and backend sockets use it. It imports only the
+// standard library.
+package fastconn
 
 import (
 	"io"
@@ -6,11 +11,11 @@ import (
 	"syscall"
 )
 
-// FastConn is a net.Conn whose Read and Write make raw system calls on
+// Conn is a net.Conn whose Read and Write make raw system calls on
 // the non-blocking socket, waiting for readiness through the runtime's
 // poller (syscall.RawConn) only when the socket has nothing to give or no
-// room. The memcached clients here (gomemcache through
-// NewMemcacheClient, PipeStore) and mcproxy's sockets use it.
+// room. The memcached clients (counter/memcached: gomemcache through
+// NewClient, PipeStore) and mcproxy's sockets use it.
 //
 // Why: syscall.Read and syscall.Write tell the scheduler that the thread
 // enters a system call, and a write on loopback TCP runs the receiver's
@@ -28,7 +33,7 @@ import (
 // separate, so the two sides may run concurrently. Deadlines and Close
 // work as on the wrapped conn: the poller reports them. A conn that
 // exposes no socket (net.Pipe, TLS) is used as is.
-type FastConn struct {
+type Conn struct {
 	net.Conn
 	rc syscall.RawConn // nil: use Conn
 
@@ -48,9 +53,9 @@ type FastConn struct {
 	eachFn  func(fd uintptr) bool
 }
 
-// NewFastConn wraps nc. On systems other than Unix it forwards to nc.
-func NewFastConn(nc net.Conn) *FastConn {
-	s := &FastConn{Conn: nc, rc: rawConn(nc)}
+// New wraps nc. On systems other than Unix it forwards to nc.
+func New(nc net.Conn) *Conn {
+	s := &Conn{Conn: nc, rc: rawConn(nc)}
 	if s.rc != nil {
 		s.initRaw()
 	}
@@ -59,11 +64,11 @@ func NewFastConn(nc net.Conn) *FastConn {
 
 // Raw reports whether s makes raw system calls (false: it forwards to
 // the wrapped conn); TryWrite needs it.
-func (s *FastConn) Raw() bool { return s.rc != nil }
+func (s *Conn) Raw() bool { return s.rc != nil }
 
 // Read reads into p as net.Conn.Read does: it waits until some bytes
 // arrive, EOF, the read deadline, or Close.
-func (s *FastConn) Read(p []byte) (int, error) {
+func (s *Conn) Read(p []byte) (int, error) {
 	if s.rc == nil {
 		return s.Conn.Read(p)
 	}
@@ -119,7 +124,7 @@ const (
 // inside it, and only when a reply is due (see ReadShort). consume must
 // not block for long, and must never Close the connection (Close waits
 // for ReadEach to return): use Shutdown.
-func (s *FastConn) ReadEach(fill func() []byte, consume func(n int) ReadNext) error {
+func (s *Conn) ReadEach(fill func() []byte, consume func(n int) ReadNext) error {
 	if s.rc == nil {
 		for {
 			n, err := s.Conn.Read(fill())
@@ -145,34 +150,34 @@ func (s *FastConn) ReadEach(fill func() []byte, consume func(n int) ReadNext) er
 // Close it never waits for a read or write in progress, so it may be
 // called from inside ReadEach's consume or while holding a lock that
 // consume takes.
-func (s *FastConn) Shutdown() error {
+func (s *Conn) Shutdown() error {
 	if s.rc == nil {
 		return s.Conn.Close()
 	}
 	return s.shutdownRaw()
 }
 
-func (s *FastConn) opError(op string, err error) error {
+func (s *Conn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: s.Conn.LocalAddr().Network(), Source: s.Conn.LocalAddr(), Addr: s.Conn.RemoteAddr(), Err: err}
 }
 
 // TryWrite makes one non-blocking write attempt of p: it returns how many
 // bytes the socket took, and an error other than EAGAIN (full socket).
 // It needs Raw.
-func (s *FastConn) TryWrite(p []byte) (int, error) {
+func (s *Conn) TryWrite(p []byte) (int, error) {
 	return s.doWrite(p, s.tryFn)
 }
 
 // Write writes all of p as net.Conn.Write does, waiting for room until
 // the write deadline or Close.
-func (s *FastConn) Write(p []byte) (int, error) {
+func (s *Conn) Write(p []byte) (int, error) {
 	if s.rc == nil {
 		return s.Conn.Write(p)
 	}
 	return s.doWrite(p, s.writeFn)
 }
 
-func (s *FastConn) doWrite(p []byte, f func(uintptr) bool) (int, error) {
+func (s *Conn) doWrite(p []byte, f func(uintptr) bool) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}

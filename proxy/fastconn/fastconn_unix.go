@@ -1,6 +1,6 @@
 //go:build unix
 
-package counter
+package fastconn
 
 import (
 	"io"
@@ -11,7 +11,7 @@ import (
 
 // initRaw makes the closures passed to RawConn (once: one passed to it
 // escapes).
-func (s *FastConn) initRaw() {
+func (s *Conn) initRaw() {
 	s.readFn = func(fd uintptr) bool {
 		n, e := rawRead(fd, s.rp)
 		if e == syscall.EAGAIN {
@@ -70,7 +70,7 @@ func rawRead(fd uintptr, p []byte) (int, syscall.Errno) {
 
 // write writes wp[wn:] once, adding to wn; it reports false when the
 // socket is full.
-func (s *FastConn) write(fd uintptr) bool {
+func (s *Conn) write(fd uintptr) bool {
 	p := s.wp[s.wn:]
 	for {
 		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
@@ -101,7 +101,7 @@ func rawConn(nc net.Conn) syscall.RawConn {
 }
 
 // shutdownRaw shuts both directions of the socket down.
-func (s *FastConn) shutdownRaw() error {
+func (s *Conn) shutdownRaw() error {
 	var serr error
 	if err := s.rc.Control(func(fd uintptr) { serr = syscall.Shutdown(int(fd), syscall.SHUT_RDWR) }); err != nil {
 		return err

@@ -1,4 +1,4 @@
-package counter
+package fastconn
 
 import (
 	"bytes"
@@ -46,9 +46,9 @@ func connPair(t *testing.T, network string) (client, server net.Conn) {
 	return client, server
 }
 
-func TestFastConnReadWriteEOF(t *testing.T) {
+func TestConnReadWriteEOF(t *testing.T) {
 	c, s := tcpPair(t)
-	fc := NewFastConn(c)
+	fc := New(c)
 	if !fc.Raw() {
 		t.Fatal("a TCP conn should use raw system calls")
 	}
@@ -60,12 +60,21 @@ func TestFastConnReadWriteEOF(t *testing.T) {
 	if err != nil || string(buf[:n]) != "incr k 1\r\n" {
 		t.Fatalf("server read %q, %v", buf[:n], err)
 	}
+	// Read waits for the reply: a Read that returned before it would
+	// return no bytes (or EAGAIN), not "42\r\n".
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
 	go func() {
-		time.Sleep(20 * time.Millisecond) // Read must wait for it
-		s.Write([]byte("42\r\n"))
-		s.Close()
+		n, err := fc.Read(buf)
+		done <- result{n, err}
 	}()
-	n, err = fc.Read(buf)
+	s.Write([]byte("42\r\n"))
+	r := <-done
+	n, err = r.n, r.err
+	s.Close()
 	if err != nil || string(buf[:n]) != "42\r\n" {
 		t.Fatalf("read %q, %v", buf[:n], err)
 	}
@@ -74,31 +83,94 @@ func TestFastConnReadWriteEOF(t *testing.T) {
 	}
 }
 
-// A write larger than the socket buffers waits for room, and all of it
-// arrives in order.
-func TestFastConnWriteWaitsForRoom(t *testing.T) {
-	c, s := tcpPair(t)
-	fc := NewFastConn(c)
-	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB
-	got := make(chan []byte, 1)
-	go func() {
-		time.Sleep(50 * time.Millisecond) // let the sockets fill up
-		b, _ := io.ReadAll(io.LimitReader(s, int64(len(big))))
-		got <- b
-	}()
-	if n, err := fc.Write(big); err != nil || n != len(big) {
-		t.Fatalf("write: %d, %v", n, err)
+// fill writes to fc with TryWrite until the socket takes less than it is
+// offered (its buffers are full: the peer reads nothing) and returns what
+// was written.
+func fill(t *testing.T, fc *Conn) []byte {
+	t.Helper()
+	var sent []byte
+	chunk := make([]byte, 64<<10)
+	for i := 0; ; i++ {
+		for j := range chunk {
+			chunk[j] = byte(i + j)
+		}
+		n, err := fc.TryWrite(chunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, chunk[:n]...)
+		if n < len(chunk) {
+			return sent
+		}
+		if len(sent) > 256<<20 {
+			t.Fatalf("wrote %d bytes without the socket filling up", len(sent))
+		}
 	}
-	if b := <-got; !bytes.Equal(b, big) {
-		t.Fatalf("received %d bytes, not the %d written", len(b), len(big))
+}
+
+// Write on a full socket waits: bounded by a write deadline it returns the
+// deadline's timeout (not a short count, as TryWrite does); without one it
+// returns only once the peer has read enough, with every byte written, and
+// the peer receives all of it in order. The socket is full before Write is
+// called (TryWrite said so), so a Write that reports all its bytes written
+// cannot have returned before the peer read: no sleep decides the outcome.
+func TestConnWriteWaitsForRoom(t *testing.T) {
+	c, s := tcpPair(t)
+	fc := New(c)
+	want := fill(t, fc)
+
+	if err := fc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	more := bytes.Repeat([]byte("waits"), 1<<10)
+	n, err := fc.Write(more)
+	if !errors.Is(err, os.ErrDeadlineExceeded) || n == len(more) {
+		t.Fatalf("write on a full socket with a deadline: %d of %d, %v; want a timeout", n, len(more), err)
+	}
+	want = append(want, more[:n]...)
+	if err := fc.SetWriteDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := fc.Write(big)
+		done <- result{n, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("write returned (%d of %d, %v) before the peer read anything", r.n, len(big), r.err)
+	default:
+	}
+	want = append(want, big...)
+	s.SetReadDeadline(time.Now().Add(20 * time.Second)) // bounds the test only
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(s, got); err != nil {
+		t.Fatalf("peer read: %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the peer received %d bytes that differ from the %d written", len(got), len(want))
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || r.n != len(big) {
+			t.Fatalf("write: %d of %d, %v", r.n, len(big), r.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("write did not return once the peer had read everything")
 	}
 }
 
 // TryWrite never waits: on a full socket it reports what was taken and no
 // error.
-func TestFastConnTryWriteFull(t *testing.T) {
+func TestConnTryWriteFull(t *testing.T) {
 	c, _ := tcpPair(t)
-	fc := NewFastConn(c)
+	fc := New(c)
 	chunk := make([]byte, 1<<20)
 	total := 0
 	deadline := time.Now().Add(5 * time.Second)
@@ -115,9 +187,9 @@ func TestFastConnTryWriteFull(t *testing.T) {
 	t.Fatalf("wrote %d bytes without the socket filling up", total)
 }
 
-func TestFastConnDeadlineAndClose(t *testing.T) {
+func TestConnDeadlineAndClose(t *testing.T) {
 	c, _ := tcpPair(t)
-	fc := NewFastConn(c)
+	fc := New(c)
 	fc.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
 	start := time.Now()
 	_, err := fc.Read(make([]byte, 8))
@@ -147,11 +219,11 @@ func TestFastConnDeadlineAndClose(t *testing.T) {
 }
 
 // A conn without a socket is used as is.
-func TestFastConnFallback(t *testing.T) {
+func TestConnFallback(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
-	fc := NewFastConn(a)
+	fc := New(a)
 	if fc.Raw() {
 		t.Fatal("net.Pipe has no socket")
 	}
@@ -166,9 +238,9 @@ func TestFastConnFallback(t *testing.T) {
 // pauses (after a short read it waits for the next arrival instead of
 // reading to EAGAIN: none may be lost), stops when consume says so, and
 // reports EOF.
-func TestFastConnReadEach(t *testing.T) {
+func TestConnReadEach(t *testing.T) {
 	c, s := tcpPair(t)
-	fc := NewFastConn(c)
+	fc := New(c)
 	go func() {
 		for i := range 20 {
 			s.Write([]byte{byte('a' + i)})
@@ -204,9 +276,9 @@ func TestFastConnReadEach(t *testing.T) {
 
 // Shutdown from inside consume ends ReadEach with EOF (Close there would
 // deadlock), and a deadline ends it with a timeout.
-func TestFastConnReadEachShutdownAndDeadline(t *testing.T) {
+func TestConnReadEachShutdownAndDeadline(t *testing.T) {
 	c, s := tcpPair(t)
-	fc := NewFastConn(c)
+	fc := New(c)
 	s.Write([]byte("x"))
 	buf := make([]byte, 8)
 	err := fc.ReadEach(func() []byte { return buf }, func(int) ReadNext {
@@ -220,7 +292,7 @@ func TestFastConnReadEachShutdownAndDeadline(t *testing.T) {
 	}
 
 	c2, _ := tcpPair(t)
-	fc2 := NewFastConn(c2)
+	fc2 := New(c2)
 	fc2.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
 	err = fc2.ReadEach(func() []byte { return buf }, func(int) ReadNext { return ReadShort })
 	if !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -232,11 +304,11 @@ func TestFastConnReadEachShutdownAndDeadline(t *testing.T) {
 // poller's readiness for both is forgotten by then), is seen: with
 // ReadDrain a short read is followed by another read, which returns EOF.
 // The read deadline only bounds the test (before the fix: a wait forever).
-func TestFastConnReadEachSeesCloseWithData(t *testing.T) {
+func TestConnReadEachSeesCloseWithData(t *testing.T) {
 	for _, network := range []string{"tcp", "unix"} {
 		t.Run(network, func(t *testing.T) {
 			c, s := connPair(t, network)
-			fc := NewFastConn(c)
+			fc := New(c)
 			if _, err := s.Write([]byte("get k")); err != nil {
 				t.Fatal(err)
 			}
