@@ -237,11 +237,11 @@ func (p *PoolSpec) set(key string, val *yaml.Node, log *slog.Logger) error {
 			return errors.New("want a list")
 		}
 		for _, s := range val.Content {
-			ks, serr := shard.ParseKetamaServer(s.Value)
+			sv, serr := shard.ParseServer(s.Value)
 			if serr != nil {
 				return serr
 			}
-			p.Servers = append(p.Servers, shard.Server{Addr: ks.Addr, Weight: ks.Weight, Name: ks.Name})
+			p.Servers = append(p.Servers, sv)
 		}
 	default:
 		log.Warn("mcproxy: config key not supported, ignored", "pool", p.Name, "key", key, "value", val.Value, "line", val.Line)

@@ -71,7 +71,7 @@ func TestParseConfigNutcracker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := shard.NewKetama([]shard.KetamaServer{{Addr: "127.0.0.1:11211", Weight: 1, Name: "alpha"}, {Addr: "127.0.0.1:11212", Weight: 1, Name: "beta"}, {Addr: "127.0.0.1:11213", Weight: 1, Name: "gamma"}}, "fnv1a_64")
+	k, err := shard.NewKetama([]shard.Server{{Addr: "127.0.0.1:11211", Weight: 1, Name: "alpha"}, {Addr: "127.0.0.1:11212", Weight: 1, Name: "beta"}, {Addr: "127.0.0.1:11213", Weight: 1, Name: "gamma"}}, nil, "fnv1a_64")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestParseConfigOpsExample(t *testing.T) {
 // consistent) is kept as written, without a warning; a missing one is
 // ketama; the pool's Router places keys as the shard type of that name.
 func TestParseConfigDistributions(t *testing.T) {
-	ks := []shard.KetamaServer{{Addr: "127.0.0.1:11211", Weight: 1, Name: "a"},
+	ks := []shard.Server{{Addr: "127.0.0.1:11211", Weight: 1, Name: "a"},
 		{Addr: "127.0.0.1:11212", Weight: 2, Name: "b"}, {Addr: "127.0.0.1:11213", Weight: 1, Name: "c"}}
 	tests := []struct {
 		name string
@@ -214,13 +214,13 @@ func TestParseConfigDistributions(t *testing.T) {
 		ref func() (shard.Locator, error)
 	}{
 		{"omitted is ketama", "", "md5", shard.DistKetama,
-			func() (shard.Locator, error) { return shard.NewKetama(ks, "md5") }},
+			func() (shard.Locator, error) { return shard.NewKetama(ks, nil, "md5") }},
 		{"ketama", "ketama", "fnv1a_64", shard.DistKetama,
-			func() (shard.Locator, error) { return shard.NewKetama(ks, "fnv1a_64") }},
+			func() (shard.Locator, error) { return shard.NewKetama(ks, nil, "fnv1a_64") }},
 		{"modula fnv1a_64", "modula", "fnv1a_64", shard.DistModula,
-			func() (shard.Locator, error) { return shard.NewModula(ks, "fnv1a_64") }},
+			func() (shard.Locator, error) { return shard.NewModula(ks, nil, "fnv1a_64") }},
 		{"modula md5", "modula", "md5", shard.DistModula,
-			func() (shard.Locator, error) { return shard.NewModula(ks, "md5") }},
+			func() (shard.Locator, error) { return shard.NewModula(ks, nil, "md5") }},
 		{"random", "random", "fnv1a_64", shard.DistRandom, nil},
 		{"consistent", "consistent", "", shard.DistConsistent, nil},
 	}

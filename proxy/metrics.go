@@ -64,7 +64,7 @@ func (p *Proxy) snapshot() []poolSnap {
 		ps.serverConnsConfigured = max(lp.spec.ServerConnections, 1)
 		seen := make(map[string]bool, rt.Len())
 		for i, sv := range rt.m.Servers() {
-			label := serverLabel(sv)
+			label := sv.Label()
 			if seen[label] { // two servers with one address: keep series apart
 				label += "#" + strconv.Itoa(i)
 			}
@@ -82,7 +82,7 @@ func (p *Proxy) snapshot() []poolSnap {
 			ss.w = cur.wire // queue gauges: live Routers only
 			for old := range lp.draining {
 				for j, osv := range old.m.Servers() {
-					if serverLabel(osv) == label {
+					if osv.Label() == label {
 						ot := old.totals(j)
 						ss.t.add(ot)
 						ss.inFlight += ot.requests - ot.lat.count()
@@ -106,7 +106,7 @@ func (p *Proxy) snapshot() []poolSnap {
 		}
 		for old := range lp.draining {
 			for j, osv := range old.m.Servers() {
-				if !seen[serverLabel(osv)] {
+				if !seen[osv.Label()] {
 					ps.fragments += old.stats[j].fragments.Load()
 				}
 			}

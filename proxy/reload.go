@@ -108,15 +108,6 @@ func (r *Router) totals(i int) shardTotals {
 	}
 }
 
-// serverLabel is the shard's name in stats: its Twemproxy name, else its
-// address (as nutcracker's stats do).
-func serverLabel(s shard.Server) string {
-	if s.Name != "" {
-		return s.Name
-	}
-	return s.Addr
-}
-
 // ProxyConfig configures NewProxy. Zero means default.
 type ProxyConfig struct {
 	// Logger receives pool, reload and shard events; default
@@ -177,7 +168,7 @@ type livePool struct {
 
 	mu       sync.Mutex
 	draining map[*Router]struct{}
-	retired  map[string]shardTotals // by serverLabel
+	retired  map[string]shardTotals // by shard.Server.Label
 }
 
 // ErrReload wraps the reason a new configuration was rejected.
@@ -454,9 +445,9 @@ func (p *Proxy) drain(lp *livePool, old *Router) {
 		delete(lp.draining, old)
 		servers := old.m.Servers()
 		for i := range servers {
-			t := lp.retired[serverLabel(servers[i])]
+			t := lp.retired[servers[i].Label()]
 			t.add(old.totals(i))
-			lp.retired[serverLabel(servers[i])] = t
+			lp.retired[servers[i].Label()] = t
 		}
 		lp.mu.Unlock()
 	}()

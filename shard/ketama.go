@@ -41,18 +41,13 @@ type Ketama struct {
 	index  []int32  // index[i] is the server owning values[i]
 }
 
-// NewKetama builds the continuum for servers, listed in config order and
-// all live, with the named hash (see KetamaHash; "" is fnv1a_64). Each
-// live server gets floor(weight/total*40*live)*4 points (160 at equal
-// weights), four per MD5 digest of "label-i". Points that collide keep
-// config order, as glibc's stable qsort leaves them.
-func NewKetama(servers []Server, hash string) (*Ketama, error) {
-	return newKetama(servers, nil, hash)
-}
-
-// newKetama is NewKetama over the liveness view live (see the package
-// doc). With every server dead, Locate returns -1.
-func newKetama(servers []Server, live []bool, hash string) (*Ketama, error) {
+// NewKetama builds the continuum for servers, listed in config order, with
+// the liveness view live (nil: all live; see the package doc) and the named
+// hash (see KetamaHash; "" is fnv1a_64). Each live server gets
+// floor(weight/total*40*live)*4 points (160 at equal weights), four per MD5
+// digest of "label-i". Points that collide keep config order, as glibc's
+// stable qsort leaves them. With no server live, Locate returns -1.
+func NewKetama(servers []Server, live []bool, hash string) (*Ketama, error) {
 	h, err := KetamaHash(hash)
 	if err != nil {
 		return nil, err

@@ -84,7 +84,7 @@ func TestKetamaMatchesNutcracker(t *testing.T) {
 				}
 				fixture.Flush(t, m.Addr)
 			}
-			k, err := shard.NewKetamaLive(servers, nil, tc.hash)
+			k, err := shard.NewKetama(servers, nil, tc.hash)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -176,7 +176,7 @@ func TestKetamaEjectedMatchesNutcracker(t *testing.T) {
 	for _, m := range shards[1:] {
 		fixture.Flush(t, m.Addr)
 	}
-	k, err := shard.NewKetamaLive(servers, []bool{false, true, true}, "fnv1a_64")
+	k, err := shard.NewKetama(servers, []bool{false, true, true}, "fnv1a_64")
 	if err != nil {
 		t.Fatal(err)
 	}

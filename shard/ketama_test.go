@@ -48,7 +48,7 @@ func TestKetamaGolden(t *testing.T) {
 					Addr: fmt.Sprintf("192.0.2.%d:%d", i+1, 20000+i), Weight: n,
 					Name: []string{"alpha", "beta", "gamma"}[i]})
 			}
-			if k, err = shard.NewKetamaLive(servers, nil, hash); err != nil {
+			if k, err = shard.NewKetama(servers, nil, hash); err != nil {
 				t.Fatal(err)
 			}
 			rings[id] = k
@@ -183,7 +183,7 @@ func FuzzParseServer(f *testing.F) {
 		if err != nil || srv2 != srv {
 			t.Fatalf("%q -> %+v -> %q -> %+v, %v", s, srv, again, srv2, err)
 		}
-		if _, err := shard.NewKetamaLive([]shard.Server{srv, {Addr: "x:1"}}, nil, "md5"); err != nil {
+		if _, err := shard.NewKetama([]shard.Server{srv, {Addr: "x:1"}}, nil, "md5"); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -208,7 +208,7 @@ func TestKetamaPointsAndShares(t *testing.T) {
 				servers = append(servers, shard.Server{Addr: fmt.Sprintf("10.0.0.%d:11211", i+1), Weight: w})
 				total += max(w, 1)
 			}
-			k, err := shard.NewKetamaLive(servers, nil, "fnv1a_64")
+			k, err := shard.NewKetama(servers, nil, "fnv1a_64")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -235,11 +235,11 @@ func TestKetamaPointsAndShares(t *testing.T) {
 // for port 11211, else host:port; so equal labels give equal rings.
 func TestKetamaLabels(t *testing.T) {
 	same := func(a, b []shard.Server) bool {
-		ka, err := shard.NewKetamaLive(a, nil, "md5")
+		ka, err := shard.NewKetama(a, nil, "md5")
 		if err != nil {
 			t.Fatal(err)
 		}
-		kb, err := shard.NewKetamaLive(b, nil, "md5")
+		kb, err := shard.NewKetama(b, nil, "md5")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -273,11 +273,11 @@ func TestKetamaLabels(t *testing.T) {
 
 func TestKetamaEjected(t *testing.T) {
 	servers := []shard.Server{{Addr: "10.0.0.1:1"}, {Addr: "10.0.0.2:1"}, {Addr: "10.0.0.3:1"}}
-	all, err := shard.NewKetamaLive(servers, nil, "fnv1a_64")
+	all, err := shard.NewKetama(servers, nil, "fnv1a_64")
 	if err != nil {
 		t.Fatal(err)
 	}
-	some, err := shard.NewKetamaLive(servers, []bool{true, false, true}, "fnv1a_64")
+	some, err := shard.NewKetama(servers, []bool{true, false, true}, "fnv1a_64")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestKetamaEjected(t *testing.T) {
 			t.Fatalf("key %q moved from live server %d to %d", key, before, after)
 		}
 	}
-	none, err := shard.NewKetamaLive(servers, make([]bool, len(servers)), "fnv1a_64")
+	none, err := shard.NewKetama(servers, make([]bool, len(servers)), "fnv1a_64")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestNewKetamaErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := shard.NewKetamaLive(tc.servers, tc.live, tc.hash); !errors.Is(err, tc.want) {
+			if _, err := shard.NewKetama(tc.servers, tc.live, tc.hash); !errors.Is(err, tc.want) {
 				t.Errorf("err = %v, want %v", err, tc.want)
 			}
 		})
@@ -331,7 +331,7 @@ func BenchmarkKetamaLocate(b *testing.B) {
 	key := []byte("rl:{tenant42:user1234567}:w1732900000")
 	for _, hash := range []string{"fnv1a_64", "md5", "murmur"} {
 		b.Run(hash, func(b *testing.B) {
-			k, err := shard.NewKetamaLive(servers, nil, hash)
+			k, err := shard.NewKetama(servers, nil, hash)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -358,7 +358,7 @@ func ExampleNewKetama() {
 		}
 		servers = append(servers, s)
 	}
-	k, err := shard.NewKetamaLive(servers, nil, "fnv1a_64")
+	k, err := shard.NewKetama(servers, nil, "fnv1a_64")
 	if err != nil {
 		panic(err)
 	}

@@ -108,9 +108,9 @@ func (m *Membership) rebuild() error {
 	var err error
 	switch m.cfg.Distribution {
 	case DistKetama:
-		loc, err = newKetama(m.cfg.Servers, live, m.cfg.Hash)
+		loc, err = NewKetama(m.cfg.Servers, live, m.cfg.Hash)
 	case DistModula:
-		loc, err = newModula(m.cfg.Servers, live, m.cfg.Hash)
+		loc, err = NewModula(m.cfg.Servers, live, m.cfg.Hash)
 	case DistRandom:
 		loc, err = NewRandom(m.cfg.Servers, live, rand.Uint64())
 	default:

@@ -69,17 +69,12 @@ func liveWeights(servers []Server, live []bool) (idx []int32, weights []uint32, 
 }
 
 // NewModula builds Twemproxy's modula continuum for servers, listed in
-// config order and all live, with the named hash (see KetamaHash; "" is
-// fnv1a_64). Weight 0 means 1; a negative weight, an empty list, or a
-// total live weight above 2^32-1 (nutcracker's uint32 counter would wrap)
-// is ErrKetamaConfig.
-func NewModula(servers []Server, hash string) (*Modula, error) {
-	return newModula(servers, nil, hash)
-}
-
-// newModula is NewModula over the liveness view live (see the package
-// doc). With every server dead, Locate returns -1.
-func newModula(servers []Server, live []bool, hash string) (*Modula, error) {
+// config order, with the liveness view live (nil: all live; see the
+// package doc) and the named hash (see KetamaHash; "" is fnv1a_64). Weight
+// 0 means 1; a negative weight, an empty list, or a total live weight above
+// 2^32-1 (nutcracker's uint32 counter would wrap) is ErrKetamaConfig. With
+// no server live, Locate returns -1.
+func NewModula(servers []Server, live []bool, hash string) (*Modula, error) {
 	h, err := KetamaHash(hash)
 	if err != nil {
 		return nil, err

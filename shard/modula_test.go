@@ -40,7 +40,7 @@ func modulaServers(weights []int, ejected ...int) ([]shard.Server, []bool) {
 func modula(t testing.TB, hash string, weights []int, ejected ...int) *shard.Modula {
 	t.Helper()
 	s, live := modulaServers(weights, ejected...)
-	m, err := shard.NewModulaLive(s, live, hash)
+	m, err := shard.NewModula(s, live, hash)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestModulaNamesDoNotMatter(t *testing.T) {
 	for i := range b {
 		b[i].Name, b[i].Addr = "", "10.0.0."+strconv.Itoa(9-i)+":11211"
 	}
-	mb, err := shard.NewModulaLive(b, nil, "")
+	mb, err := shard.NewModula(b, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestModulaRandomErrors(t *testing.T) {
 			if tc.weights != nil {
 				servers, _ = modulaServers(tc.weights)
 			}
-			if _, err := shard.NewModulaLive(servers, tc.live, tc.hash); !errors.Is(err, tc.want) {
+			if _, err := shard.NewModula(servers, tc.live, tc.hash); !errors.Is(err, tc.want) {
 				t.Errorf("NewModula: %v, want %v", err, tc.want)
 			}
 			if tc.want == shard.ErrKetamaHash || tc.name == "total weight over uint32" {
@@ -365,8 +365,8 @@ func TestModulaRandomNoAllocs(t *testing.T) {
 // re-admitting it restores the original placement.
 func TestMembershipModulaEjection(t *testing.T) {
 	servers := []shard.Server{{Addr: "127.0.0.1:31001", Weight: 1}, {Addr: "127.0.0.1:31002", Weight: 2}, {Addr: "127.0.0.1:31003", Weight: 1}}
-	full, _ := shard.NewModulaLive(servers, nil, "md5")
-	without1, _ := shard.NewModulaLive(servers, []bool{true, false, true}, "md5")
+	full, _ := shard.NewModula(servers, nil, "md5")
+	without1, _ := shard.NewModula(servers, []bool{true, false, true}, "md5")
 
 	changes := 0
 	m, err := shard.NewMembership(shard.MembershipConfig{

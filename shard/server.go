@@ -131,15 +131,3 @@ func digits(s string) (int, bool) {
 	}
 	return n, true
 }
-
-// KetamaServer is the former name of Server.
-//
-// Deprecated: use Server; kept until package proxy and cmd/mcproxy are
-// moved over (issue 12).
-type KetamaServer = Server
-
-// ParseKetamaServer is the former name of ParseServer.
-//
-// Deprecated: use ParseServer; kept until package proxy and cmd/mcproxy
-// are moved over (issue 12).
-func ParseKetamaServer(s string) (Server, error) { return ParseServer(s) }

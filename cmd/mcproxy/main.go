@@ -322,11 +322,11 @@ func poolsFromFlags(c *cli.Context, log *slog.Logger) ([]proxy.PoolSpec, error) 
 			p.Servers = append(p.Servers, shard.Server{Addr: s})
 			continue
 		}
-		ks, err := shard.ParseKetamaServer(s)
+		sv, err := shard.ParseServer(s)
 		if err != nil {
 			return nil, fmt.Errorf("--shard %q: %w", s, err)
 		}
-		p.Servers = append(p.Servers, shard.Server{Addr: ks.Addr, Weight: ks.Weight, Name: ks.Name})
+		p.Servers = append(p.Servers, sv)
 	}
 	if len(p.Servers) == 0 {
 		return nil, errors.New("no shards: give --shard host:port (repeat), --config file.yml or --embedded N")
