@@ -10,51 +10,18 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench/fixture/procs"
+	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/counter"
 )
 
-// The binaries are built once for every end-to-end test.
-var (
-	binsOnce sync.Once
-	bins     Binaries
-	binsDir  string
-)
+func TestMain(m *testing.M) { os.Exit(fixture.Main(m)) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binsDir != "" {
-		os.RemoveAll(binsDir)
-	}
-	os.Exit(code)
-}
-
+// testBins are mcproxy and edge, built once for every end-to-end test.
 func testBins(t *testing.T) *Binaries {
-	binsOnce.Do(func() {
-		d, err := os.MkdirTemp("", "bench-bins-")
-		if err != nil {
-			return
-		}
-		binsDir = d
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		if b, err := procs.Build(ctx, d, "mcproxy"); err == nil {
-			bins.MCProxy = b["mcproxy"]
-		} else {
-			t.Logf("%v", err)
-		}
-		if b, err := procs.Build(ctx, d, "edge"); err == nil {
-			bins.Edge = b["edge"]
-		} else {
-			t.Logf("%v", err)
-		}
-	})
-	b := bins
-	return &b
+	return &Binaries{MCProxy: fixture.Binary(t, "mcproxy"), Edge: fixture.Binary(t, "edge")}
 }
 
 func newTestEnv(t *testing.T, edge bool) *Env {

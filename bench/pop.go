@@ -407,7 +407,7 @@ func (p *PoP) startEdges(ctx context.Context) error {
 
 // startServing starts a process that listens on a free port given by args,
 // retrying on a lost port, and waits for ready(addr).
-func startServing(ctx context.Context, name, bin, log string, args func(addr string) []string, ready func(addr string) error) (*Proc, error) {
+func startServing(ctx context.Context, name, bin, log string, args func(addr string) []string, ready func(addr string) error) (*procs.Proc, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		port, err := procs.FreePort()

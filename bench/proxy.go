@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
 
 // Proxy load mixes.
@@ -182,7 +184,7 @@ func RunProxyLoad(ctx context.Context, cfg ProxyLoadConfig) (*ProxyLoadResult, e
 
 	cpuBefore := make([]float64, len(cfg.CPUPids))
 	for i, pid := range cfg.CPUPids {
-		cpuBefore[i], _ = ProcessCPUSeconds(pid)
+		cpuBefore[i], _ = procs.CPUSeconds(pid)
 	}
 	clientBefore := selfCPUSeconds()
 	start := time.Now()
@@ -202,7 +204,7 @@ func RunProxyLoad(ctx context.Context, cfg ProxyLoadConfig) (*ProxyLoadResult, e
 		hist:             NewLatency(),
 	}
 	for i, pid := range cfg.CPUPids {
-		after, err := ProcessCPUSeconds(pid)
+		after, err := procs.CPUSeconds(pid)
 		if err != nil {
 			after = cpuBefore[i]
 		}

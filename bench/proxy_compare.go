@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"text/tabwriter"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
 
 // Systems compared by RunProxyCompare, in the order they run each round.
@@ -156,14 +158,14 @@ func RunProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*ProxyCompare
 		Rounds: positiveOr(cfg.Rounds, 2), Keys: positiveOr(cfg.Keys, 10000),
 	}
 
-	shards := make([]*Memcached, 0, 3)
+	shards := make([]*procs.Memcached, 0, 3)
 	defer func() {
 		for _, m := range shards {
 			m.Stop()
 		}
 	}()
 	for i := 0; i < 3; i++ {
-		m, err := StartMemcached(ctx, MemcachedConfig{})
+		m, err := procs.StartMemcached(ctx, procs.MemcachedConfig{})
 		if err != nil {
 			return nil, err
 		}
@@ -176,14 +178,14 @@ func RunProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*ProxyCompare
 	rep.Systems = append(rep.Systems, ProxySystem{Name: SystemMemcached, Addr: shards[0].Addr,
 		Pid: shards[0].Pid(), Detail: "memcached -t 2 -m 64, shard 1 of 3, no proxy"})
 
-	pool := TwemproxyPool{
+	pool := procs.TwemproxyPool{
 		Hash: orDefault(cfg.Hash, "fnv1a_64"), Distribution: "ketama", HashTag: "{}",
 		TimeoutMS: 2000, ServerConnections: 1,
 	}
 	for _, m := range shards {
 		pool.Servers = append(pool.Servers, m.Addr+":1")
 	}
-	nc, err := StartNutcracker(ctx, dir, pool)
+	nc, err := procs.StartNutcracker(ctx, dir, pool)
 	if err != nil {
 		return nil, err
 	}
@@ -205,71 +207,81 @@ func RunProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*ProxyCompare
 	}
 
 	for _, mix := range cfg.mixes() {
-		base := ProxyLoadConfig{
-			Mix: mix, Conns: rep.Conns, Duration: cfg.duration(), Keys: rep.Keys,
-			KeyPrefix: "pb:" + mix + ":", NoPreload: true,
-		}
-		if mix == MixMGet {
-			base.KeyPrefix = "pb:" + MixGetSet + ":" // reads what getset wrote
-		}
-		if mix != MixIncr {
-			for _, s := range rep.Systems {
-				pc := base
-				pc.Addr = s.Addr
-				if err := preloadKeys(ctx, pc); err != nil {
-					return nil, fmt.Errorf("%s: %w", s.Name, err)
-				}
-			}
-		}
-		for round := 1; round <= rep.Rounds; round++ {
-			for _, s := range rep.Systems {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				lc := base
-				// The system first, then every shard it is not.
-				lc.Addr, lc.CPUPids, lc.Seed = s.Addr, []int{s.Pid}, uint64(round)
-				for _, pid := range shardPids {
-					if pid != s.Pid {
-						lc.CPUPids = append(lc.CPUPids, pid)
-					}
-				}
-				res, err := RunProxyLoad(ctx, lc)
-				if err != nil {
-					return nil, fmt.Errorf("%s %s round %d: %w", s.Name, mix, round, err)
-				}
-				res.System, res.Round = s.Name, round
-				rep.Runs = append(rep.Runs, res)
-				if cfg.Progress != nil {
-					fmt.Fprintf(cfg.Progress, "%-7s %-10s round %d: %8.0f ops/s  p50 %.3f ms  p99 %.3f ms  p999 %.3f ms  errors %d  cpu %.1f s/Mop\n",
-						mix, s.Name, round, res.OpsPerSec, res.Latency.P50, res.Latency.P99, res.Latency.P999, res.Errors, res.CPUPerMillion(0))
-				}
-			}
+		if err := rep.runMix(ctx, cfg, mix, shardPids); err != nil {
+			return nil, err
 		}
 		rep.Summary = append(rep.Summary, summariseMix(mix, rep.Systems, rep.Runs))
 	}
 	return rep, nil
 }
 
+// runMix preloads the keys of mix on every system (but for incr) and runs
+// it rep.Rounds times on each, interleaved, each run charged the CPU of
+// the system and of every shard it is not.
+func (rep *ProxyCompareReport) runMix(ctx context.Context, cfg ProxyCompareConfig, mix string, shardPids []int) error {
+	base := ProxyLoadConfig{
+		Mix: mix, Conns: rep.Conns, Duration: cfg.duration(), Keys: rep.Keys,
+		KeyPrefix: "pb:" + mix + ":", NoPreload: true,
+	}
+	if mix == MixMGet {
+		base.KeyPrefix = "pb:" + MixGetSet + ":" // reads what getset wrote
+	}
+	if mix != MixIncr {
+		for _, s := range rep.Systems {
+			pc := base
+			pc.Addr = s.Addr
+			if err := preloadKeys(ctx, pc); err != nil {
+				return fmt.Errorf("%s: %w", s.Name, err)
+			}
+		}
+	}
+	for round := 1; round <= rep.Rounds; round++ {
+		for _, s := range rep.Systems {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			lc := base
+			// The system first, then every shard it is not.
+			lc.Addr, lc.CPUPids, lc.Seed = s.Addr, []int{s.Pid}, uint64(round)
+			for _, pid := range shardPids {
+				if pid != s.Pid {
+					lc.CPUPids = append(lc.CPUPids, pid)
+				}
+			}
+			res, err := RunProxyLoad(ctx, lc)
+			if err != nil {
+				return fmt.Errorf("%s %s round %d: %w", s.Name, mix, round, err)
+			}
+			res.System, res.Round = s.Name, round
+			rep.Runs = append(rep.Runs, res)
+			if cfg.Progress != nil {
+				fmt.Fprintf(cfg.Progress, "%-7s %-10s round %d: %8.0f ops/s  p50 %.3f ms  p99 %.3f ms  p999 %.3f ms  errors %d  cpu %.1f s/Mop\n",
+					mix, s.Name, round, res.OpsPerSec, res.Latency.P50, res.Latency.P99, res.Latency.P999, res.Errors, res.CPUPerMillion(0))
+			}
+		}
+	}
+	return nil
+}
+
 // startMcproxyForCompare builds (unless given) and starts mcproxy over the
 // pool's servers, on a free loopback port, and waits until it answers.
-func startMcproxyForCompare(ctx context.Context, cfg ProxyCompareConfig, dir string, pool TwemproxyPool) (*Proc, string, error) {
+func startMcproxyForCompare(ctx context.Context, cfg ProxyCompareConfig, dir string, pool procs.TwemproxyPool) (*procs.Proc, string, error) {
 	p, _, detail, err := startMcproxyAdmin(ctx, cfg, dir, pool)
 	return p, detail, err
 }
 
 // startMcproxyAdmin is startMcproxyForCompare, also returning the admin
 // base URL (http://HOST:PORT).
-func startMcproxyAdmin(ctx context.Context, cfg ProxyCompareConfig, dir string, pool TwemproxyPool) (*Proc, string, string, error) {
+func startMcproxyAdmin(ctx context.Context, cfg ProxyCompareConfig, dir string, pool procs.TwemproxyPool) (*procs.Proc, string, string, error) {
 	bin := cfg.McproxyBin
 	if bin == "" {
-		bins, err := Build(ctx, dir, "mcproxy")
+		bins, err := procs.Build(ctx, dir, "mcproxy")
 		if err != nil {
 			return nil, "", "", err
 		}
 		bin = bins["mcproxy"]
 	}
-	port, err := FreePort()
+	port, err := procs.FreePort()
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -293,21 +305,21 @@ func startMcproxyAdmin(ctx context.Context, cfg ProxyCompareConfig, dir string, 
 	}
 	// Its admin endpoint on a free port, as nutcracker gets a stats port
 	// (the default port may be taken by another mcproxy).
-	adminPort, err := FreePort()
+	adminPort, err := procs.FreePort()
 	if err != nil {
 		return nil, "", "", err
 	}
 	args = append(args, "--admin", net.JoinHostPort("127.0.0.1", strconv.Itoa(adminPort)))
 	args = append(args, cfg.McproxyArgs...)
-	p, err := StartProc(SystemMcproxy, bin, args, filepath.Join(dir, "mcproxy.log"))
+	p, err := procs.StartProc(SystemMcproxy, bin, args, filepath.Join(dir, "mcproxy.log"))
 	if err != nil {
 		return nil, "", "", err
 	}
 	p.Addr = addr
-	if err := p.WaitReady(ctx, 5*time.Second, func() error { return Ping(addr, 200*time.Millisecond) }); err != nil {
+	if err := p.WaitReady(ctx, 5*time.Second, func() error { return procs.Ping(addr, 200*time.Millisecond) }); err != nil {
 		p.Kill()
 		log, _ := os.ReadFile(filepath.Join(dir, "mcproxy.log"))
-		return nil, "", "", fmt.Errorf("%w; log: %s", err, lastLines(string(log), 5))
+		return nil, "", "", fmt.Errorf("%w; log: %s", err, procs.LastLines(string(log), 5))
 	}
 	return p, "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(adminPort)), detail, nil
 }

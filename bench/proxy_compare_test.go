@@ -3,22 +3,18 @@ package bench
 import (
 	"bytes"
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/fixture"
 )
 
 // TestRunProxyCompareTiny runs the whole comparison with tiny durations:
 // three shards, nutcracker, and mcproxy when ./cmd/mcproxy builds.
 func TestRunProxyCompareTiny(t *testing.T) {
-	MemcachedForTest(t, 0) // skips (or fails under make test) without memcached
-	if !NutcrackerInstalled() {
-		if os.Getenv(RequireMemcachedEnv) != "" {
-			t.Fatal(ErrNoNutcracker)
-		}
-		t.Skip(ErrNoNutcracker)
-	}
+	fixture.RequireMemcached(t)
+	fixture.RequireNutcracker(t)
 	var progress bytes.Buffer
 	rep, err := RunProxyCompare(context.Background(), ProxyCompareConfig{
 		Conns: 4, Duration: 150 * time.Millisecond, Rounds: 2, Keys: 200,

@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"syscall"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
 
 // IdleConnsConfig configures RunIdleConns. Zero means default.
@@ -91,22 +93,22 @@ func RunIdleConns(ctx context.Context, cfg IdleConnsConfig) (*IdleConnsReport, e
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	var shards []*Memcached
+	var shards []*procs.Memcached
 	defer func() {
 		for _, m := range shards {
 			m.Stop()
 		}
 	}()
-	pool := TwemproxyPool{Hash: "fnv1a_64", Distribution: "ketama", HashTag: "{}", TimeoutMS: 2000, ServerConnections: 1}
+	pool := procs.TwemproxyPool{Hash: "fnv1a_64", Distribution: "ketama", HashTag: "{}", TimeoutMS: 2000, ServerConnections: 1}
 	for range 3 {
-		m, err := StartMemcached(ctx, MemcachedConfig{})
+		m, err := procs.StartMemcached(ctx, procs.MemcachedConfig{})
 		if err != nil {
 			return nil, err
 		}
 		shards = append(shards, m)
 		pool.Servers = append(pool.Servers, m.Addr+":1")
 	}
-	nc, err := StartNutcracker(ctx, dir, pool)
+	nc, err := procs.StartNutcracker(ctx, dir, pool)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +155,7 @@ func holdIdle(ctx context.Context, cfg IdleConnsConfig, n int, name, addr, admin
 	}
 	goroutines := func() int64 { return int64(metric("go_goroutines")) }
 	time.Sleep(200 * time.Millisecond)
-	before, err := ProcResources(pid)
+	before, err := procs.ReadResources(pid)
 	if err != nil {
 		return r, err
 	}
@@ -197,7 +199,7 @@ func holdIdle(ctx context.Context, cfg IdleConnsConfig, n int, name, addr, admin
 		return r, ctx.Err()
 	case <-time.After(positiveDur(cfg.Settle, 3*time.Second)):
 	}
-	held, err := ProcResources(pid)
+	held, err := procs.ReadResources(pid)
 	if err != nil {
 		return r, err
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/fixture"
 )
 
 // TestIdleConnsShort: 500 idle connections to mcproxy and to nutcracker
@@ -11,9 +13,7 @@ import (
 // each (the figures are logged; RSS per connection is for popbench
 // proxy --idle-conns 10000 to compare, too noisy at 500).
 func TestIdleConnsShort(t *testing.T) {
-	if !NutcrackerInstalled() {
-		t.Skip("nutcracker is not installed")
-	}
+	fixture.RequireNutcracker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rep, err := RunIdleConns(ctx, IdleConnsConfig{Conns: 500, Sample: 50, Settle: 2500 * time.Millisecond, Dir: t.TempDir()})

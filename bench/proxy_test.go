@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
 
 // sumCounters returns the sum of the numeric values of keys prefix0..n-1
@@ -58,7 +60,7 @@ func sumCounters(t *testing.T, addr, prefix string, n int) int64 {
 }
 
 func TestRunProxyLoadAgainstMemcached(t *testing.T) {
-	m := MemcachedForTest(t, 1)[0]
+	m := fixture.Memcached(t, 1)[0]
 	ctx := context.Background()
 
 	t.Run("incr counts every op exactly once", func(t *testing.T) {
@@ -138,7 +140,7 @@ func TestRunProxyLoadAgainstMemcached(t *testing.T) {
 }
 
 func TestRunProxyLoadConfigErrors(t *testing.T) {
-	port, err := FreePort()
+	port, err := procs.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,46 +199,11 @@ func FuzzParseValueLine(f *testing.F) {
 	})
 }
 
-func TestParseProcStatCPU(t *testing.T) {
-	tests := []struct {
-		name, stat string
-		want       float64
-		ok         bool
-	}{
-		{"plain", "1234 (memcached) S 1 1234 1234 0 -1 4194560 500 0 0 0 250 125 0 0 20 0 3 0 100 0 0", 3.75, true},
-		{"spaces and parens in comm", "7 (a) b (c)) R 1 7 7 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 5 0 0", 0.03, true},
-		{"truncated", "7 (x) R 1 2 3", 0, false},
-		{"no comm", "garbage", 0, false},
-		{"bad number", "7 (x) R 1 7 7 0 -1 0 0 0 0 0 x 2 0", 0, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseProcStatCPU([]byte(tc.stat))
-			if (err == nil) != tc.ok || (tc.ok && (got < tc.want-1e-9 || got > tc.want+1e-9)) {
-				t.Errorf("got %v, %v; want %v ok=%v", got, err, tc.want, tc.ok)
-			}
-		})
-	}
-	if _, err := ProcessCPUSeconds(os.Getpid()); err != nil {
-		t.Errorf("own process: %v", err)
-	}
-}
-
-func FuzzParseProcStatCPU(f *testing.F) {
-	f.Add([]byte("1234 (memcached) S 1 1234 1234 0 -1 4194560 500 0 0 0 250 125 0 0 20 0 3 0 100 0 0"))
-	f.Add([]byte("7 (a) b (c)) R 1 7 7 0 -1 0 0 0 0 0 1 2 0 0"))
-	f.Fuzz(func(t *testing.T, stat []byte) {
-		if v, err := parseProcStatCPU(stat); err == nil && v < 0 {
-			t.Fatalf("%q -> %v", stat, v)
-		}
-	})
-}
-
 // BenchmarkLoadConnOps measures the driver's own cost per operation against
 // one real memcached (one connection, no concurrency): it must stay cheap,
 // since it shares the cores with the proxy under test.
 func BenchmarkLoadConnOps(b *testing.B) {
-	m := MemcachedForTest(b, 1)[0]
+	m := fixture.Memcached(b, 1)[0]
 	cfg := ProxyLoadConfig{Addr: m.Addr, Keys: 1000}
 	if err := preloadKeys(context.Background(), cfg); err != nil {
 		b.Fatal(err)
