@@ -46,6 +46,22 @@ func connPair(t *testing.T, network string) (client, server net.Conn) {
 	return client, server
 }
 
+// result is the outcome of a Read or Write run by async.
+type result struct {
+	n   int
+	err error
+}
+
+// async runs op in a goroutine; its result arrives on the channel.
+func async(op func() (int, error)) <-chan result {
+	done := make(chan result, 1)
+	go func() {
+		n, err := op()
+		done <- result{n, err}
+	}()
+	return done
+}
+
 func TestConnReadWriteEOF(t *testing.T) {
 	c, s := tcpPair(t)
 	fc := New(c)
@@ -62,15 +78,7 @@ func TestConnReadWriteEOF(t *testing.T) {
 	}
 	// Read waits for the reply: a Read that returned before it would
 	// return no bytes (or EAGAIN), not "42\r\n".
-	type result struct {
-		n   int
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		n, err := fc.Read(buf)
-		done <- result{n, err}
-	}()
+	done := async(func() (int, error) { return fc.Read(buf) })
 	s.Write([]byte("42\r\n"))
 	r := <-done
 	n, err = r.n, r.err
@@ -133,15 +141,7 @@ func TestConnWriteWaitsForRoom(t *testing.T) {
 	}
 
 	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
-	type result struct {
-		n   int
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		n, err := fc.Write(big)
-		done <- result{n, err}
-	}()
+	done := async(func() (int, error) { return fc.Write(big) })
 	select {
 	case r := <-done:
 		t.Fatalf("write returned (%d of %d, %v) before the peer read anything", r.n, len(big), r.err)
