@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync/atomic"
 	"time"
+
+	"github.com/poplimit/poplimit/proxy/protocol"
 )
 
 // Errors a backend reports through Call.Err. The proxy answers the client
@@ -14,8 +16,6 @@ var (
 	ErrBackendClosed = errors.New("proxy: backend closed")
 	// ErrTimeout: no reply within the request timeout.
 	ErrTimeout = errors.New("proxy: timeout")
-	// ErrBadReply: the shard sent bytes that are not a memcached reply.
-	ErrBadReply = errors.New("proxy: bad reply from shard")
 	// ErrNoShard: no live shard to route to (all ejected).
 	ErrNoShard = errors.New("proxy: no live shard")
 )
@@ -56,7 +56,7 @@ type Prober interface {
 // Wait returns and the reply has been consumed (Release).
 type Call struct {
 	// Req is the request to execute (read-only for the backend).
-	Req *Request
+	Req *protocol.Request
 	// Reply receives the backend's complete wire reply.
 	Reply []byte
 	// Err is set instead of Reply when the request failed (timeout,
@@ -83,7 +83,7 @@ type Call struct {
 	// req is the storage for Req when the proxy builds a sub-request by
 	// splitting a multi-key request over shards: Router.do counts a call
 	// whose Req is &c.req as one fragment (nutcracker's "fragments").
-	req Request
+	req protocol.Request
 	// wire is the byte length of Req's wire form, set by Pool.Do (its
 	// queue stats subtract it when the call leaves a queue).
 	wire int
@@ -134,7 +134,7 @@ func (c *Call) finish(err error) *clientConn {
 			c.budget.Add(c.held)
 		}
 	}
-	if c.est != nil && c.Req != nil && (c.Req.Cmd.IsRetrieval() || c.Req.Cmd == CmdMg) {
+	if c.est != nil && c.Req != nil && (c.Req.Cmd.IsRetrieval() || c.Req.Cmd == protocol.CmdMg) {
 		raiseEstimate(c.est, big)
 	}
 	wake, owner := c.wake, c.owner // c may be reused once finished is set

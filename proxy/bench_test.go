@@ -17,6 +17,7 @@ import (
 
 	"github.com/poplimit/poplimit/bench"
 	"github.com/poplimit/poplimit/proxy"
+	"github.com/poplimit/poplimit/proxy/protocol"
 	"github.com/poplimit/poplimit/shard"
 )
 
@@ -204,7 +205,7 @@ func BenchmarkPool(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		c := proxy.NewCall()
 		c.Conn = id.Add(1)
-		req := &proxy.Request{Cmd: proxy.CmdIncr, Keys: [][]byte{[]byte("bench:pool:" + strconv.FormatUint(c.Conn, 10))}, Delta: 1}
+		req := &protocol.Request{Cmd: protocol.CmdIncr, Keys: [][]byte{[]byte("bench:pool:" + strconv.FormatUint(c.Conn, 10))}, Delta: 1}
 		for pb.Next() {
 			c.Req, c.Reply, c.Err, c.Start = req, c.Reply[:0], nil, time.Time{}
 			p.Do(c)

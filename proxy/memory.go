@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/poplimit/poplimit/proxy/protocol"
 )
 
 // Sentinel errors of the memory store. The adapter maps them to the reply
@@ -331,7 +333,7 @@ func (s *MemoryStore) Delta(key string, incr bool, delta uint64, now time.Time) 
 // s.mu.
 func (s *MemoryStore) deltaLocked(e *memEntry, incr bool, delta uint64, sec int64) (uint64, *memEntry, error) {
 	key := e.key
-	n, ok := ParseMemcachedUint(e.value)
+	n, ok := protocol.ParseValueUint(e.value)
 	if !ok {
 		return 0, e, ErrMemoryNonNumeric
 	}
@@ -539,53 +541,4 @@ func (e *memEntry) snapshot() MemoryItem {
 		exp = 1
 	}
 	return MemoryItem{Key: e.key, Value: e.value, Flags: e.flags, Exptime: exp, CAS: e.cas}
-}
-
-// ParseMemcachedUint parses an item's value the way memcached's
-// safe_strtoull does for incr and decr: optional leading C whitespace, an
-// optional sign, decimal digits that fit in 64 bits, then the end of the
-// value, a whitespace byte or a NUL. A minus sign is accepted only when the
-// negated result still looks non-negative as a signed number ("-0" is 0,
-// "-5" is rejected), as in memcached.
-func ParseMemcachedUint(v []byte) (uint64, bool) {
-	i := 0
-	for i < len(v) && isCSpace(v[i]) {
-		i++
-	}
-	if i == len(v) {
-		// strtoull would skip the CRLF and read past the item: no number.
-		return 0, false
-	}
-	neg := false
-	if v[i] == '+' || v[i] == '-' {
-		neg = v[i] == '-'
-		i++
-	}
-	start := i
-	var n uint64
-	for i < len(v) && v[i] >= '0' && v[i] <= '9' {
-		d := uint64(v[i] - '0')
-		if n > (math.MaxUint64-d)/10 {
-			return 0, false // ERANGE
-		}
-		n = n*10 + d
-		i++
-	}
-	if i == start {
-		return 0, false
-	}
-	if i < len(v) && !isCSpace(v[i]) && v[i] != 0 {
-		return 0, false
-	}
-	if neg {
-		n = -n
-		if int64(n) < 0 {
-			return 0, false
-		}
-	}
-	return n, true
-}
-
-func isCSpace(c byte) bool {
-	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/poplimit/poplimit/proxy/protocol"
 )
 
 // MemoryVersion is what an in-process shard answers to "version".
@@ -88,24 +90,24 @@ func (b *MemoryBackend) Probe(ctx context.Context) error {
 // as if r.Noreply were false. Keys and data are copied when stored: r's
 // slices may be reused once Execute returns. Commands a shard does not
 // answer (quit, an unknown Cmd) get "ERROR".
-func (b *MemoryBackend) Execute(dst []byte, r *Request, now time.Time) []byte {
+func (b *MemoryBackend) Execute(dst []byte, r *protocol.Request, now time.Time) []byte {
 	s := b.store
 	switch r.Cmd {
-	case CmdGet, CmdGets, CmdGat, CmdGats:
+	case protocol.CmdGet, protocol.CmdGets, protocol.CmdGat, protocol.CmdGats:
 		for _, k := range r.Keys {
 			var it MemoryItem
 			var ok bool
-			if r.Cmd == CmdGat || r.Cmd == CmdGats {
+			if r.Cmd == protocol.CmdGat || r.Cmd == protocol.CmdGats {
 				it, ok = s.Touch(string(k), int64(r.Exptime), now)
 			} else {
 				it, ok = s.Get(string(k), now)
 			}
 			if ok {
-				dst = appendValue(dst, k, it, r.Cmd == CmdGets || r.Cmd == CmdGats)
+				dst = appendValue(dst, k, it, r.Cmd == protocol.CmdGets || r.Cmd == protocol.CmdGats)
 			}
 		}
 		return append(dst, "END\r\n"...)
-	case CmdSet, CmdAdd, CmdReplace, CmdAppend, CmdPrepend, CmdCas:
+	case protocol.CmdSet, protocol.CmdAdd, protocol.CmdReplace, protocol.CmdAppend, protocol.CmdPrepend, protocol.CmdCas:
 		w := MemoryWrite{
 			Mode:    memModes[r.Cmd],
 			Key:     string(r.Key()),
@@ -119,8 +121,8 @@ func (b *MemoryBackend) Execute(dst []byte, r *Request, now time.Time) []byte {
 			return appendMemError(dst, err)
 		}
 		return append(dst, memResults[res]...)
-	case CmdIncr, CmdDecr:
-		n, found, err := s.Delta(string(r.Key()), r.Cmd == CmdIncr, r.Delta, now)
+	case protocol.CmdIncr, protocol.CmdDecr:
+		n, found, err := s.Delta(string(r.Key()), r.Cmd == protocol.CmdIncr, r.Delta, now)
 		switch {
 		case err != nil:
 			return appendMemError(dst, err)
@@ -128,26 +130,26 @@ func (b *MemoryBackend) Execute(dst []byte, r *Request, now time.Time) []byte {
 			return append(dst, "NOT_FOUND\r\n"...)
 		}
 		return append(strconv.AppendUint(dst, n, 10), "\r\n"...)
-	case CmdTouch:
+	case protocol.CmdTouch:
 		if _, ok := s.Touch(string(r.Key()), int64(r.Exptime), now); ok {
 			return append(dst, "TOUCHED\r\n"...)
 		}
 		return append(dst, "NOT_FOUND\r\n"...)
-	case CmdDelete:
+	case protocol.CmdDelete:
 		if s.Delete(string(r.Key()), now) {
 			return append(dst, "DELETED\r\n"...)
 		}
 		return append(dst, "NOT_FOUND\r\n"...)
-	case CmdFlushAll:
+	case protocol.CmdFlushAll:
 		s.FlushAll(int64(r.Delay), now)
 		return append(dst, "OK\r\n"...)
-	case CmdVerbosity:
+	case protocol.CmdVerbosity:
 		return append(dst, "OK\r\n"...)
-	case CmdVersion:
+	case protocol.CmdVersion:
 		return append(append(dst, "VERSION "+MemoryVersion...), "\r\n"...)
-	case CmdMg, CmdMs, CmdMd, CmdMa, CmdMn, CmdMe:
+	case protocol.CmdMg, protocol.CmdMs, protocol.CmdMd, protocol.CmdMa, protocol.CmdMn, protocol.CmdMe:
 		return b.executeMeta(dst, r, now)
-	case CmdStats:
+	case protocol.CmdStats:
 		dst = appendStat(dst, "curr_items", uint64(s.Len()))
 		dst = appendStat(dst, "bytes", uint64(s.Bytes()))
 		dst = appendStat(dst, "limit_maxbytes", uint64(s.maxBytes))
@@ -157,9 +159,9 @@ func (b *MemoryBackend) Execute(dst []byte, r *Request, now time.Time) []byte {
 	return append(dst, "ERROR\r\n"...)
 }
 
-var memModes = map[Command]MemoryMode{
-	CmdSet: MemSet, CmdAdd: MemAdd, CmdReplace: MemReplace,
-	CmdAppend: MemAppend, CmdPrepend: MemPrepend, CmdCas: MemCAS,
+var memModes = map[protocol.Command]MemoryMode{
+	protocol.CmdSet: MemSet, protocol.CmdAdd: MemAdd, protocol.CmdReplace: MemReplace,
+	protocol.CmdAppend: MemAppend, protocol.CmdPrepend: MemPrepend, protocol.CmdCas: MemCAS,
 }
 
 var memResults = map[MemoryResult]string{

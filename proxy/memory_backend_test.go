@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/poplimit/poplimit/proxy/protocol"
 )
 
 func keys(ks ...string) [][]byte {
@@ -24,37 +26,37 @@ func keys(ks ...string) [][]byte {
 func TestMemoryBackendReplies(t *testing.T) {
 	steps := []struct {
 		at   int64 // seconds after memT0
-		req  Request
+		req  protocol.Request
 		want string
 	}{
-		{0, Request{Cmd: CmdGet, Keys: keys("a")}, "END\r\n"},
-		{0, Request{Cmd: CmdSet, Keys: keys("a"), Flags: 5, Data: []byte("100")}, "STORED\r\n"},
-		{0, Request{Cmd: CmdGets, Keys: keys("a", "nope", "a")}, "VALUE a 5 3 1\r\n100\r\nVALUE a 5 3 1\r\n100\r\nEND\r\n"},
-		{0, Request{Cmd: CmdAdd, Keys: keys("a"), Data: []byte("x")}, "NOT_STORED\r\n"},
-		{0, Request{Cmd: CmdReplace, Keys: keys("b"), Data: []byte("x")}, "NOT_STORED\r\n"},
-		{0, Request{Cmd: CmdCas, Keys: keys("b"), Data: []byte("x"), Cas: 1}, "NOT_FOUND\r\n"},
-		{0, Request{Cmd: CmdCas, Keys: keys("a"), Data: []byte("x"), Cas: 7}, "EXISTS\r\n"},
-		{0, Request{Cmd: CmdDecr, Keys: keys("a"), Delta: 1}, "99\r\n"},
-		{0, Request{Cmd: CmdGet, Keys: keys("a")}, "VALUE a 5 3\r\n99 \r\nEND\r\n"},
-		{0, Request{Cmd: CmdIncr, Keys: keys("a"), Delta: 18446744073709551615}, "98\r\n"},
-		{0, Request{Cmd: CmdIncr, Keys: keys("nope"), Delta: 1}, "NOT_FOUND\r\n"},
-		{0, Request{Cmd: CmdPrepend, Keys: keys("a"), Flags: 9, Data: []byte("x")}, "STORED\r\n"},
-		{0, Request{Cmd: CmdIncr, Keys: keys("a"), Delta: 1}, "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"},
-		{0, Request{Cmd: CmdGats, Exptime: 10, Keys: keys("a")}, "VALUE a 5 4 4\r\nx98 \r\nEND\r\n"},
-		{9, Request{Cmd: CmdGat, Exptime: 0, Keys: keys("a", "b")}, "VALUE a 5 4\r\nx98 \r\nEND\r\n"},
-		{100, Request{Cmd: CmdTouch, Keys: keys("a"), Exptime: 5}, "TOUCHED\r\n"},
-		{105, Request{Cmd: CmdTouch, Keys: keys("a"), Exptime: 5}, "NOT_FOUND\r\n"},
-		{105, Request{Cmd: CmdSet, Keys: keys("big"), Data: make([]byte, 1<<20)}, "SERVER_ERROR object too large for cache\r\n"},
-		{105, Request{Cmd: CmdSet, Keys: keys("d"), Data: []byte("1")}, "STORED\r\n"},
-		{105, Request{Cmd: CmdDelete, Keys: keys("d")}, "DELETED\r\n"},
-		{105, Request{Cmd: CmdDelete, Keys: keys("d")}, "NOT_FOUND\r\n"},
-		{105, Request{Cmd: CmdSet, Keys: keys("d"), Data: []byte("1")}, "STORED\r\n"},
-		{105, Request{Cmd: CmdFlushAll, Delay: 10, HasDelay: true}, "OK\r\n"},
-		{113, Request{Cmd: CmdGet, Keys: keys("d")}, "VALUE d 0 1\r\n1\r\nEND\r\n"},
-		{114, Request{Cmd: CmdGet, Keys: keys("d")}, "END\r\n"},
-		{114, Request{Cmd: CmdVerbosity, Level: 1}, "OK\r\n"},
-		{114, Request{Cmd: CmdVersion}, "VERSION " + MemoryVersion + "\r\n"},
-		{114, Request{Cmd: CmdQuit}, "ERROR\r\n"},
+		{0, protocol.Request{Cmd: protocol.CmdGet, Keys: keys("a")}, "END\r\n"},
+		{0, protocol.Request{Cmd: protocol.CmdSet, Keys: keys("a"), Flags: 5, Data: []byte("100")}, "STORED\r\n"},
+		{0, protocol.Request{Cmd: protocol.CmdGets, Keys: keys("a", "nope", "a")}, "VALUE a 5 3 1\r\n100\r\nVALUE a 5 3 1\r\n100\r\nEND\r\n"},
+		{0, protocol.Request{Cmd: protocol.CmdAdd, Keys: keys("a"), Data: []byte("x")}, "NOT_STORED\r\n"},
+		{0, protocol.Request{Cmd: protocol.CmdReplace, Keys: keys("b"), Data: []byte("x")}, "NOT_STORED\r\n"},
+		{0, protocol.Request{Cmd: protocol.CmdCas, Keys: keys("b"), Data: []byte("x"), Cas: 1}, "NOT_FOUND\r\n"},
+		{0, protocol.Request{Cmd: protocol.CmdCas, Keys: keys("a"), Data: []byte("x"), Cas: 7}, "EXISTS\r\n"},
+		{0, protocol.Request{Cmd: protocol.CmdDecr, Keys: keys("a"), Delta: 1}, "99\r\n"},
+		{0, protocol.Request{Cmd: protocol.CmdGet, Keys: keys("a")}, "VALUE a 5 3\r\n99 \r\nEND\r\n"},
+		{0, protocol.Request{Cmd: protocol.CmdIncr, Keys: keys("a"), Delta: 18446744073709551615}, "98\r\n"},
+		{0, protocol.Request{Cmd: protocol.CmdIncr, Keys: keys("nope"), Delta: 1}, "NOT_FOUND\r\n"},
+		{0, protocol.Request{Cmd: protocol.CmdPrepend, Keys: keys("a"), Flags: 9, Data: []byte("x")}, "STORED\r\n"},
+		{0, protocol.Request{Cmd: protocol.CmdIncr, Keys: keys("a"), Delta: 1}, "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"},
+		{0, protocol.Request{Cmd: protocol.CmdGats, Exptime: 10, Keys: keys("a")}, "VALUE a 5 4 4\r\nx98 \r\nEND\r\n"},
+		{9, protocol.Request{Cmd: protocol.CmdGat, Exptime: 0, Keys: keys("a", "b")}, "VALUE a 5 4\r\nx98 \r\nEND\r\n"},
+		{100, protocol.Request{Cmd: protocol.CmdTouch, Keys: keys("a"), Exptime: 5}, "TOUCHED\r\n"},
+		{105, protocol.Request{Cmd: protocol.CmdTouch, Keys: keys("a"), Exptime: 5}, "NOT_FOUND\r\n"},
+		{105, protocol.Request{Cmd: protocol.CmdSet, Keys: keys("big"), Data: make([]byte, 1<<20)}, "SERVER_ERROR object too large for cache\r\n"},
+		{105, protocol.Request{Cmd: protocol.CmdSet, Keys: keys("d"), Data: []byte("1")}, "STORED\r\n"},
+		{105, protocol.Request{Cmd: protocol.CmdDelete, Keys: keys("d")}, "DELETED\r\n"},
+		{105, protocol.Request{Cmd: protocol.CmdDelete, Keys: keys("d")}, "NOT_FOUND\r\n"},
+		{105, protocol.Request{Cmd: protocol.CmdSet, Keys: keys("d"), Data: []byte("1")}, "STORED\r\n"},
+		{105, protocol.Request{Cmd: protocol.CmdFlushAll, Delay: 10, HasDelay: true}, "OK\r\n"},
+		{113, protocol.Request{Cmd: protocol.CmdGet, Keys: keys("d")}, "VALUE d 0 1\r\n1\r\nEND\r\n"},
+		{114, protocol.Request{Cmd: protocol.CmdGet, Keys: keys("d")}, "END\r\n"},
+		{114, protocol.Request{Cmd: protocol.CmdVerbosity, Level: 1}, "OK\r\n"},
+		{114, protocol.Request{Cmd: protocol.CmdVersion}, "VERSION " + MemoryVersion + "\r\n"},
+		{114, protocol.Request{Cmd: protocol.CmdQuit}, "ERROR\r\n"},
 	}
 	var at atomic.Int64
 	b, err := NewMemoryBackendClock(MemoryConfig{}, func() time.Time {
@@ -88,10 +90,10 @@ func TestMemoryBackendCopiesRequestBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	key, data := []byte("k1"), []byte("v1")
-	b.Execute(nil, &Request{Cmd: CmdSet, Keys: [][]byte{key}, Data: data}, memT0)
+	b.Execute(nil, &protocol.Request{Cmd: protocol.CmdSet, Keys: [][]byte{key}, Data: data}, memT0)
 	copy(key, "k2")
 	copy(data, "zz")
-	if got := string(b.Execute(nil, &Request{Cmd: CmdGet, Keys: keys("k1")}, memT0)); got != "VALUE k1 0 2\r\nv1\r\nEND\r\n" {
+	if got := string(b.Execute(nil, &protocol.Request{Cmd: protocol.CmdGet, Keys: keys("k1")}, memT0)); got != "VALUE k1 0 2\r\nv1\r\nEND\r\n" {
 		t.Fatalf("got %q", got)
 	}
 }
@@ -101,8 +103,8 @@ func TestMemoryBackendStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.Execute(nil, &Request{Cmd: CmdSet, Keys: keys("k"), Data: []byte("v")}, memT0)
-	got := string(b.Execute(nil, &Request{Cmd: CmdStats}, memT0))
+	b.Execute(nil, &protocol.Request{Cmd: protocol.CmdSet, Keys: keys("k"), Data: []byte("v")}, memT0)
+	got := string(b.Execute(nil, &protocol.Request{Cmd: protocol.CmdStats}, memT0))
 	want := fmt.Sprintf("STAT curr_items 1\r\nSTAT bytes %d\r\nSTAT limit_maxbytes 1000\r\nSTAT evictions 0\r\nEND\r\n", memItemSize(1, 0, 1))
 	if got != want {
 		t.Fatalf("got %q, want %q", got, want)
@@ -129,7 +131,7 @@ func TestMemoryBackendCloseAndProbe(t *testing.T) {
 		t.Fatalf("second close: %v", err)
 	}
 	c := NewCall()
-	c.Req = &Request{Cmd: CmdGet, Keys: keys("a")}
+	c.Req = &protocol.Request{Cmd: protocol.CmdGet, Keys: keys("a")}
 	b.Do(c)
 	c.Wait()
 	if !errors.Is(c.Err, ErrBackendClosed) || len(c.Reply) != 0 {
@@ -158,16 +160,20 @@ func BenchmarkMemoryBackendExecute(b *testing.B) {
 	ks := make([][]byte, nkeys)
 	for i := range ks {
 		ks[i] = []byte(fmt.Sprintf("{user:%d}:w:%d", i, i%7))
-		be.Execute(nil, &Request{Cmd: CmdSet, Keys: ks[i : i+1], Data: []byte("0")}, memT0)
+		be.Execute(nil, &protocol.Request{Cmd: protocol.CmdSet, Keys: ks[i : i+1], Data: []byte("0")}, memT0)
 	}
 	cases := []struct {
 		name string
-		req  func(i int) Request
+		req  func(i int) protocol.Request
 	}{
-		{"get", func(i int) Request { return Request{Cmd: CmdGet, Keys: ks[i%nkeys : i%nkeys+1]} }},
-		{"incr", func(i int) Request { return Request{Cmd: CmdIncr, Keys: ks[i%nkeys : i%nkeys+1], Delta: 1} }},
-		{"set", func(i int) Request {
-			return Request{Cmd: CmdSet, Keys: ks[i%nkeys : i%nkeys+1], Data: []byte("12345678"), Exptime: 60}
+		{"get", func(i int) protocol.Request {
+			return protocol.Request{Cmd: protocol.CmdGet, Keys: ks[i%nkeys : i%nkeys+1]}
+		}},
+		{"incr", func(i int) protocol.Request {
+			return protocol.Request{Cmd: protocol.CmdIncr, Keys: ks[i%nkeys : i%nkeys+1], Delta: 1}
+		}},
+		{"set", func(i int) protocol.Request {
+			return protocol.Request{Cmd: protocol.CmdSet, Keys: ks[i%nkeys : i%nkeys+1], Data: []byte("12345678"), Exptime: 60}
 		}},
 	}
 	for _, tc := range cases {

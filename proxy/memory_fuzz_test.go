@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 	"time"
+
+	"github.com/poplimit/poplimit/proxy/protocol"
 )
 
 // checkMemInvariants verifies the store's internal bookkeeping: the map and
@@ -88,7 +90,7 @@ func FuzzMemoryStore(f *testing.F) {
 					if !ok {
 						t.Fatal("item gone after incr")
 					}
-					if got, ok := ParseMemcachedUint(it.Value); !ok || got != n {
+					if got, ok := protocol.ParseValueUint(it.Value); !ok || got != n {
 						t.Fatalf("incr returned %d, item holds %q", n, it.Value)
 					}
 					if it.CAS <= lastCAS {

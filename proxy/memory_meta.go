@@ -21,62 +21,64 @@ package proxy
 import (
 	"strconv"
 	"time"
+
+	"github.com/poplimit/poplimit/proxy/protocol"
 )
 
 // executeMeta is Execute for the meta commands. Requests that did not come
 // through Parse are validated again. The reply to a quiet request always
 // ends with the MN of the mn sent after it (see Request.Quiet).
-func (b *MemoryBackend) executeMeta(dst []byte, r *Request, now time.Time) []byte {
+func (b *MemoryBackend) executeMeta(dst []byte, r *protocol.Request, now time.Time) []byte {
 	dst = b.executeMetaOne(dst, r, now)
-	if r.Quiet && r.Cmd != CmdMn && r.Cmd != CmdMe {
-		dst = append(dst, mnLine...)
+	if r.Quiet && r.Cmd != protocol.CmdMn && r.Cmd != protocol.CmdMe {
+		dst = append(dst, protocol.MNLine...)
 	}
 	return dst
 }
 
 // executeMetaOne is executeMeta without the MN of a quiet request.
-func (b *MemoryBackend) executeMetaOne(dst []byte, r *Request, now time.Time) []byte {
-	if r.Cmd == CmdMn {
-		return append(dst, mnLine...)
+func (b *MemoryBackend) executeMetaOne(dst []byte, r *protocol.Request, now time.Time) []byte {
+	if r.Cmd == protocol.CmdMn {
+		return append(dst, protocol.MNLine...)
 	}
 	key := r.Key()
-	if len(key) == 0 || len(key) > MaxKeyLen {
-		return append(append(dst, ErrBadFormat.Reply...), "\r\n"...)
+	if len(key) == 0 || len(key) > protocol.MaxKeyLen {
+		return append(append(dst, protocol.ErrBadFormat.Reply...), "\r\n"...)
 	}
-	var dec [MaxKeyLen]byte
+	var dec [protocol.MaxKeyLen]byte
 	if r.Base64 {
-		n := decodeMetaKey(dec[:], key)
-		if n == 0 && r.Cmd == CmdMe {
-			return append(append(dst, ErrBadFormat.Reply...), "\r\n"...)
+		n := protocol.DecodeMetaKey(dec[:], key)
+		if n == 0 && r.Cmd == protocol.CmdMe {
+			return append(append(dst, protocol.ErrBadFormat.Reply...), "\r\n"...)
 		}
 		if n == 0 {
-			return append(append(dst, ErrMetaDecodingKey.Reply...), "\r\n"...)
+			return append(append(dst, protocol.ErrMetaDecodingKey.Reply...), "\r\n"...)
 		}
 		key = dec[:n]
 	}
-	if r.Cmd == CmdMe {
+	if r.Cmd == protocol.CmdMe {
 		return b.metaDebug(dst, key, r.Base64, now)
 	}
-	mf, err := preparseMeta(r.Key(), r.MetaFlags, ErrBadFormat)
+	mf, err := protocol.PreparseMeta(r.Key(), r.MetaFlags, protocol.ErrBadFormat)
 	if err == nil {
 		err = memMetaUnsupported(r.Cmd, r.MetaFlags)
 	}
 	if err != nil {
-		if r.Cmd == CmdMd || r.Cmd == CmdMa {
-			err = ErrMetaFlagMd
+		if r.Cmd == protocol.CmdMd || r.Cmd == protocol.CmdMa {
+			err = protocol.ErrMetaFlagMd
 		}
 		return append(append(dst, err.Reply...), "\r\n"...)
 	}
 	start := len(dst)
 	var shown bool
 	switch r.Cmd {
-	case CmdMg:
+	case protocol.CmdMg:
 		dst, shown = b.metaGet(dst, key, r, &mf, now)
-	case CmdMs:
+	case protocol.CmdMs:
 		dst, shown = b.metaSet(dst, key, r, &mf, now)
-	case CmdMd:
+	case protocol.CmdMd:
 		dst, shown = b.metaDelete(dst, key, r, &mf, now)
-	case CmdMa:
+	case protocol.CmdMa:
 		dst, shown = b.metaArith(dst, key, r, &mf, now)
 	default:
 		return append(dst, "ERROR\r\n"...)
@@ -89,17 +91,17 @@ func (b *MemoryBackend) executeMetaOne(dst []byte, r *Request, now time.Time) []
 
 // memMetaUnsupported reports the flags the memory backend does not
 // implement for cmd as an unknown flag.
-func memMetaUnsupported(cmd Command, flags []byte) *ReplyError {
+func memMetaUnsupported(cmd protocol.Command, flags []byte) *protocol.ReplyError {
 	for {
 		var t []byte
-		t, flags = nextMetaFlag(flags)
+		t, flags = protocol.NextMetaFlag(flags)
 		if t == nil {
 			return nil
 		}
 		switch {
-		case cmd == CmdMg && (t[0] == 'h' || t[0] == 'l' || t[0] == 'R'),
-			(cmd == CmdMs || cmd == CmdMd) && t[0] == 'I':
-			return ErrMetaInvalidFlag
+		case cmd == protocol.CmdMg && (t[0] == 'h' || t[0] == 'l' || t[0] == 'R'),
+			(cmd == protocol.CmdMs || cmd == protocol.CmdMd) && t[0] == 'I':
+			return protocol.ErrMetaInvalidFlag
 		}
 	}
 }
@@ -113,14 +115,14 @@ func appendMetaTTL(dst []byte, exptime, sec int64) []byte {
 }
 
 // metaGet executes mg; shown is false for a miss (q hides it).
-func (b *MemoryBackend) metaGet(dst, key []byte, r *Request, mf *metaFlags, now time.Time) ([]byte, bool) {
+func (b *MemoryBackend) metaGet(dst, key []byte, r *protocol.Request, mf *protocol.MetaArgs, now time.Time) ([]byte, bool) {
 	s := b.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sec := s.clock(now)
 	e := s.lookup(string(key), sec)
 	created := false
-	if e == nil && mf.vivify {
+	if e == nil && mf.Vivify {
 		ne := &memEntry{key: string(key), value: []byte{}, atime: sec, size: memItemSize(len(key), 0, 0)}
 		if _, _, err := s.link(nil, ne, sec); err == nil {
 			e, created = ne, true
@@ -129,32 +131,32 @@ func (b *MemoryBackend) metaGet(dst, key []byte, r *Request, mf *metaFlags, now 
 	start := len(dst)
 	if e == nil {
 		dst = append(dst, "EN"...)
-		for t, rest := nextMetaFlag(r.MetaFlags); t != nil; t, rest = nextMetaFlag(rest) {
+		for t, rest := protocol.NextMetaFlag(r.MetaFlags); t != nil; t, rest = protocol.NextMetaFlag(rest) {
 			switch t[0] {
 			case 'O':
-				if len(t) > metaMaxOpaque {
-					return append(append(dst[:start], ErrMetaOpaqueTooLong.Reply...), "\r\n"...), true
+				if len(t) > protocol.MetaMaxOpaque {
+					return append(append(dst[:start], protocol.ErrMetaOpaqueTooLong.Reply...), "\r\n"...), true
 				}
 				dst = append(append(dst, ' '), t...)
 			case 'k':
-				dst = appendMetaKey(append(dst, ' '), key, mf.base64)
+				dst = protocol.AppendMetaKey(append(dst, ' '), key, mf.Base64)
 			}
 		}
 		return append(dst, "\r\n"...), false
 	}
-	if mf.value {
+	if mf.Value {
 		dst = strconv.AppendInt(append(dst, "VA "...), int64(len(e.value)), 10)
 	} else {
 		dst = append(dst, "HD"...)
 	}
 	won := false
-	for t, rest := nextMetaFlag(r.MetaFlags); t != nil; t, rest = nextMetaFlag(rest) {
+	for t, rest := protocol.NextMetaFlag(r.MetaFlags); t != nil; t, rest = protocol.NextMetaFlag(rest) {
 		switch t[0] {
 		case 'T':
-			e.exptime = s.realtime(int64(mf.ttl), sec)
+			e.exptime = s.realtime(int64(mf.TTL), sec)
 		case 'N':
 			if created {
-				e.exptime = s.realtime(int64(mf.vivifyTTL), sec)
+				e.exptime = s.realtime(int64(mf.VivifyTTL), sec)
 				won = true
 			}
 		case 's':
@@ -166,14 +168,14 @@ func (b *MemoryBackend) metaGet(dst, key []byte, r *Request, mf *metaFlags, now 
 		case 'f':
 			dst = strconv.AppendUint(append(dst, " f"...), uint64(e.flags), 10)
 		case 'O':
-			if len(t) > metaMaxOpaque {
+			if len(t) > protocol.MetaMaxOpaque {
 				// memcached checks it here, after the flags before it
 				// took effect, and neither bumps nor marks the item.
-				return append(append(dst[:start], ErrMetaOpaqueTooLong.Reply...), "\r\n"...), true
+				return append(append(dst[:start], protocol.ErrMetaOpaqueTooLong.Reply...), "\r\n"...), true
 			}
 			dst = append(append(dst, ' '), t...)
 		case 'k':
-			dst = appendMetaKey(append(dst, ' '), key, e.keyBinary)
+			dst = protocol.AppendMetaKey(append(dst, ' '), key, e.keyBinary)
 		}
 	}
 	if e.tokenSent {
@@ -184,10 +186,10 @@ func (b *MemoryBackend) metaGet(dst, key []byte, r *Request, mf *metaFlags, now 
 		e.tokenSent = true
 	}
 	dst = append(dst, "\r\n"...)
-	if mf.value {
+	if mf.Value {
 		dst = append(append(dst, e.value...), "\r\n"...)
 	}
-	if !mf.has('u') {
+	if !mf.Has('u') {
 		e.fetched = true
 		s.bump(e, sec)
 	}
@@ -195,12 +197,12 @@ func (b *MemoryBackend) metaGet(dst, key []byte, r *Request, mf *metaFlags, now 
 }
 
 // metaSet executes ms; shown is false for HD (q hides it).
-func (b *MemoryBackend) metaSet(dst, key []byte, r *Request, mf *metaFlags, now time.Time) ([]byte, bool) {
+func (b *MemoryBackend) metaSet(dst, key []byte, r *protocol.Request, mf *protocol.MetaArgs, now time.Time) ([]byte, bool) {
 	w := MemoryWrite{
 		Mode: MemSet, Key: string(key), Value: append([]byte(nil), r.Data...),
-		Flags: mf.clientFlags, Exptime: int64(mf.ttl), CAS: mf.cas,
+		Flags: mf.ClientFlags, Exptime: int64(mf.TTL), CAS: mf.CAS,
 	}
-	switch mf.mode {
+	switch mf.Mode {
 	case 'E':
 		w.Mode = MemAdd
 	case 'A':
@@ -210,7 +212,7 @@ func (b *MemoryBackend) metaSet(dst, key []byte, r *Request, mf *metaFlags, now 
 	case 'R':
 		w.Mode = MemReplace
 	}
-	if mf.hasCAS && (w.Mode == MemSet || w.Mode == MemReplace) {
+	if mf.HasCAS && (w.Mode == MemSet || w.Mode == MemReplace) {
 		w.Mode = MemCAS
 	}
 	res, cas, err := b.store.Store(w, now)
@@ -219,7 +221,7 @@ func (b *MemoryBackend) metaSet(dst, key []byte, r *Request, mf *metaFlags, now 
 	}
 	// memcached's append and prepend build a new item that does not keep
 	// the binary-key mark; other modes store the request's own item.
-	if res == MemStored && mf.base64 && w.Mode != MemAppend && w.Mode != MemPrepend {
+	if res == MemStored && mf.Base64 && w.Mode != MemAppend && w.Mode != MemPrepend {
 		s := b.store
 		s.mu.Lock()
 		if e := s.items[string(key)]; e != nil && e.cas == cas {
@@ -228,12 +230,12 @@ func (b *MemoryBackend) metaSet(dst, key []byte, r *Request, mf *metaFlags, now 
 		s.mu.Unlock()
 	}
 	dst = append(dst, [...]string{MemStored: "HD", MemNotStored: "NS", MemExists: "EX", MemNotFound: "NF"}[res]...)
-	for t, rest := nextMetaFlag(r.MetaFlags); t != nil; t, rest = nextMetaFlag(rest) {
+	for t, rest := protocol.NextMetaFlag(r.MetaFlags); t != nil; t, rest = protocol.NextMetaFlag(rest) {
 		switch t[0] {
 		case 'O':
 			dst = append(append(dst, ' '), t...)
 		case 'k':
-			dst = appendMetaKey(append(dst, ' '), key, mf.base64)
+			dst = protocol.AppendMetaKey(append(dst, ' '), key, mf.Base64)
 		case 'c':
 			dst = strconv.AppendUint(append(dst, " c"...), cas, 10)
 		}
@@ -242,14 +244,14 @@ func (b *MemoryBackend) metaSet(dst, key []byte, r *Request, mf *metaFlags, now 
 }
 
 // metaDelete executes md; shown is false for HD (q hides it).
-func (b *MemoryBackend) metaDelete(dst, key []byte, r *Request, mf *metaFlags, now time.Time) ([]byte, bool) {
+func (b *MemoryBackend) metaDelete(dst, key []byte, r *protocol.Request, mf *protocol.MetaArgs, now time.Time) ([]byte, bool) {
 	s := b.store
 	s.mu.Lock()
 	e := s.lookup(string(key), s.clock(now))
 	status := "NF"
 	switch {
 	case e == nil:
-	case mf.hasCAS && e.cas != mf.cas:
+	case mf.HasCAS && e.cas != mf.CAS:
 		status = "EX"
 	default:
 		s.unlink(e)
@@ -257,12 +259,12 @@ func (b *MemoryBackend) metaDelete(dst, key []byte, r *Request, mf *metaFlags, n
 	}
 	s.mu.Unlock()
 	dst = append(dst, status...)
-	for t, rest := nextMetaFlag(r.MetaFlags); t != nil; t, rest = nextMetaFlag(rest) {
+	for t, rest := protocol.NextMetaFlag(r.MetaFlags); t != nil; t, rest = protocol.NextMetaFlag(rest) {
 		switch t[0] {
 		case 'O':
 			dst = append(append(dst, ' '), t...)
 		case 'k':
-			dst = appendMetaKey(append(dst, ' '), key, mf.base64)
+			dst = protocol.AppendMetaKey(append(dst, ' '), key, mf.Base64)
 		}
 	}
 	return append(dst, "\r\n"...), status != "HD"
@@ -270,16 +272,16 @@ func (b *MemoryBackend) metaDelete(dst, key []byte, r *Request, mf *metaFlags, n
 
 // metaArith executes ma; shown is false when an existing item was changed
 // (q hides it), true when it was created (N), missing or an error.
-func (b *MemoryBackend) metaArith(dst, key []byte, r *Request, mf *metaFlags, now time.Time) ([]byte, bool) {
+func (b *MemoryBackend) metaArith(dst, key []byte, r *protocol.Request, mf *protocol.MetaArgs, now time.Time) ([]byte, bool) {
 	s := b.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sec := s.clock(now)
 	delta := uint64(1)
-	if mf.has('D') {
-		delta = mf.delta
+	if mf.Has('D') {
+		delta = mf.Delta
 	}
-	incr := mf.mode != 'D' && mf.mode != '-'
+	incr := mf.Mode != 'D' && mf.Mode != '-'
 	e := s.lookup(string(key), sec)
 	var value uint64
 	created := false
@@ -287,7 +289,7 @@ func (b *MemoryBackend) metaArith(dst, key []byte, r *Request, mf *metaFlags, no
 	switch {
 	case e != nil && len(e.value) == 0: // memcached checks this before the CAS
 		return appendMemError(dst, ErrMemoryNonNumeric), true
-	case e != nil && mf.hasCAS && mf.cas != 0 && e.cas != mf.cas:
+	case e != nil && mf.HasCAS && mf.CAS != 0 && e.cas != mf.CAS:
 		e = nil
 		dst = append(dst, "EX"...)
 	case e != nil:
@@ -296,46 +298,46 @@ func (b *MemoryBackend) metaArith(dst, key []byte, r *Request, mf *metaFlags, no
 			return appendMemError(dst, err), true
 		}
 		e, value = ne, n
-	case mf.vivify:
-		digits := strconv.AppendUint(nil, mf.initial, 10)
+	case mf.Vivify:
+		digits := strconv.AppendUint(nil, mf.Initial, 10)
 		ne := &memEntry{key: string(key), value: digits, atime: sec, size: memItemSize(len(key), 0, len(digits))}
 		if _, _, err := s.link(nil, ne, sec); err != nil {
 			return append(dst, "SERVER_ERROR Out of memory allocating new item\r\n"...), true
 		}
-		e, value, created = ne, mf.initial, true
+		e, value, created = ne, mf.Initial, true
 	default:
 		dst = append(dst, "NF"...)
 	}
 	var num [20]byte
 	digits := strconv.AppendUint(num[:0], value, 10)
 	if e != nil {
-		if mf.value {
+		if mf.Value {
 			dst = strconv.AppendInt(append(dst, "VA "...), int64(len(digits)), 10)
 		} else {
 			dst = append(dst, "HD"...)
 		}
 	}
-	for t, rest := nextMetaFlag(r.MetaFlags); t != nil; t, rest = nextMetaFlag(rest) {
+	for t, rest := protocol.NextMetaFlag(r.MetaFlags); t != nil; t, rest = protocol.NextMetaFlag(rest) {
 		switch {
-		case t[0] == 'O' && len(t) > metaMaxOpaque:
+		case t[0] == 'O' && len(t) > protocol.MetaMaxOpaque:
 			// memcached checks it here, after the arithmetic.
-			return append(append(dst[:start], ErrMetaOpaqueTooLong.Reply...), "\r\n"...), true
+			return append(append(dst[:start], protocol.ErrMetaOpaqueTooLong.Reply...), "\r\n"...), true
 		case t[0] == 'O':
 			dst = append(append(dst, ' '), t...)
 		case t[0] == 'k':
-			dst = appendMetaKey(append(dst, ' '), key, mf.base64)
+			dst = protocol.AppendMetaKey(append(dst, ' '), key, mf.Base64)
 		case e == nil:
 		case t[0] == 'c':
 			dst = strconv.AppendUint(append(dst, " c"...), e.cas, 10)
 		case t[0] == 't':
 			dst = appendMetaTTL(append(dst, " t"...), e.exptime, sec)
 		case t[0] == 'T':
-			e.exptime = s.realtime(int64(mf.ttl), sec)
+			e.exptime = s.realtime(int64(mf.TTL), sec)
 		case t[0] == 'N' && created:
-			e.exptime = s.realtime(int64(mf.vivifyTTL), sec)
+			e.exptime = s.realtime(int64(mf.VivifyTTL), sec)
 		}
 	}
-	if e != nil && mf.value {
+	if e != nil && mf.Value {
 		dst = append(append(dst, "\r\n"...), digits...)
 	}
 	return append(dst, "\r\n"...), e == nil || created
@@ -353,7 +355,7 @@ func (b *MemoryBackend) metaDebug(dst, key []byte, binary bool, now time.Time) [
 	}
 	dst = append(dst, "ME "...)
 	if binary {
-		dst = appendBase64(dst, key)
+		dst = protocol.AppendBase64(dst, key)
 	} else {
 		dst = append(dst, key...)
 	}

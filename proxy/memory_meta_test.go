@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/poplimit/poplimit/proxy/protocol"
 )
 
 // TestMemoryBackendMeta steps the memory backend through meta requests at
@@ -56,9 +58,9 @@ func TestMemoryBackendMeta(t *testing.T) {
 		{16, "mg foo h q\r\n", "CLIENT_ERROR invalid flag\r\nMN\r\n"}, // unsupported here, still framed
 	}
 	for _, st := range steps {
-		var r Request
-		if _, err := Parse([]byte(st.in), Limits{}, &r); err != nil {
-			if re, ok := err.(*ReplyError); !ok || re.Reply+"\r\n" != st.want {
+		var r protocol.Request
+		if _, err := protocol.Parse([]byte(st.in), protocol.Limits{}, &r); err != nil {
+			if re, ok := err.(*protocol.ReplyError); !ok || re.Reply+"\r\n" != st.want {
 				t.Errorf("at %d %q: parse %v", st.at, st.in, err)
 			}
 			continue
@@ -97,11 +99,11 @@ func FuzzMemoryMeta(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lim := Limits{MaxLine: 512, MaxItemSize: 1024}
+		lim := protocol.Limits{MaxLine: 512, MaxItemSize: 1024}
 		for off, steps := 0, 0; off < len(buf) && steps < 50; steps++ {
-			var r Request
-			n, err := Parse(buf[off:], lim, &r)
-			if err != nil && !errors.As(err, new(*ReplyError)) {
+			var r protocol.Request
+			n, err := protocol.Parse(buf[off:], lim, &r)
+			if err != nil && !errors.As(err, new(*protocol.ReplyError)) {
 				return
 			}
 			off += n
@@ -109,11 +111,11 @@ func FuzzMemoryMeta(f *testing.F) {
 				continue
 			}
 			reply := b.Execute(nil, &r, memT0.Add(time.Duration(steps)*time.Second))
-			m, rerr := metaReplyLen(reply, &r)
+			m, rerr := protocol.ReplyLen(reply, &r)
 			if rerr != nil || m != len(reply) {
 				t.Fatalf("%q: reply %q framed as %d bytes (%v)", r.AppendWire(nil), reply, m, rerr)
 			}
-			if r.Quiet && !bytes.HasSuffix(reply, mnLine) {
+			if r.Quiet && !bytes.HasSuffix(reply, protocol.MNLine) {
 				t.Fatalf("quiet %q: reply %q without MN", r.Line, reply)
 			}
 		}

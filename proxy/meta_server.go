@@ -15,15 +15,19 @@ package proxy
 //   - errors (bad flags, a shard down) are always written, as memcached
 //     writes its errors whatever q says.
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/poplimit/poplimit/proxy/protocol"
+)
 
 // dispatchMeta is dispatch for a meta command: e is the entry dispatch
 // started, req the parsed request pointing into base, n its length.
-func (cc *clientConn) dispatchMeta(e *entry, req *Request, base []byte, n int) {
+func (cc *clientConn) dispatchMeta(e *entry, req *protocol.Request, base []byte, n int) {
 	e.noreply = false
-	if req.Cmd == CmdMn {
+	if req.Cmd == protocol.CmdMn {
 		e.kind = kindLocal
-		e.local = append(e.local, mnLine...)
+		e.local = append(e.local, protocol.MNLine...)
 		cc.queue(e)
 		return
 	}
@@ -35,7 +39,7 @@ func (cc *clientConn) dispatchMeta(e *entry, req *Request, base []byte, n int) {
 		off := cap(base) - cap(b)
 		return e.raw[off : off+len(b) : off+len(b)]
 	}
-	e.req = Request{
+	e.req = protocol.Request{
 		Cmd: req.Cmd, Keys: append(e.req.Keys[:0], rebase(req.Keys[0])),
 		Line: rebase(req.Line), MetaFlags: rebase(req.MetaFlags), Data: rebase(req.Data),
 		Quiet: req.Quiet, Base64: req.Base64,
@@ -62,20 +66,20 @@ func (e *entry) hashKey() []byte {
 	start := len(e.raw)
 	e.raw = append(e.raw, make([]byte, len(k))...)
 	dec := e.raw[start:]
-	m := decodeMetaKey(dec, k)
+	m := protocol.DecodeMetaKey(dec, k)
 	return dec[:m:m]
 }
 
 // metaUnlink sends, for an ms whose value is too large, the md memcached
 // performs instead (it unlinks the key whatever the mode, so no stale value
 // is served); e then waits for it and answers e.local.
-func (cc *clientConn) metaUnlink(e *entry, req *Request) {
+func (cc *clientConn) metaUnlink(e *entry, req *protocol.Request) {
 	key := req.Key()
 	e.raw = append(append(append(e.raw[:0], "md "...), key...), " b"...)
 	if !req.Base64 {
 		e.raw = e.raw[:len(e.raw)-2]
 	}
-	e.req.Cmd = CmdMd
+	e.req.Cmd = protocol.CmdMd
 	e.req.Line = e.raw
 	e.req.Keys = append(e.req.Keys[:0], e.raw[3:3+len(key)])
 	e.req.Base64 = req.Base64
@@ -88,9 +92,9 @@ func (cc *clientConn) metaUnlink(e *entry, req *Request) {
 
 // metaReply is what the client gets from a shard's reply to a meta
 // request: the reply without the MN that follows a quiet request.
-func metaReply(req *Request, reply []byte) []byte {
+func metaReply(req *protocol.Request, reply []byte) []byte {
 	if req.Quiet {
-		return bytes.TrimSuffix(reply, mnLine)
+		return bytes.TrimSuffix(reply, protocol.MNLine)
 	}
 	return reply
 }

@@ -9,12 +9,12 @@ import (
 	"io"
 	"net"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/poplimit/poplimit/proxy/fastconn"
+	"github.com/poplimit/poplimit/proxy/protocol"
 )
 
 // PoolConfig configures a Pool of connections to one memcached. Zero means
@@ -54,10 +54,9 @@ func (c PoolConfig) timeout() time.Duration {
 }
 
 const (
-	readBufSize  = 64 << 10 // a connection's reply buffer (grows for large values)
-	maxSpareBuf  = 256 << 10
-	maxReplyLine = 64 << 10 // a reply line longer than this is a bad reply
-	maxYields    = 4        // times a woken writer yields while requests keep coming
+	readBufSize = 64 << 10 // a connection's reply buffer (grows for large values)
+	maxSpareBuf = 256 << 10
+	maxYields   = 4 // times a woken writer yields while requests keep coming
 )
 
 // Pool is a Backend for one memcached: a few pipelined connections.
@@ -174,7 +173,7 @@ func (p *Pool) Probe(ctx context.Context) error {
 		return err
 	}
 	if !bytes.HasPrefix(line, []byte("VERSION ")) {
-		return fmt.Errorf("%w: %q", ErrBadReply, line)
+		return fmt.Errorf("%w: %q", protocol.ErrBadReply, line)
 	}
 	return nil
 }
@@ -420,13 +419,13 @@ func (s *session) read() {
 			if i == len(cur) {
 				cur, i = s.take(cur), 0
 				if len(cur) == 0 {
-					err = fmt.Errorf("%w: %q with no request pending", ErrBadReply, firstLine(buf[r:w]))
+					err = fmt.Errorf("%w: %q with no request pending", protocol.ErrBadReply, protocol.FirstLine(buf[r:w]))
 					break
 				}
 			}
 			c := cur[i]
-			n, rerr := replyLen(buf[r:w], c.Req)
-			if rerr == ErrIncomplete {
+			n, rerr := protocol.ReplyLen(buf[r:w], c.Req)
+			if rerr == protocol.ErrIncomplete {
 				if n > len(buf) {
 					nb := make([]byte, n)
 					w = copy(nb, buf[r:w])
@@ -541,87 +540,4 @@ func (s *session) read() {
 	}
 	s.pc.doneBytes.Add(uint64(wireBytes))
 	s.pc.doneCalls.Add(uint64(failed))
-}
-
-func firstLine(b []byte) []byte {
-	if i := bytes.IndexByte(b, '\n'); i >= 0 {
-		b = b[:i+1]
-	}
-	return b[:min(len(b), 80)]
-}
-
-var (
-	endLine   = []byte("END\r\n")
-	valuePref = []byte("VALUE ")
-)
-
-// replyLen returns the length of the complete memcached reply to req at
-// the start of buf. When buf holds only part of it, err is ErrIncomplete
-// and n is the total length needed when known (a value's length is read),
-// else 0. A reply that cannot be one is ErrBadReply. It is a pure
-// function of buf and req.Cmd.
-func replyLen(buf []byte, req *Request) (n int, err error) {
-	if req.Cmd.IsMeta() {
-		return metaReplyLen(buf, req)
-	}
-	if !req.Cmd.IsRetrieval() {
-		nl := bytes.IndexByte(buf, '\n')
-		if nl < 0 {
-			if len(buf) > maxReplyLine {
-				return 0, fmt.Errorf("%w: line too long", ErrBadReply)
-			}
-			return 0, ErrIncomplete
-		}
-		return nl + 1, nil
-	}
-	off := 0
-	for {
-		nl := bytes.IndexByte(buf[off:], '\n')
-		if nl < 0 {
-			if len(buf)-off > maxReplyLine {
-				return 0, fmt.Errorf("%w: line too long", ErrBadReply)
-			}
-			return 0, ErrIncomplete
-		}
-		line := buf[off : off+nl+1]
-		if !bytes.HasPrefix(line, valuePref) {
-			return off + len(line), nil // END, or an error line
-		}
-		v, ok := valueLen(line)
-		if !ok {
-			return 0, fmt.Errorf("%w: %q", ErrBadReply, line)
-		}
-		end := off + len(line) + v + 2
-		if end > len(buf) {
-			return end, ErrIncomplete
-		}
-		if buf[end-2] != '\r' || buf[end-1] != '\n' {
-			return 0, fmt.Errorf("%w: value not ended by CRLF", ErrBadReply)
-		}
-		off = end
-	}
-}
-
-// valueLen returns the <bytes> field of "VALUE <key> <flags> <bytes> [<cas>]\r\n".
-func valueLen(line []byte) (int, bool) {
-	f := line[len(valuePref):]
-	for i := 0; i < 2; i++ {
-		j := bytes.IndexByte(f, ' ')
-		if j < 0 {
-			return 0, false
-		}
-		f = f[j+1:]
-	}
-	end := 0
-	for end < len(f) && f[end] >= '0' && f[end] <= '9' {
-		end++
-	}
-	if end == 0 || end > 10 {
-		return 0, false
-	}
-	n, err := strconv.Atoi(string(f[:end]))
-	if err != nil || n > 1<<30 {
-		return 0, false
-	}
-	return n, true
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/poplimit/poplimit/proxy/protocol"
 	"github.com/poplimit/poplimit/shard"
 )
 
@@ -114,7 +115,7 @@ type ProxyConfig struct {
 	// slog.Default().
 	Logger *slog.Logger
 	// Limits, Version and MaxPipeline are passed to every pool's Server.
-	Limits      Limits
+	Limits      protocol.Limits
 	Version     string
 	MaxPipeline int
 	// NewBackend, when set, builds the backends of every pool (e.g.

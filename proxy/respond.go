@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/poplimit/poplimit/proxy/protocol"
 )
 
 // How a client's request is answered:
@@ -37,7 +39,7 @@ const (
 type entry struct {
 	kind    entryKind
 	noreply bool
-	req     Request
+	req     protocol.Request
 	raw     []byte
 	local   []byte
 	calls   []*Call
@@ -69,7 +71,7 @@ func releaseEntry(e *entry) {
 	entryPool.Put(e)
 }
 
-func (cc *clientConn) newCall(e *entry, req *Request) *Call {
+func (cc *clientConn) newCall(e *entry, req *protocol.Request) *Call {
 	c := callPool.Get().(*Call)
 	c.Req = req
 	c.Conn = cc.id
@@ -87,18 +89,18 @@ func (cc *clientConn) newCall(e *entry, req *Request) *Call {
 }
 
 // replyError queues a protocol error reply.
-func (cc *clientConn) replyError(req *Request, re *ReplyError) {
+func (cc *clientConn) replyError(req *protocol.Request, re *protocol.ReplyError) {
 	e := getEntry()
 	e.kind = kindLocal
 	e.noreply = req.Noreply
 	e.local = append(append(e.local, re.Reply...), "\r\n"...)
-	if re == ErrTooLarge && req.Cmd == CmdMs && len(req.Keys) == 1 {
+	if re == protocol.ErrTooLarge && req.Cmd == protocol.CmdMs && len(req.Keys) == 1 {
 		cc.metaUnlink(e, req)
 	}
-	if re == ErrTooLarge && req.Cmd == CmdSet && len(req.Keys) == 1 {
+	if re == protocol.ErrTooLarge && req.Cmd == protocol.CmdSet && len(req.Keys) == 1 {
 		// memcached unlinks the old value of a set it cannot store.
 		e.raw = append(e.raw[:0], req.Keys[0]...)
-		e.req.Cmd = CmdDelete
+		e.req.Cmd = protocol.CmdDelete
 		e.req.Keys = append(e.req.Keys, e.raw)
 		r := cc.s.router.Load()
 		if i := r.Locate(e.raw); i >= 0 {
@@ -112,7 +114,7 @@ func (cc *clientConn) replyError(req *Request, re *ReplyError) {
 // dispatch copies the parsed request out of the read buffer, routes it and
 // queues it for the writer. base is the buffer given to Parse, n the bytes
 // the request spans.
-func (cc *clientConn) dispatch(req *Request, base []byte, n int, held int64) {
+func (cc *clientConn) dispatch(req *protocol.Request, base []byte, n int, held int64) {
 	s := cc.s
 	s.st.cmds[req.Cmd].Add(1)
 	e := getEntry()
@@ -123,12 +125,12 @@ func (cc *clientConn) dispatch(req *Request, base []byte, n int, held int64) {
 		return
 	}
 	switch req.Cmd {
-	case CmdVersion:
+	case protocol.CmdVersion:
 		e.kind = kindLocal
 		e.local = append(e.local, s.version...)
 		cc.queue(e)
 		return
-	case CmdStats:
+	case protocol.CmdStats:
 		e.kind = kindLocal
 		e.local = s.appendStats(e.local)
 		cc.queue(e)
@@ -137,7 +139,7 @@ func (cc *clientConn) dispatch(req *Request, base []byte, n int, held int64) {
 	// Copy the request's bytes and rebase its slices onto the copy (they
 	// are all sub-slices of base: offset = cap(base) - cap(slice)).
 	e.raw = append(e.raw[:0], base[:n]...)
-	e.req = Request{
+	e.req = protocol.Request{
 		Cmd: req.Cmd, Keys: e.req.Keys[:0], Flags: req.Flags, Exptime: req.Exptime,
 		Cas: req.Cas, Delta: req.Delta, Delay: req.Delay, HasDelay: req.HasDelay,
 		Level: req.Level, // backends never see noreply; e.noreply drops the reply
@@ -184,7 +186,7 @@ func (cc *clientConn) dispatchMulti(e *entry) {
 	keys := e.req.Keys
 	if len(keys) == 0 {
 		e.kind = kindLocal
-		e.local = append(e.local, endLine...)
+		e.local = append(e.local, protocol.EndLine...)
 		return
 	}
 	var shardCallArr [16]int32
@@ -296,7 +298,7 @@ func (s *Server) writeMerged(bw io.Writer, e *entry) {
 			_, _ = bw.Write(e.local)
 			return
 		}
-		if !bytes.HasSuffix(c.Reply, endLine) {
+		if !bytes.HasSuffix(c.Reply, protocol.EndLine) {
 			// An error line from the shard: it is the whole reply.
 			_, _ = bw.Write(c.Reply)
 			return
@@ -308,17 +310,17 @@ func (s *Server) writeMerged(bw io.Writer, e *entry) {
 	for i, k := range e.req.Keys {
 		ci := e.keyCall[i]
 		rep := e.calls[ci].Reply[e.cursor[ci]:]
-		if !bytes.HasPrefix(rep, valuePref) {
+		if !bytes.HasPrefix(rep, protocol.ValuePrefix) {
 			continue
 		}
 		nl := bytes.IndexByte(rep, '\n')
 		line := rep[:nl+1]
-		rest := line[len(valuePref):]
+		rest := line[len(protocol.ValuePrefix):]
 		sp := bytes.IndexByte(rest, ' ')
 		if sp < 0 || !bytes.Equal(rest[:sp], k) {
 			continue // a miss: the shard's next value is for a later key
 		}
-		n, ok := valueLen(line)
+		n, ok := protocol.ValueLen(line)
 		if !ok || len(line)+n+2 > len(rep) {
 			continue
 		}
@@ -326,12 +328,12 @@ func (s *Server) writeMerged(bw io.Writer, e *entry) {
 		_, _ = bw.Write(block)
 		e.cursor[ci] += len(block)
 	}
-	_, _ = bw.Write(endLine)
+	_, _ = bw.Write(protocol.EndLine)
 }
 
 // appendServerError appends "SERVER_ERROR <reason>\r\n" for err.
 func appendServerError(dst []byte, err error) []byte {
-	msg := strings.TrimPrefix(err.Error(), "proxy: ")
+	msg := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "proxy: "), "protocol: ")
 	msg = strings.Map(func(r rune) rune {
 		if r == '\r' || r == '\n' {
 			return ' '
@@ -350,7 +352,7 @@ type serverStats struct {
 	totalConns     atomic.Uint64
 	protocolErrors atomic.Uint64
 	serverErrors   atomic.Uint64
-	cmds           [CmdQuit + 1]atomic.Uint64
+	cmds           [protocol.CmdQuit + 1]atomic.Uint64
 }
 
 // appendStats appends the "stats" reply: STAT lines and END. Names: pid,
@@ -377,7 +379,7 @@ func (s *Server) appendStats(dst []byte) []byte {
 	stat("version", strings.TrimSuffix(strings.TrimPrefix(string(s.version), "VERSION "), "\r\n"))
 	stat("curr_connections", strconv.FormatInt(s.st.currConns.Load(), 10))
 	stat("total_connections", u(s.st.totalConns.Load()))
-	for c := CmdGet; c <= CmdQuit; c++ {
+	for c := protocol.CmdGet; c <= protocol.CmdQuit; c++ {
 		stat("cmd_"+c.String(), u(s.st.cmds[c].Load()))
 	}
 	stat("protocol_errors", u(s.st.protocolErrors.Load()))
@@ -398,5 +400,5 @@ func (s *Server) appendStats(dst []byte) []byte {
 		stat(p+"errors", u(rt.stats[i].errors.Load()))
 		stat(p+"ejections", u(hs.Ejections))
 	}
-	return append(dst, endLine...)
+	return append(dst, protocol.EndLine...)
 }

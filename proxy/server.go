@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/proxy/fastconn"
+	"github.com/poplimit/poplimit/proxy/protocol"
 )
 
 // DefaultVersion is what "version" answers by default.
@@ -23,7 +24,7 @@ type ServerConfig struct {
 	// Router routes keys to shards (required). The Server does not close it.
 	Router *Router
 	// Limits bounds lines and values (memcached's defaults).
-	Limits Limits
+	Limits protocol.Limits
 	// Version is the "VERSION <Version>" reply; default DefaultVersion.
 	Version string
 	// MaxPipeline is the number of requests of one client in flight at
@@ -399,14 +400,14 @@ func (cc *clientConn) giveBack(h int64) {
 // what was reserved for their keys (Call.perKey), so a reply is not
 // counted twice. replyReserve sets cc.perKey for the calls dispatch makes;
 // the reader resets it after.
-func (cc *clientConn) replyReserve(req *Request) int64 {
+func (cc *clientConn) replyReserve(req *protocol.Request) int64 {
 	cc.perKey = 0
-	if !req.Cmd.IsRetrieval() && req.Cmd != CmdMg {
+	if !req.Cmd.IsRetrieval() && req.Cmd != protocol.CmdMg {
 		return 0
 	}
 	est := cc.replyEst.Load()
 	if est < 0 {
-		est = int64(cc.s.cfg.Limits.maxItemSize())
+		est = int64(cc.s.cfg.Limits.ItemLimit())
 	}
 	cc.perKey = est
 	return est * int64(len(req.Keys))
@@ -532,7 +533,7 @@ type clientReader struct {
 	buf  []byte
 	r, w int
 	need int // bytes the incomplete request at r needs, when known
-	req  Request
+	req  protocol.Request
 	next readStep // consume's verdict
 	// replies: a request dispatched since the last read answers the
 	// client (not noreply or quiet), so a write to the client follows.
@@ -625,7 +626,7 @@ func (rd *clientReader) parse(nonBlocking bool) readStep {
 		}
 		full := len(cc.entries) == cap(cc.entries) // only this goroutine sends
 		rd.need = 0
-		n, err := Parse(rd.buf[rd.r:rd.w], s.cfg.Limits, &rd.req)
+		n, err := protocol.Parse(rd.buf[rd.r:rd.w], s.cfg.Limits, &rd.req)
 		switch {
 		case err == nil:
 			over := cc.held.Load() > s.cfg.maxClientBytes() // big replies waiting for the client
@@ -653,11 +654,11 @@ func (rd *clientReader) parse(nonBlocking bool) readStep {
 				return stepStop
 			}
 			continue
-		case err == ErrIncomplete:
+		case err == protocol.ErrIncomplete:
 			rd.need = n
 			return stepRead
 		}
-		var re *ReplyError
+		var re *protocol.ReplyError
 		if errors.As(err, &re) {
 			if nonBlocking && (full || n > rd.w-rd.r) {
 				return stepBlock
@@ -678,7 +679,7 @@ func (rd *clientReader) parse(nonBlocking bool) readStep {
 		}
 		// quit, line too long, binary protocol: close after the replies
 		// already queued.
-		if err != ErrQuit {
+		if err != protocol.ErrQuit {
 			s.st.protocolErrors.Add(1)
 		}
 		return stepStop

@@ -32,6 +32,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/proxy"
+	"github.com/poplimit/poplimit/proxy/protocol"
 	"github.com/poplimit/poplimit/shard"
 )
 
@@ -134,7 +135,7 @@ func run(c *cli.Context) error {
 		ClientConnections: c.Int("client-connections"),
 		ClientTimeout:     c.Duration("client-idle-timeout"),
 		RequestTimeout:    c.Duration("client-request-timeout"),
-		Limits:            proxy.Limits{MaxItemSize: c.Int("max-item-size")},
+		Limits:            protocol.Limits{MaxItemSize: c.Int("max-item-size")},
 		DrainTimeout:      c.Duration("drain-timeout"),
 	}
 	if c.Int("embedded") > 0 {

@@ -1,11 +1,9 @@
-package proxy
+package protocol
 
 import (
 	"bytes"
 	"errors"
-	"slices"
 	"testing"
-	"time"
 )
 
 // parseSentinels are every error Parse may return: the connection-level
@@ -90,57 +88,8 @@ func FuzzParsePrefix(f *testing.F) {
 	})
 }
 
-// FuzzMemoryExecute: the text commands the parser accepts, run on the
-// memory backend, never panic, keep the store's bookkeeping intact, and
-// answer exactly one reply as the pool's reader frames it (replyLen), so
-// an embedded shard can stand in for memcached; a retrieval answers only
-// keys it was asked for.
-func FuzzMemoryExecute(f *testing.F) {
-	for _, s := range fuzzSeedsFromTranscripts(f) {
-		f.Add(s)
-	}
-	f.Add([]byte("set a 1 0 2\r\n10\r\nincr a 5\r\nget a b\r\nappend a 0 0 1\r\nx\r\nincr a 1\r\ngets a\r\ncas a 0 0 1 1\r\ny\r\n"))
-	f.Add([]byte("add b 0 -1 1\r\nz\r\ngat 100 b\r\ntouch b 0\r\ndelete b\r\nflush_all 2\r\nversion\r\nverbosity 1\r\n"))
-	f.Fuzz(func(t *testing.T, buf []byte) {
-		b, err := NewMemoryBackend(MemoryConfig{MaxBytes: 4096, ItemSizeMax: 512})
-		if err != nil {
-			t.Fatal(err)
-		}
-		lim := Limits{MaxLine: 512, MaxGetLine: 4096, MaxItemSize: 512}
-		for off, step := 0, 0; off < len(buf) && step < 64; step++ {
-			var r Request
-			n, err := Parse(buf[off:], lim, &r)
-			if n <= 0 || (err != nil && !errorsAsReply(err)) {
-				return
-			}
-			off += n
-			if err != nil || r.Cmd.IsMeta() || r.Cmd == CmdStats { // meta: FuzzMemoryMeta; stats: answered by the proxy
-				continue
-			}
-			reply := b.Execute(nil, &r, memT0.Add(time.Duration(step)*time.Second))
-			if m, rerr := replyLen(reply, &r); rerr != nil || m != len(reply) {
-				t.Fatalf("%q: reply %q framed as %d bytes (%v)", r.AppendWire(nil), reply, m, rerr)
-			}
-			if r.Cmd.IsRetrieval() {
-				for rest := reply; bytes.HasPrefix(rest, valuePref); {
-					line := rest[:bytes.IndexByte(rest, '\n')+1]
-					k := bytes.Fields(line)[1]
-					if !slices.ContainsFunc(r.Keys, func(rk []byte) bool { return bytes.Equal(rk, k) }) {
-						t.Fatalf("%q answered key %q", r.AppendWire(nil), k)
-					}
-					v, _ := valueLen(line)
-					rest = rest[len(line)+v+2:]
-				}
-			}
-			checkMemInvariants(t, b.Store())
-		}
-	})
-}
-
-func errorsAsReply(err error) bool { _, ok := err.(*ReplyError); return ok }
-
 // FuzzMetaReplyLen: the pool's framing of meta replies (metaReplyLen via
-// replyLen) never panics, never claims more bytes than it was given, ends
+// ReplyLen) never panics, never claims more bytes than it was given, ends
 // a complete reply at a newline, frames that prefix alone the same, and
 // calls every strict prefix incomplete, for loud and quiet requests.
 func FuzzMetaReplyLen(f *testing.F) {
@@ -156,18 +105,18 @@ func FuzzMetaReplyLen(f *testing.F) {
 		if _, err := Parse(reqLine, lim, &req); err != nil || !req.Cmd.IsMeta() {
 			return
 		}
-		n, err := replyLen(buf, &req)
+		n, err := ReplyLen(buf, &req)
 		if err != nil {
 			return
 		}
 		if n <= 0 || n > len(buf) || buf[n-1] != '\n' {
 			t.Fatalf("replyLen(%q) for %q = %d", buf, reqLine, n)
 		}
-		if m, err := replyLen(buf[:n:n], &req); err != nil || m != n {
+		if m, err := ReplyLen(buf[:n:n], &req); err != nil || m != n {
 			t.Fatalf("prefix %q: %d %v, want %d", buf[:n], m, err, n)
 		}
 		for i := 0; i < n; i++ {
-			if m, err := replyLen(buf[:i:i], &req); err == nil {
+			if m, err := ReplyLen(buf[:i:i], &req); err == nil {
 				t.Fatalf("strict prefix %q complete (%d) though %q is %d", buf[:i], m, buf, n)
 			}
 		}

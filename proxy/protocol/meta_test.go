@@ -1,12 +1,9 @@
-package proxy
+package protocol
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/base64"
 	"errors"
-	"fmt"
-	"net"
 	"strings"
 	"testing"
 )
@@ -150,12 +147,12 @@ func TestDecodeMetaKey(t *testing.T) {
 		{"Zg==Zm9v", "f"}, {"Zm=v", "f`"},
 	} {
 		var dst [MaxKeyLen]byte
-		n := decodeMetaKey(dst[:], []byte(tt.in))
+		n := DecodeMetaKey(dst[:], []byte(tt.in))
 		if string(dst[:n]) != tt.want {
 			t.Errorf("%q: %q, want %q", tt.in, dst[:n], tt.want)
 		}
 	}
-	if got := string(appendMetaKey(nil, []byte{0, 1, 2, 0xff}, true)); got != "kAAEC/w== b" {
+	if got := string(AppendMetaKey(nil, []byte{0, 1, 2, 0xff}, true)); got != "kAAEC/w== b" {
 		t.Errorf("appendMetaKey: %q", got)
 	}
 }
@@ -227,56 +224,13 @@ func FuzzParseMeta(f *testing.F) {
 		if len(key) > 0 && len(key) <= 180 {
 			enc := base64.StdEncoding.EncodeToString(key)
 			var dst [MaxKeyLen]byte
-			m := decodeMetaKey(dst[:], []byte(enc))
+			m := DecodeMetaKey(dst[:], []byte(enc))
 			if !bytes.Equal(dst[:m], key) {
 				t.Fatalf("decode(%q) = %q, want %q", enc, dst[:m], key)
 			}
-			if got := string(appendBase64(nil, key)); got != enc {
+			if got := string(AppendBase64(nil, key)); got != enc {
 				t.Fatalf("appendBase64(%q) = %q, want %q", key, got, enc)
 			}
 		}
 	})
-}
-
-// BenchmarkMetaIncrPipeline: increment-or-create in one round trip (ma N J
-// v) through the proxy with embedded shards, 64 requests per write, the
-// rate limiter's hot operation in meta form. The per-request figures
-// include the client side of the loopback connection.
-func BenchmarkMetaIncrPipeline(b *testing.B) {
-	for _, quiet := range []bool{false, true} {
-		name, flags := "loud", " N60 J0 v"
-		if quiet {
-			name, flags = "quiet", " N60 J0 q"
-		}
-		b.Run(name, func(b *testing.B) {
-			addr, _ := serveEmbeddedForTest(b, 3)
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			var batch []byte
-			for i := 0; i < 64; i++ {
-				batch = fmt.Appendf(batch, "ma rl:{u%d}:w%s\r\n", i%8, flags)
-			}
-			batch = append(batch, "mn\r\n"...)
-			br := bufio.NewReaderSize(c, 64<<10)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for done := 0; done < b.N; done += 64 {
-				if _, err := c.Write(batch); err != nil {
-					b.Fatal(err)
-				}
-				for {
-					line, err := br.ReadSlice('\n')
-					if err != nil {
-						b.Fatal(err)
-					}
-					if string(line) == "MN\r\n" {
-						break
-					}
-				}
-			}
-		})
-	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package protocol
 
 import (
 	"bytes"
@@ -48,7 +48,7 @@ type Limits struct {
 	// (memcached's is unbounded).
 	MaxGetLine int
 	// MaxItemSize is memcached's item size limit (-I): an item whose size
-	// with memcached's header (see itemSize) exceeds it is answered
+	// with memcached's header (see ItemSize) exceeds it is answered
 	// "SERVER_ERROR object too large for cache" and its data swallowed,
 	// exactly where memcached would. Default 1 MiB, memcached's default.
 	MaxItemSize int
@@ -68,7 +68,7 @@ func (l Limits) maxGetLine() int {
 	return 1 << 20
 }
 
-func (l Limits) maxItemSize() int {
+func (l Limits) ItemLimit() int {
 	if l.MaxItemSize > 0 {
 		return l.MaxItemSize
 	}
@@ -223,17 +223,17 @@ func Parse(buf []byte, lim Limits, req *Request) (n int, err error) {
 			req.Noreply = false
 			return n, ErrUnknownCommand
 		}
-		if !validKey(args[0]) {
+		if !ValidKey(args[0]) {
 			return n, ErrBadFormat
 		}
 		if req.Cmd == CmdTouch {
-			e, ok := parseInt32(args[1])
+			e, ok := ParseInt32(args[1])
 			if !ok {
 				return n, ErrBadExptime
 			}
 			req.Exptime = e
 		} else {
-			d, ok := parseUint(args[1])
+			d, ok := ParseUint(args[1])
 			if !ok {
 				return n, ErrBadDelta
 			}
@@ -252,7 +252,7 @@ func Parse(buf []byte, lim Limits, req *Request) (n int, err error) {
 				return n, ErrBadDelete
 			}
 		}
-		if !validKey(args[0]) {
+		if !ValidKey(args[0]) {
 			return n, ErrBadFormat
 		}
 		req.Keys = append(req.Keys, args[0])
@@ -266,7 +266,7 @@ func Parse(buf []byte, lim Limits, req *Request) (n int, err error) {
 			want = 1
 		}
 		if nt != want {
-			d, ok := parseInt32(args[0])
+			d, ok := ParseInt32(args[0])
 			if !ok {
 				return n, ErrBadExptime
 			}
@@ -277,7 +277,7 @@ func Parse(buf []byte, lim Limits, req *Request) (n int, err error) {
 			req.Noreply = false
 			return n, ErrUnknownCommand
 		}
-		l, ok := parseUint(args[0])
+		l, ok := ParseUint(args[0])
 		if !ok {
 			return n, ErrBadFormat
 		}
@@ -301,7 +301,7 @@ func parseRetrieval(rest []byte, req *Request, n int) (int, error) {
 	if req.Cmd == CmdGat || req.Cmd == CmdGats {
 		var t []byte
 		t, rest = nextToken(rest)
-		e, ok := parseInt32(t)
+		e, ok := ParseInt32(t)
 		if !ok {
 			return n, ErrBadExptime
 		}
@@ -314,7 +314,7 @@ func parseRetrieval(rest []byte, req *Request, n int) (int, error) {
 		}
 		var k []byte
 		k, rest = nextToken(rest)
-		if !validKey(k) {
+		if !ValidKey(k) {
 			req.Keys = req.Keys[:0]
 			return n, ErrBadFormat
 		}
@@ -332,17 +332,17 @@ func parseStorage(buf []byte, args [][]byte, lim Limits, req *Request, n int) (i
 		req.Noreply = false
 		return n, ErrUnknownCommand
 	}
-	if !validKey(args[0]) {
+	if !ValidKey(args[0]) {
 		return n, ErrBadFormat
 	}
-	flags, ok1 := parseUint(args[1])
-	exp, ok2 := parseInt32(args[2])
-	vlen, ok3 := parseInt32(args[3])
+	flags, ok1 := ParseUint(args[1])
+	exp, ok2 := ParseInt32(args[2])
+	vlen, ok3 := ParseInt32(args[3])
 	if !ok1 || !ok2 || !ok3 {
 		return n, ErrBadFormat
 	}
 	if req.Cmd == CmdCas {
-		cas, ok := parseUint(args[4])
+		cas, ok := ParseUint(args[4])
 		if !ok {
 			return n, ErrBadFormat
 		}
@@ -355,7 +355,7 @@ func parseStorage(buf []byte, args [][]byte, lim Limits, req *Request, n int) (i
 	req.Flags = uint32(flags)
 	req.Exptime = exp
 	total := n + int(vlen) + 2
-	if itemSize(len(args[0]), req.Flags, int(vlen)) > lim.maxItemSize() {
+	if ItemSize(len(args[0]), req.Flags, int(vlen)) > lim.ItemLimit() {
 		return total, ErrTooLarge
 	}
 	if len(buf) < total {
@@ -369,11 +369,11 @@ func parseStorage(buf []byte, args [][]byte, lim Limits, req *Request, n int) (i
 	return total, nil
 }
 
-// itemSize is memcached 1.6's ITEM_ntotal on 64-bit with CAS enabled: a
+// ItemSize is memcached 1.6's ITEM_ntotal on 64-bit with CAS enabled: a
 // 48-byte header, 8 bytes of CAS, the key and its NUL, 4 bytes of flags when
 // non-zero, and the value with its CRLF. memcached refuses an item larger
 // than its item size limit (-I) as "too large".
-func itemSize(nkey int, flags uint32, vlen int) int {
+func ItemSize(nkey int, flags uint32, vlen int) int {
 	n := 48 + 8 + nkey + 1 + vlen + 2
 	if flags != 0 {
 		n += 4
@@ -402,10 +402,10 @@ func nextToken(b []byte) (tok, rest []byte) {
 	return b[:i], b[i:]
 }
 
-// validKey: 1..250 bytes, no control byte (memcached itself accepts control
+// ValidKey: 1..250 bytes, no control byte (memcached itself accepts control
 // bytes other than space and newline; the proxy refuses them, as the
 // project's key rules do).
-func validKey(k []byte) bool {
+func ValidKey(k []byte) bool {
 	if len(k) == 0 || len(k) > MaxKeyLen {
 		return false
 	}
@@ -415,68 +415,4 @@ func validKey(k []byte) bool {
 		}
 	}
 	return true
-}
-
-// parseUint has memcached's safe_strtoull semantics: optional sign, decimal
-// digits, no overflow; a '-' is refused when the result would be negative as
-// a signed number (so "-0" is 0, "-1" is refused).
-func parseUint(t []byte) (uint64, bool) {
-	neg := false
-	if len(t) > 0 && (t[0] == '+' || t[0] == '-') {
-		neg = t[0] == '-'
-		t = t[1:]
-	}
-	if len(t) == 0 {
-		return 0, false
-	}
-	var v uint64
-	for _, c := range t {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		d := uint64(c - '0')
-		if v > (math.MaxUint64-d)/10 {
-			return 0, false
-		}
-		v = v*10 + d
-	}
-	if neg {
-		v = -v
-		if int64(v) < 0 {
-			return 0, false
-		}
-	}
-	return v, true
-}
-
-// parseInt32 has memcached 1.6.18's safe_strtol semantics: strtol on a
-// 64-bit long (optional sign, decimal digits, no int64 overflow), then the
-// value is stored in an int32_t, so larger values wrap (4294967396 is 100,
-// 2147483648 is negative) rather than being refused.
-func parseInt32(t []byte) (int32, bool) {
-	neg := false
-	if len(t) > 0 && (t[0] == '+' || t[0] == '-') {
-		neg = t[0] == '-'
-		t = t[1:]
-	}
-	if len(t) == 0 {
-		return 0, false
-	}
-	var v uint64
-	for _, c := range t {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		if v > math.MaxUint64/10 {
-			return 0, false
-		}
-		v = v*10 + uint64(c-'0')
-		if v > math.MaxInt64+1 || (!neg && v > math.MaxInt64) {
-			return 0, false
-		}
-	}
-	if neg {
-		return int32(-int64(v)), true
-	}
-	return int32(int64(v)), true
 }

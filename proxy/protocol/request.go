@@ -1,17 +1,12 @@
-// Package proxy is mcproxy's core: a Twemproxy-style memcached text protocol
-// proxy. It is built in layers, one per file:
-//
-//   - request.go, parse.go: the parsed Request and Parse, a pure function over
-//     a byte buffer (memcached 1.6 text protocol, with memcached's replies for
-//     bad input); meta.go: the meta protocol (mg ms md ma mn me) within it,
-//     and meta_server.go: how the proxy answers meta requests;
-//   - route.go: hash tag → shard, through shard's ring snapshot;
-//   - backend.go, pool.go: the Backend interface and the pipelined connection
-//     pool to a memcached shard;
-//   - respond.go: merging multi-key and broadcast replies, the proxy's stats;
-//   - server.go: the per-client loop (pipelined requests answered in order);
-//   - config.go: the Twemproxy-compatible YAML configuration.
-package proxy
+// Package protocol is the memcached text protocol as pure functions over
+// byte buffers, with no I/O: the parsed Request and Parse (memcached 1.6's
+// text commands and its replies to bad input, request.go, parse.go), the
+// meta commands (mg ms md ma mn me, meta.go), the framing of a shard's
+// replies (ReplyLen, reply.go), memcached's decimal scanner (number.go) and
+// the read buffer's compaction (buffer.go). It imports only the standard
+// library; proxy, the in-process shard (proxy/embedded) and the tests build
+// on it.
+package protocol
 
 import "strconv"
 

@@ -1,4 +1,4 @@
-package proxy
+package protocol
 
 // This file is the meta protocol's parsing layer: mg, ms, md, ma, mn and me
 // as memcached 1.6.18 parses them (proto_text.c), as pure functions over the
@@ -18,7 +18,6 @@ package proxy
 
 import (
 	"bytes"
-	"fmt"
 )
 
 // The meta protocol's error replies (memcached 1.6.18's wording).
@@ -41,29 +40,29 @@ var (
 // memcached's limits on meta requests.
 const (
 	metaMaxTokens    = 20 // MFLAG_MAX_OPT_LENGTH: tokens (+1 for the end) allowed
-	metaMaxOpaque    = 32 // MFLAG_MAX_OPAQUE_LENGTH
+	MetaMaxOpaque    = 32 // MFLAG_MAX_OPAQUE_LENGTH
 	memcachedTokens  = 24 // MAX_TOKENS of the tokenizer
 	maxDecodedKeyLen = MaxKeyLen / 4 * 3
 )
 
-// metaFlags is what memcached's _meta_flag_preparse learns from the flag
+// MetaArgs is what memcached's _meta_flag_preparse learns from the flag
 // tokens. Token order matters for the reply, so executors walk the tokens
-// again (nextMetaFlag); this holds the values.
-type metaFlags struct {
-	quiet, base64, value, vivify, hasCAS, hasTTL bool
-	mode                                         byte // M token's mode, 0 when absent
-	ttl, vivifyTTL                               int32
-	clientFlags                                  uint32
-	cas, delta, initial                          uint64
-	opaqueTooLong                                bool
+// again (NextMetaFlag); this holds the values.
+type MetaArgs struct {
+	Quiet, Base64, Value, Vivify, HasCAS, HasTTL bool
+	Mode                                         byte // M token's mode, 0 when absent
+	TTL, VivifyTTL                               int32
+	ClientFlags                                  uint32
+	CAS, Delta, Initial                          uint64
+	OpaqueTooLong                                bool
 	seen                                         [2]uint64 // bit per flag byte < 128
 }
 
 // has reports whether flag o was given.
-func (mf *metaFlags) has(o byte) bool { return o < 128 && mf.seen[o>>6]&(1<<(o&63)) != 0 }
+func (mf *MetaArgs) Has(o byte) bool { return o < 128 && mf.seen[o>>6]&(1<<(o&63)) != 0 }
 
-// nextMetaFlag returns the next flag token of flags and the rest.
-func nextMetaFlag(flags []byte) (tok, rest []byte) {
+// NextMetaFlag returns the next flag token of flags and the rest.
+func NextMetaFlag(flags []byte) (tok, rest []byte) {
 	flags = skipSpaces(flags)
 	if len(flags) == 0 {
 		return nil, nil
@@ -71,90 +70,90 @@ func nextMetaFlag(flags []byte) (tok, rest []byte) {
 	return nextToken(flags)
 }
 
-// preparseMeta is memcached's _meta_flag_preparse over the flag tokens, for
+// PreparseMeta is memcached's _meta_flag_preparse over the flag tokens, for
 // a request whose key is key (not decoded). Like memcached it stops at the
 // first duplicate or unknown flag, and otherwise goes on after an error,
 // the last error's message winning; def is the message of an error that
 // sets none (a bad F token).
-func preparseMeta(key, flags []byte, def *ReplyError) (mf metaFlags, err *ReplyError) {
+func PreparseMeta(key, flags []byte, def *ReplyError) (mf MetaArgs, err *ReplyError) {
 	var fail *ReplyError
 	for {
 		var t []byte
-		t, flags = nextMetaFlag(flags)
+		t, flags = NextMetaFlag(flags)
 		if t == nil {
 			break
 		}
 		o := t[0]
-		if o >= 127 || mf.has(o) {
+		if o >= 127 || mf.Has(o) {
 			return mf, ErrMetaDuplicateFlag
 		}
 		mf.seen[o>>6] |= 1 << (o & 63)
 		arg := t[1:]
 		switch o {
 		case 'b':
-			mf.base64 = true
+			mf.Base64 = true
 			var buf [MaxKeyLen]byte
-			if n := decodeMetaKey(buf[:], key); n == 0 {
+			if n := DecodeMetaKey(buf[:], key); n == 0 {
 				fail = ErrMetaDecodingKey
 			}
 		case 'N':
-			mf.vivify = true
-			v, ok := parseInt32(arg)
+			mf.Vivify = true
+			v, ok := ParseInt32(arg)
 			if !ok {
 				fail = ErrMetaBadToken
 			}
-			mf.vivifyTTL = v
+			mf.VivifyTTL = v
 		case 'T':
-			v, ok := parseInt32(arg)
+			v, ok := ParseInt32(arg)
 			if !ok {
 				fail = ErrMetaBadToken
 			}
-			mf.ttl, mf.hasTTL = v, ok
+			mf.TTL, mf.HasTTL = v, ok
 		case 'R':
-			if _, ok := parseInt32(arg); !ok {
+			if _, ok := ParseInt32(arg); !ok {
 				fail = ErrMetaBadToken
 			}
 		case 'l', 'P', 'L', 'k', 's', 't', 'c', 'f', 'h', 'u', 'I':
 		case 'O':
-			if len(t) > metaMaxOpaque {
-				mf.opaqueTooLong = true
+			if len(t) > MetaMaxOpaque {
+				mf.OpaqueTooLong = true
 			}
 		case 'v':
-			mf.value = true
+			mf.Value = true
 		case 'q':
-			mf.quiet = true
+			mf.Quiet = true
 		case 'F':
-			v, ok := parseUint(arg)
+			v, ok := ParseUint(arg)
 			if !ok {
 				if fail == nil {
 					fail = def
 				}
 			}
-			mf.clientFlags = uint32(v)
+			mf.ClientFlags = uint32(v)
 		case 'C':
-			v, ok := parseUint(arg)
+			v, ok := ParseUint(arg)
 			if !ok {
 				fail = ErrMetaBadToken
 			}
-			mf.cas, mf.hasCAS = v, ok
+			mf.CAS, mf.HasCAS = v, ok
 		case 'M':
 			if len(t) != 2 {
 				fail = ErrMetaModeLength
 			} else {
-				mf.mode = t[1]
+				mf.Mode = t[1]
 			}
 		case 'J':
-			v, ok := parseUint(arg)
+			v, ok := ParseUint(arg)
 			if !ok {
 				fail = ErrMetaBadInitial
 			}
-			mf.initial = v
+			mf.Initial = v
 		case 'D':
-			v, ok := parseUint(arg)
+			v, ok := ParseUint(arg)
 			if !ok {
 				fail = ErrMetaBadDelta
 			}
-			mf.delta = v
+			mf.Delta = v
 		default:
 			return mf, ErrMetaInvalidFlag
 		}
@@ -197,7 +196,7 @@ func parseMeta(buf, line []byte, lim Limits, req *Request, n int) (int, error) {
 		}
 		return n, ErrUnknownCommand
 	}
-	if !validKey(key) {
+	if !ValidKey(key) {
 		// Too long, or a control byte: memcached 1.6 takes control bytes
 		// in meta keys, the proxy refuses them as it does in text
 		// commands (keys stay legal everywhere behind it).
@@ -207,9 +206,9 @@ func parseMeta(buf, line []byte, lim Limits, req *Request, n int) (int, error) {
 	if req.Cmd == CmdMe {
 		// me only knows "b" as its first flag, and ignores the rest.
 		req.MetaFlags = rest
-		if t, _ := nextMetaFlag(rest); string(t) == "b" {
+		if t, _ := NextMetaFlag(rest); string(t) == "b" {
 			var dec [MaxKeyLen]byte
-			if decodeMetaKey(dec[:], key) == 0 {
+			if DecodeMetaKey(dec[:], key) == 0 {
 				req.Keys = req.Keys[:0]
 				return n, ErrBadFormat
 			}
@@ -228,12 +227,12 @@ func parseMeta(buf, line []byte, lim Limits, req *Request, n int) (int, error) {
 		return n, ErrMetaTooManyFlags
 	}
 	req.MetaFlags = rest
-	mf, err := preparseMeta(key, rest, ErrBadFormat)
-	if err == nil && mf.opaqueTooLong && req.Cmd == CmdMd {
+	mf, err := PreparseMeta(key, rest, ErrBadFormat)
+	if err == nil && mf.OpaqueTooLong && req.Cmd == CmdMd {
 		err = ErrMetaOpaqueTooLong
 	}
 	if err == nil && req.Cmd == CmdMa {
-		switch mf.mode {
+		switch mf.Mode {
 		case 0, 'I', '+', 'D', '-':
 		default:
 			err = ErrMetaMaMode
@@ -246,7 +245,7 @@ func parseMeta(buf, line []byte, lim Limits, req *Request, n int) (int, error) {
 		}
 		return n, err
 	}
-	req.Quiet, req.Base64 = mf.quiet, mf.base64
+	req.Quiet, req.Base64 = mf.Quiet, mf.Base64
 	return n, nil
 }
 
@@ -265,19 +264,19 @@ func parseMetaSet(buf, key, rest []byte, ntok int, lim Limits, req *Request, n i
 	}
 	var lenTok []byte
 	lenTok, rest = nextToken(rest)
-	vlen, ok := parseInt32(lenTok)
+	vlen, ok := ParseInt32(lenTok)
 	if !ok || vlen < 0 || vlen > 1<<31-1-2 {
 		req.Keys = req.Keys[:0]
 		return n, ErrBadFormat
 	}
 	total := n + int(vlen) + 2
 	req.MetaFlags = rest
-	mf, err := preparseMeta(key, rest, ErrBadFormat)
-	if err == nil && mf.opaqueTooLong {
+	mf, err := PreparseMeta(key, rest, ErrBadFormat)
+	if err == nil && mf.OpaqueTooLong {
 		err = ErrMetaOpaqueTooLong
 	}
 	if err == nil {
-		switch mf.mode {
+		switch mf.Mode {
 		case 0, 'E', 'A', 'P', 'R', 'S':
 		default:
 			err = ErrMetaMsMode
@@ -287,13 +286,13 @@ func parseMetaSet(buf, key, rest []byte, ntok int, lim Limits, req *Request, n i
 		req.Keys = req.Keys[:0]
 		return total, err
 	}
-	req.Quiet, req.Base64 = mf.quiet, mf.base64
+	req.Quiet, req.Base64 = mf.Quiet, mf.Base64
 	nkey := len(key)
-	if mf.base64 {
+	if mf.Base64 {
 		var dec [MaxKeyLen]byte
-		nkey = decodeMetaKey(dec[:], key)
+		nkey = DecodeMetaKey(dec[:], key)
 	}
-	if itemSize(nkey, mf.clientFlags, int(vlen)) > lim.maxItemSize() {
+	if ItemSize(nkey, mf.ClientFlags, int(vlen)) > lim.ItemLimit() {
 		return total, ErrTooLarge // Keys stay set: memcached unlinks the key
 	}
 	if len(buf) < total {
@@ -327,50 +326,6 @@ func (r *Request) appendMetaWire(dst []byte) []byte {
 	return dst
 }
 
-var (
-	mnLine   = []byte("MN\r\n")
-	vaPrefix = []byte("VA ")
-)
-
-// metaReplyLen is replyLen for a meta request: one line, with its data
-// block when it is "VA <n> ...", or, for a quiet request, whatever comes
-// before the "MN" line of the mn sent after it, and that line.
-func metaReplyLen(buf []byte, req *Request) (n int, err error) {
-	off := 0
-	for {
-		nl := bytes.IndexByte(buf[off:], '\n')
-		if nl < 0 {
-			if len(buf)-off > maxReplyLine {
-				return 0, fmt.Errorf("%w: line too long", ErrBadReply)
-			}
-			return 0, ErrIncomplete
-		}
-		line := buf[off : off+nl+1]
-		off += len(line)
-		if bytes.HasPrefix(line, vaPrefix) {
-			f := line[len(vaPrefix):]
-			end := 0
-			for end < len(f) && end < 11 && f[end] >= '0' && f[end] <= '9' {
-				end++
-			}
-			v, ok := parseUint(f[:end])
-			if !ok || v > 1<<30 {
-				return 0, fmt.Errorf("%w: %q", ErrBadReply, line)
-			}
-			off += int(v) + 2
-			if off > len(buf) {
-				return off, ErrIncomplete
-			}
-			if buf[off-2] != '\r' || buf[off-1] != '\n' {
-				return 0, fmt.Errorf("%w: value not ended by CRLF", ErrBadReply)
-			}
-		}
-		if !req.Quiet || bytes.Equal(line, mnLine) {
-			return off, nil
-		}
-	}
-}
-
 // base64Table is memcached's base64 decoding table: 0x80 for bytes outside
 // the alphabet (skipped), '=' decodes as 0.
 var base64Table = func() (t [256]byte) {
@@ -385,12 +340,12 @@ var base64Table = func() (t [256]byte) {
 	return t
 }()
 
-// decodeMetaKey decodes a b-flagged key into dst exactly as memcached
+// DecodeMetaKey decodes a b-flagged key into dst exactly as memcached
 // 1.6.18's base64_decode does (bytes outside the alphabet are skipped, the
 // first padded block ends the input) and returns the decoded length; 0
 // means the key does not decode ("CLIENT_ERROR error decoding key"). dst
 // must hold len(src)*3/4 bytes.
-func decodeMetaKey(dst, src []byte) int {
+func DecodeMetaKey(dst, src []byte) int {
 	count := 0
 	for _, c := range src {
 		if base64Table[c] != 0x80 {
@@ -431,18 +386,18 @@ func decodeMetaKey(dst, src []byte) int {
 	return pos
 }
 
-// appendMetaKey appends key as a meta reply's k flag shows it: "k<key>", or
+// AppendMetaKey appends key as a meta reply's k flag shows it: "k<key>", or
 // "k<base64 key> b" for a binary (b) key given decoded.
-func appendMetaKey(dst, key []byte, binary bool) []byte {
+func AppendMetaKey(dst, key []byte, binary bool) []byte {
 	dst = append(dst, 'k')
 	if !binary {
 		return append(dst, key...)
 	}
-	return append(appendBase64(dst, key), " b"...)
+	return append(AppendBase64(dst, key), " b"...)
 }
 
-// appendBase64 appends key in standard, padded base64.
-func appendBase64(dst, key []byte) []byte {
+// AppendBase64 appends key in standard, padded base64.
+func AppendBase64(dst, key []byte) []byte {
 	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 	for i := 0; i < len(key); i += 3 {
 		var b [3]byte
