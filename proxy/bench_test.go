@@ -17,6 +17,7 @@ import (
 
 	"github.com/poplimit/poplimit/bench"
 	"github.com/poplimit/poplimit/proxy"
+	"github.com/poplimit/poplimit/proxy/embedded"
 	"github.com/poplimit/poplimit/proxy/protocol"
 	"github.com/poplimit/poplimit/shard"
 )
@@ -181,7 +182,7 @@ func startNutcracker(b *testing.B, addrs []string) string {
 func BenchmarkProxyEmbedded(b *testing.B) {
 	p := startProxy(b, []string{"m0", "m1", "m2"}, func(rc *proxy.RouterConfig) {
 		rc.NewBackend = func(int, shard.Server, proxy.BackendHooks) (proxy.Backend, error) {
-			return proxy.NewMemoryBackend(proxy.MemoryConfig{})
+			return proxy.NewEmbeddedForTest(embedded.Config{})
 		}
 	})
 	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))

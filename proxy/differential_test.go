@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/proxy/embedded"
 	"github.com/poplimit/poplimit/shard"
 	"go.uber.org/goleak"
 )
@@ -453,9 +454,9 @@ func clip(b []byte) string {
 // serveEmbeddedForTest starts an mcproxy Server on a loopback port with n
 // in-process memory shards (what mcproxy --embedded n runs) and stops it
 // when the test ends; it returns the address and the backends.
-func serveEmbeddedForTest(t testing.TB, n int) (string, []*MemoryBackend) {
+func serveEmbeddedForTest(t testing.TB, n int) (string, []*EmbeddedForTest) {
 	t.Helper()
-	backends := make([]*MemoryBackend, n)
+	backends := make([]*EmbeddedForTest, n)
 	servers := make([]shard.Server, n)
 	for i := range servers {
 		servers[i] = shard.Server{Addr: fmt.Sprintf("embedded-%d:0", i), Name: fmt.Sprintf("embedded-%d", i)}
@@ -463,7 +464,7 @@ func serveEmbeddedForTest(t testing.TB, n int) (string, []*MemoryBackend) {
 	addr := serveProxyForTest(t, RouterConfig{
 		Servers: servers,
 		NewBackend: func(i int, _ shard.Server, _ BackendHooks) (Backend, error) {
-			b, err := NewMemoryBackend(MemoryConfig{})
+			b, err := NewEmbeddedForTest(embedded.Config{})
 			backends[i] = b
 			return b, err
 		},

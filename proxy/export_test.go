@@ -7,6 +7,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/poplimit/poplimit/proxy/embedded"
 )
 
 // ServeForTest serves r with a Server (logger nil: the server's default) on
@@ -48,4 +50,22 @@ func serveListenerForTest(t testing.TB, ln net.Listener, cfg ServerConfig) *Serv
 		_ = r.Close()
 	})
 	return srv
+}
+
+// EmbeddedForTest is an in-process shard served as a Backend, as mcproxy
+// --embedded serves it: the shard's Execute and Store, the backend's Do,
+// Close and Probe.
+type EmbeddedForTest struct {
+	*LocalBackend
+	*embedded.Shard
+}
+
+// NewEmbeddedForTest returns a new, empty in-process shard configured by
+// cfg, served with time.Now as its clock.
+func NewEmbeddedForTest(cfg embedded.Config) (*EmbeddedForTest, error) {
+	sh, err := embedded.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &EmbeddedForTest{NewLocalBackend(sh, nil), sh}, nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/poplimit/poplimit/bench"
 	"github.com/poplimit/poplimit/proxy"
+	"github.com/poplimit/poplimit/proxy/embedded"
 	"github.com/poplimit/poplimit/shard"
 )
 
@@ -157,10 +158,10 @@ func TestGomemcacheClient(t *testing.T) {
 	})
 	t.Run("embedded", func(t *testing.T) {
 		noLeaks(t)
-		var stores []*proxy.MemoryBackend
+		var stores []*proxy.EmbeddedForTest
 		p := startProxy(t, []string{"mem0", "mem1", "mem2"}, func(rc *proxy.RouterConfig) {
 			rc.NewBackend = func(int, shard.Server, proxy.BackendHooks) (proxy.Backend, error) {
-				b, err := proxy.NewMemoryBackend(proxy.MemoryConfig{})
+				b, err := proxy.NewEmbeddedForTest(embedded.Config{})
 				stores = append(stores, b)
 				return b, err
 			}

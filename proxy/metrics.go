@@ -125,7 +125,7 @@ type openConner interface {
 }
 
 // statser is implemented by backends that count their wire bytes and
-// queues (Pool); the stats of other backends (MemoryBackend) are 0.
+// queues (Pool); the stats of other backends (LocalBackend) are 0.
 type statser interface {
 	Stats() BackendStats
 }

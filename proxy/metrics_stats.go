@@ -37,7 +37,7 @@ import (
 // in_queue_bytes the requests queued for a connection to the shard and
 // not handed to it yet and their wire bytes, out_queue and
 // out_queue_bytes the requests sent and awaiting their reply and their
-// bytes. The in-process MemoryBackend has no wire and no queue (it
+// bytes. The in-process LocalBackend has no wire and no queue (it
 // answers inside Do): these fields are 0 for its shards. Counters
 // include the shard sets replaced by reloads, draining or closed (see the
 // shardTotals of reload.go), so they never go back; queue gauges count

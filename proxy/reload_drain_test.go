@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/proxy"
+	"github.com/poplimit/poplimit/proxy/embedded"
 	"github.com/poplimit/poplimit/shard"
 )
 
@@ -64,7 +65,7 @@ func TestReloadFinishesInFlightOnOldShards(t *testing.T) {
 		if s.Addr == "hold" {
 			return hold, nil
 		}
-		return proxy.NewMemoryBackend(proxy.MemoryConfig{})
+		return proxy.NewEmbeddedForTest(embedded.Config{})
 	}}
 	p := newTestProxy(t, cfg, []proxy.PoolSpec{spec("alpha", "hold")})
 	addr := p.Addr("alpha").String()

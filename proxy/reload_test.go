@@ -17,6 +17,7 @@ import (
 
 	"github.com/poplimit/poplimit/bench"
 	"github.com/poplimit/poplimit/proxy"
+	"github.com/poplimit/poplimit/proxy/embedded"
 	"github.com/poplimit/poplimit/shard"
 )
 
@@ -273,7 +274,7 @@ func TestReloadRejectsBadConfig(t *testing.T) {
 }
 
 func memoryBackend(pool string, i int, s shard.Server, h proxy.BackendHooks) (proxy.Backend, error) {
-	return proxy.NewMemoryBackend(proxy.MemoryConfig{})
+	return proxy.NewEmbeddedForTest(embedded.Config{})
 }
 
 // TestSeveralPools: two pools of one file, each its own ring and listener;

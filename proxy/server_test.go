@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/proxy"
+	"github.com/poplimit/poplimit/proxy/embedded"
 	"github.com/poplimit/poplimit/shard"
 )
 
@@ -22,7 +23,7 @@ func embeddedProxy(t *testing.T, n int) *testProxy {
 	}
 	return startProxy(t, names, func(rc *proxy.RouterConfig) {
 		rc.NewBackend = func(int, shard.Server, proxy.BackendHooks) (proxy.Backend, error) {
-			return proxy.NewMemoryBackend(proxy.MemoryConfig{})
+			return proxy.NewEmbeddedForTest(embedded.Config{})
 		}
 	})
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/proxy"
+	"github.com/poplimit/poplimit/proxy/embedded"
 	"github.com/poplimit/poplimit/proxy/protocol"
 	"github.com/poplimit/poplimit/shard"
 )
@@ -140,7 +141,11 @@ func run(c *cli.Context) error {
 	}
 	if c.Int("embedded") > 0 {
 		pcfg.NewBackend = func(string, int, shard.Server, proxy.BackendHooks) (proxy.Backend, error) {
-			return proxy.NewMemoryBackend(proxy.MemoryConfig{ItemSizeMax: c.Int("max-item-size")})
+			sh, err := embedded.New(embedded.Config{ItemSizeMax: c.Int("max-item-size")})
+			if err != nil {
+				return nil, err
+			}
+			return proxy.NewLocalBackend(sh, nil), nil
 		}
 	}
 	p := proxy.NewProxy(pcfg)

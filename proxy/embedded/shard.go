@@ -1,101 +1,54 @@
-package proxy
-
-// This file adapts the memory store to the Backend interface: it executes a
-// parsed Request on a MemoryStore and writes the reply bytes memcached 1.6
-// writes.
+// Package embedded is an in-process memcached: Store holds one shard's
+// items with memcached 1.6's semantics (store.go), and Shard executes
+// parsed requests on it, text (shard.go) and meta (meta.go), writing the
+// replies memcached 1.6.18 writes. mcproxy --embedded, the demo and tests
+// without memcached serve it through proxy.NewLocalBackend. It imports
+// proxy/protocol and the standard library, not proxy.
+package embedded
 
 import (
-	"context"
 	"errors"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/poplimit/poplimit/proxy/protocol"
 )
 
-// MemoryVersion is what an in-process shard answers to "version".
-const MemoryVersion = "1.6.18-poplimit-memory"
+// Version is what an in-process shard answers to "version".
+const Version = "1.6.18-poplimit-memory"
 
-// MemoryBackend is a Backend that executes requests on an in-process
-// MemoryStore: one embedded shard for mcproxy's --embedded mode, the demo
-// and tests without memcached. Requests run synchronously inside Do, so
-// calls are applied in the order Do is called. It is safe for concurrent
-// use.
-//
-// It has no wire and no queue, so it implements neither Stats nor
-// OpenConns: in the Twemproxy stats its shards report request_bytes,
-// response_bytes, server_eof, in_queue, in_queue_bytes, out_queue and
-// out_queue_bytes as 0, and server_connections as configured.
-type MemoryBackend struct {
-	store  *MemoryStore
-	now    func() time.Time
-	closed atomic.Bool
+// Shard is one in-process memcached shard: it executes parsed
+// requests on its Store and writes the replies memcached 1.6 writes.
+// proxy serves it as a Backend through proxy.NewLocalBackend (mcproxy's
+// --embedded mode, the demo, tests without memcached). Time is a parameter
+// of Execute. It is safe for concurrent use.
+type Shard struct {
+	store *Store
 }
 
-var (
-	_ Backend = (*MemoryBackend)(nil)
-	_ Prober  = (*MemoryBackend)(nil)
-)
-
-// NewMemoryBackend returns a backend over a new, empty MemoryStore
-// configured by cfg, with time.Now as its clock.
-func NewMemoryBackend(cfg MemoryConfig) (*MemoryBackend, error) {
-	return NewMemoryBackendClock(cfg, time.Now)
-}
-
-// NewMemoryBackendClock is NewMemoryBackend with the clock given (tests step
-// it through fixed instants). now must be safe for concurrent use.
-func NewMemoryBackendClock(cfg MemoryConfig, now func() time.Time) (*MemoryBackend, error) {
-	if now == nil {
-		return nil, errors.New("proxy: memory backend: nil clock")
-	}
-	s, err := NewMemoryStore(cfg)
+// New returns a shard over a new, empty Store configured
+// by cfg.
+func New(cfg Config) (*Shard, error) {
+	s, err := NewStore(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &MemoryBackend{store: s, now: now}, nil
+	return &Shard{store: s}, nil
 }
 
-// Store returns the backend's store (tests and stats read it).
-func (b *MemoryBackend) Store() *MemoryStore { return b.store }
-
-// Do executes c.Req at once and finishes c: with the reply appended to
-// c.Reply, or with ErrBackendClosed after Close.
-func (b *MemoryBackend) Do(c *Call) {
-	if b.closed.Load() {
-		c.Finish(ErrBackendClosed)
-		return
-	}
-	c.Reply = b.Execute(c.Reply, c.Req, b.now())
-	c.Finish(nil)
-}
-
-// Close makes later calls fail with ErrBackendClosed. The store's data stays
-// readable through Store.
-func (b *MemoryBackend) Close() error {
-	b.closed.Store(true)
-	return nil
-}
-
-// Probe reports the backend healthy unless it is closed.
-func (b *MemoryBackend) Probe(ctx context.Context) error {
-	if b.closed.Load() {
-		return ErrBackendClosed
-	}
-	return ctx.Err()
-}
+// Store returns the shard's store (tests and stats read it).
+func (b *Shard) Store() *Store { return b.store }
 
 // Execute runs r on the store at now and appends memcached's reply to dst,
 // as if r.Noreply were false. Keys and data are copied when stored: r's
 // slices may be reused once Execute returns. Commands a shard does not
 // answer (quit, an unknown Cmd) get "ERROR".
-func (b *MemoryBackend) Execute(dst []byte, r *protocol.Request, now time.Time) []byte {
+func (b *Shard) Execute(dst []byte, r *protocol.Request, now time.Time) []byte {
 	s := b.store
 	switch r.Cmd {
 	case protocol.CmdGet, protocol.CmdGets, protocol.CmdGat, protocol.CmdGats:
 		for _, k := range r.Keys {
-			var it MemoryItem
+			var it Item
 			var ok bool
 			if r.Cmd == protocol.CmdGat || r.Cmd == protocol.CmdGats {
 				it, ok = s.Touch(string(k), int64(r.Exptime), now)
@@ -108,7 +61,7 @@ func (b *MemoryBackend) Execute(dst []byte, r *protocol.Request, now time.Time) 
 		}
 		return append(dst, "END\r\n"...)
 	case protocol.CmdSet, protocol.CmdAdd, protocol.CmdReplace, protocol.CmdAppend, protocol.CmdPrepend, protocol.CmdCas:
-		w := MemoryWrite{
+		w := Write{
 			Mode:    memModes[r.Cmd],
 			Key:     string(r.Key()),
 			Value:   append([]byte(nil), r.Data...),
@@ -146,7 +99,7 @@ func (b *MemoryBackend) Execute(dst []byte, r *protocol.Request, now time.Time) 
 	case protocol.CmdVerbosity:
 		return append(dst, "OK\r\n"...)
 	case protocol.CmdVersion:
-		return append(append(dst, "VERSION "+MemoryVersion...), "\r\n"...)
+		return append(append(dst, "VERSION "+Version...), "\r\n"...)
 	case protocol.CmdMg, protocol.CmdMs, protocol.CmdMd, protocol.CmdMa, protocol.CmdMn, protocol.CmdMe:
 		return b.executeMeta(dst, r, now)
 	case protocol.CmdStats:
@@ -159,18 +112,18 @@ func (b *MemoryBackend) Execute(dst []byte, r *protocol.Request, now time.Time) 
 	return append(dst, "ERROR\r\n"...)
 }
 
-var memModes = map[protocol.Command]MemoryMode{
-	protocol.CmdSet: MemSet, protocol.CmdAdd: MemAdd, protocol.CmdReplace: MemReplace,
-	protocol.CmdAppend: MemAppend, protocol.CmdPrepend: MemPrepend, protocol.CmdCas: MemCAS,
+var memModes = map[protocol.Command]Mode{
+	protocol.CmdSet: ModeSet, protocol.CmdAdd: ModeAdd, protocol.CmdReplace: ModeReplace,
+	protocol.CmdAppend: ModeAppend, protocol.CmdPrepend: ModePrepend, protocol.CmdCas: ModeCAS,
 }
 
-var memResults = map[MemoryResult]string{
-	MemStored: "STORED\r\n", MemNotStored: "NOT_STORED\r\n",
-	MemExists: "EXISTS\r\n", MemNotFound: "NOT_FOUND\r\n",
+var memResults = map[Result]string{
+	Stored: "STORED\r\n", NotStored: "NOT_STORED\r\n",
+	Exists: "EXISTS\r\n", NotFound: "NOT_FOUND\r\n",
 }
 
 // appendValue appends one "VALUE <key> <flags> <bytes>[ <cas>]" block.
-func appendValue(dst, key []byte, it MemoryItem, withCAS bool) []byte {
+func appendValue(dst, key []byte, it Item, withCAS bool) []byte {
 	dst = append(dst, "VALUE "...)
 	dst = append(dst, key...)
 	dst = append(dst, ' ')
@@ -189,11 +142,11 @@ func appendValue(dst, key []byte, it MemoryItem, withCAS bool) []byte {
 // appendMemError appends memcached's reply for a store error.
 func appendMemError(dst []byte, err error) []byte {
 	switch {
-	case errors.Is(err, ErrMemoryTooLarge):
+	case errors.Is(err, ErrTooLarge):
 		return append(dst, "SERVER_ERROR object too large for cache\r\n"...)
-	case errors.Is(err, ErrMemoryNonNumeric):
+	case errors.Is(err, ErrNonNumeric):
 		return append(dst, "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"...)
-	case errors.Is(err, ErrMemoryOutOfMemory):
+	case errors.Is(err, ErrOutOfMemory):
 		return append(dst, "SERVER_ERROR out of memory storing object\r\n"...)
 	}
 	return append(dst, "SERVER_ERROR "+err.Error()+"\r\n"...)

@@ -1,4 +1,4 @@
-package proxy
+package embedded
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 // checkMemInvariants verifies the store's internal bookkeeping: the map and
 // the LRU list hold the same entries, linked both ways, and the byte count
 // is their sum and within the budget.
-func checkMemInvariants(t *testing.T, s *MemoryStore) {
+func checkMemInvariants(t *testing.T, s *Store) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -51,7 +51,7 @@ func FuzzMemoryStore(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
 	f.Add([]byte("set a; incr a; append a; flush; get a; touch; delete"))
 	f.Fuzz(func(t *testing.T, prog []byte) {
-		s := newTestStore(t, MemoryConfig{MaxBytes: 600, ItemSizeMax: 150})
+		s := newTestStore(t, Config{MaxBytes: 600, ItemSizeMax: 150})
 		sec := int64(0)
 		var lastCAS uint64
 		for len(prog) >= 3 {
@@ -63,10 +63,10 @@ func FuzzMemoryStore(f *testing.F) {
 			exptime := []int64{0, 0, 0, 2, -1, 2592001, memT0.Unix() + 5, 100}[arg%8]
 			switch op % 9 {
 			case 0, 1, 2, 3, 4, 5:
-				mode := MemoryMode(op%6) + MemSet
-				w := MemoryWrite{Mode: mode, Key: key, Value: value, Flags: uint32(arg % 3), Exptime: exptime, CAS: lastCAS - uint64(arg%2)}
+				mode := Mode(op%6) + ModeSet
+				w := Write{Mode: mode, Key: key, Value: value, Flags: uint32(arg % 3), Exptime: exptime, CAS: lastCAS - uint64(arg%2)}
 				res, cas, err := s.Store(w, now)
-				if res == MemStored {
+				if res == Stored {
 					if cas <= lastCAS {
 						t.Fatalf("cas %d after %d", cas, lastCAS)
 					}
@@ -74,7 +74,7 @@ func FuzzMemoryStore(f *testing.F) {
 					s.mu.Lock()
 					fresh := s.flushOldest == 0 || s.flushOldest < sec
 					s.mu.Unlock()
-					if mode != MemAppend && mode != MemPrepend && exptime == 0 && fresh {
+					if mode != ModeAppend && mode != ModePrepend && exptime == 0 && fresh {
 						it, ok := s.Get(key, now)
 						if !ok || !bytes.Equal(it.Value, value) || it.CAS != cas || it.Flags != w.Flags {
 							t.Fatalf("stored %q flags %d cas %d, read %+v %v", value, w.Flags, cas, it, ok)

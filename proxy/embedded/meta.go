@@ -1,4 +1,4 @@
-package proxy
+package embedded
 
 // This file executes meta requests (mg ms md ma mn me) on the memory store,
 // writing memcached 1.6.18's replies. The subset of flags supported:
@@ -28,7 +28,7 @@ import (
 // executeMeta is Execute for the meta commands. Requests that did not come
 // through Parse are validated again. The reply to a quiet request always
 // ends with the MN of the mn sent after it (see Request.Quiet).
-func (b *MemoryBackend) executeMeta(dst []byte, r *protocol.Request, now time.Time) []byte {
+func (b *Shard) executeMeta(dst []byte, r *protocol.Request, now time.Time) []byte {
 	dst = b.executeMetaOne(dst, r, now)
 	if r.Quiet && r.Cmd != protocol.CmdMn && r.Cmd != protocol.CmdMe {
 		dst = append(dst, protocol.MNLine...)
@@ -37,7 +37,7 @@ func (b *MemoryBackend) executeMeta(dst []byte, r *protocol.Request, now time.Ti
 }
 
 // executeMetaOne is executeMeta without the MN of a quiet request.
-func (b *MemoryBackend) executeMetaOne(dst []byte, r *protocol.Request, now time.Time) []byte {
+func (b *Shard) executeMetaOne(dst []byte, r *protocol.Request, now time.Time) []byte {
 	if r.Cmd == protocol.CmdMn {
 		return append(dst, protocol.MNLine...)
 	}
@@ -115,7 +115,7 @@ func appendMetaTTL(dst []byte, exptime, sec int64) []byte {
 }
 
 // metaGet executes mg; shown is false for a miss (q hides it).
-func (b *MemoryBackend) metaGet(dst, key []byte, r *protocol.Request, mf *protocol.MetaArgs, now time.Time) ([]byte, bool) {
+func (b *Shard) metaGet(dst, key []byte, r *protocol.Request, mf *protocol.MetaArgs, now time.Time) ([]byte, bool) {
 	s := b.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -197,23 +197,23 @@ func (b *MemoryBackend) metaGet(dst, key []byte, r *protocol.Request, mf *protoc
 }
 
 // metaSet executes ms; shown is false for HD (q hides it).
-func (b *MemoryBackend) metaSet(dst, key []byte, r *protocol.Request, mf *protocol.MetaArgs, now time.Time) ([]byte, bool) {
-	w := MemoryWrite{
-		Mode: MemSet, Key: string(key), Value: append([]byte(nil), r.Data...),
+func (b *Shard) metaSet(dst, key []byte, r *protocol.Request, mf *protocol.MetaArgs, now time.Time) ([]byte, bool) {
+	w := Write{
+		Mode: ModeSet, Key: string(key), Value: append([]byte(nil), r.Data...),
 		Flags: mf.ClientFlags, Exptime: int64(mf.TTL), CAS: mf.CAS,
 	}
 	switch mf.Mode {
 	case 'E':
-		w.Mode = MemAdd
+		w.Mode = ModeAdd
 	case 'A':
-		w.Mode = MemAppend
+		w.Mode = ModeAppend
 	case 'P':
-		w.Mode = MemPrepend
+		w.Mode = ModePrepend
 	case 'R':
-		w.Mode = MemReplace
+		w.Mode = ModeReplace
 	}
-	if mf.HasCAS && (w.Mode == MemSet || w.Mode == MemReplace) {
-		w.Mode = MemCAS
+	if mf.HasCAS && (w.Mode == ModeSet || w.Mode == ModeReplace) {
+		w.Mode = ModeCAS
 	}
 	res, cas, err := b.store.Store(w, now)
 	if err != nil {
@@ -221,7 +221,7 @@ func (b *MemoryBackend) metaSet(dst, key []byte, r *protocol.Request, mf *protoc
 	}
 	// memcached's append and prepend build a new item that does not keep
 	// the binary-key mark; other modes store the request's own item.
-	if res == MemStored && mf.Base64 && w.Mode != MemAppend && w.Mode != MemPrepend {
+	if res == Stored && mf.Base64 && w.Mode != ModeAppend && w.Mode != ModePrepend {
 		s := b.store
 		s.mu.Lock()
 		if e := s.items[string(key)]; e != nil && e.cas == cas {
@@ -229,7 +229,7 @@ func (b *MemoryBackend) metaSet(dst, key []byte, r *protocol.Request, mf *protoc
 		}
 		s.mu.Unlock()
 	}
-	dst = append(dst, [...]string{MemStored: "HD", MemNotStored: "NS", MemExists: "EX", MemNotFound: "NF"}[res]...)
+	dst = append(dst, [...]string{Stored: "HD", NotStored: "NS", Exists: "EX", NotFound: "NF"}[res]...)
 	for t, rest := protocol.NextMetaFlag(r.MetaFlags); t != nil; t, rest = protocol.NextMetaFlag(rest) {
 		switch t[0] {
 		case 'O':
@@ -240,11 +240,11 @@ func (b *MemoryBackend) metaSet(dst, key []byte, r *protocol.Request, mf *protoc
 			dst = strconv.AppendUint(append(dst, " c"...), cas, 10)
 		}
 	}
-	return append(dst, "\r\n"...), res != MemStored
+	return append(dst, "\r\n"...), res != Stored
 }
 
 // metaDelete executes md; shown is false for HD (q hides it).
-func (b *MemoryBackend) metaDelete(dst, key []byte, r *protocol.Request, mf *protocol.MetaArgs, now time.Time) ([]byte, bool) {
+func (b *Shard) metaDelete(dst, key []byte, r *protocol.Request, mf *protocol.MetaArgs, now time.Time) ([]byte, bool) {
 	s := b.store
 	s.mu.Lock()
 	e := s.lookup(string(key), s.clock(now))
@@ -272,7 +272,7 @@ func (b *MemoryBackend) metaDelete(dst, key []byte, r *protocol.Request, mf *pro
 
 // metaArith executes ma; shown is false when an existing item was changed
 // (q hides it), true when it was created (N), missing or an error.
-func (b *MemoryBackend) metaArith(dst, key []byte, r *protocol.Request, mf *protocol.MetaArgs, now time.Time) ([]byte, bool) {
+func (b *Shard) metaArith(dst, key []byte, r *protocol.Request, mf *protocol.MetaArgs, now time.Time) ([]byte, bool) {
 	s := b.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -288,7 +288,7 @@ func (b *MemoryBackend) metaArith(dst, key []byte, r *protocol.Request, mf *prot
 	start := len(dst)
 	switch {
 	case e != nil && len(e.value) == 0: // memcached checks this before the CAS
-		return appendMemError(dst, ErrMemoryNonNumeric), true
+		return appendMemError(dst, ErrNonNumeric), true
 	case e != nil && mf.HasCAS && mf.CAS != 0 && e.cas != mf.CAS:
 		e = nil
 		dst = append(dst, "EX"...)
@@ -344,7 +344,7 @@ func (b *MemoryBackend) metaArith(dst, key []byte, r *protocol.Request, mf *prot
 }
 
 // metaDebug executes me.
-func (b *MemoryBackend) metaDebug(dst, key []byte, binary bool, now time.Time) []byte {
+func (b *Shard) metaDebug(dst, key []byte, binary bool, now time.Time) []byte {
 	s := b.store
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -1,8 +1,6 @@
-package proxy
+package embedded
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -55,28 +53,17 @@ func TestMemoryBackendReplies(t *testing.T) {
 		{113, protocol.Request{Cmd: protocol.CmdGet, Keys: keys("d")}, "VALUE d 0 1\r\n1\r\nEND\r\n"},
 		{114, protocol.Request{Cmd: protocol.CmdGet, Keys: keys("d")}, "END\r\n"},
 		{114, protocol.Request{Cmd: protocol.CmdVerbosity, Level: 1}, "OK\r\n"},
-		{114, protocol.Request{Cmd: protocol.CmdVersion}, "VERSION " + MemoryVersion + "\r\n"},
+		{114, protocol.Request{Cmd: protocol.CmdVersion}, "VERSION " + Version + "\r\n"},
 		{114, protocol.Request{Cmd: protocol.CmdQuit}, "ERROR\r\n"},
 	}
-	var at atomic.Int64
-	b, err := NewMemoryBackendClock(MemoryConfig{}, func() time.Time {
-		return memT0.Add(time.Duration(at.Load()) * time.Second)
-	})
+	b, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, st := range steps {
-		at.Store(st.at)
-		c := NewCall()
 		req := st.req
-		c.Req = &req
-		c.Reply = append(c.Reply, "prefix:"...)
-		b.Do(c)
-		c.Wait()
-		if c.Err != nil {
-			t.Fatalf("step %d: %v", i, c.Err)
-		}
-		if got := string(c.Reply); got != "prefix:"+st.want {
+		got := string(b.Execute([]byte("prefix:"), &req, memT0.Add(time.Duration(st.at)*time.Second)))
+		if got != "prefix:"+st.want {
 			t.Fatalf("step %d %v %q: got %q, want %q", i, st.req.Cmd, st.req.Keys, got, "prefix:"+st.want)
 		}
 	}
@@ -85,7 +72,7 @@ func TestMemoryBackendReplies(t *testing.T) {
 // TestMemoryBackendCopiesRequestBytes: the request's key and data buffers
 // are reused by the proxy after the call; the stored item must not change.
 func TestMemoryBackendCopiesRequestBytes(t *testing.T) {
-	b, err := NewMemoryBackend(MemoryConfig{})
+	b, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +86,7 @@ func TestMemoryBackendCopiesRequestBytes(t *testing.T) {
 }
 
 func TestMemoryBackendStats(t *testing.T) {
-	b, err := NewMemoryBackend(MemoryConfig{MaxBytes: 1000})
+	b, err := New(Config{MaxBytes: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,48 +98,14 @@ func TestMemoryBackendStats(t *testing.T) {
 	}
 }
 
-func TestMemoryBackendCloseAndProbe(t *testing.T) {
-	b, err := NewMemoryBackend(MemoryConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Probe(context.Background()); err != nil {
-		t.Fatalf("probe: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := b.Probe(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("probe with a done context: %v", err)
-	}
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Close(); err != nil {
-		t.Fatalf("second close: %v", err)
-	}
-	c := NewCall()
-	c.Req = &protocol.Request{Cmd: protocol.CmdGet, Keys: keys("a")}
-	b.Do(c)
-	c.Wait()
-	if !errors.Is(c.Err, ErrBackendClosed) || len(c.Reply) != 0 {
-		t.Fatalf("after close: err %v reply %q", c.Err, c.Reply)
-	}
-	if err := b.Probe(context.Background()); !errors.Is(err, ErrBackendClosed) {
-		t.Fatalf("probe after close: %v", err)
-	}
-}
-
 func TestNewMemoryBackendErrors(t *testing.T) {
-	if _, err := NewMemoryBackendClock(MemoryConfig{}, nil); err == nil {
-		t.Error("nil clock: no error")
-	}
-	if _, err := NewMemoryBackend(MemoryConfig{MaxBytes: -1}); err == nil {
+	if _, err := New(Config{MaxBytes: -1}); err == nil {
 		t.Error("negative budget: no error")
 	}
 }
 
 func BenchmarkMemoryBackendExecute(b *testing.B) {
-	be, err := NewMemoryBackend(MemoryConfig{})
+	be, err := New(Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,8 +1,8 @@
-package proxy
+package embedded
 
 // This file is the in-process memory backend's storage engine: one memcached
 // shard held in Go memory, with memcached 1.6's item semantics. It speaks no
-// protocol; memory_backend.go turns parsed requests into calls on it.
+// protocol; shard.go turns parsed requests into calls on it.
 
 import (
 	"errors"
@@ -17,17 +17,17 @@ import (
 // Sentinel errors of the memory store. The adapter maps them to the reply
 // memcached writes; callers test them with errors.Is.
 var (
-	// ErrMemoryTooLarge: the item (header, key and value) exceeds the item
+	// ErrTooLarge: the item (header, key and value) exceeds the item
 	// size limit. memcached answers "SERVER_ERROR object too large for cache".
-	ErrMemoryTooLarge = errors.New("proxy: object too large for cache")
-	// ErrMemoryNonNumeric: incr/decr on a value that is not a decimal
+	ErrTooLarge = errors.New("embedded: object too large for cache")
+	// ErrNonNumeric: incr/decr on a value that is not a decimal
 	// unsigned 64-bit number. memcached answers
 	// "CLIENT_ERROR cannot increment or decrement non-numeric value".
-	ErrMemoryNonNumeric = errors.New("proxy: cannot increment or decrement non-numeric value")
-	// ErrMemoryOutOfMemory: the item cannot fit in the byte budget even after
+	ErrNonNumeric = errors.New("embedded: cannot increment or decrement non-numeric value")
+	// ErrOutOfMemory: the item cannot fit in the byte budget even after
 	// evicting everything else. memcached answers
 	// "SERVER_ERROR out of memory storing object".
-	ErrMemoryOutOfMemory = errors.New("proxy: out of memory storing object")
+	ErrOutOfMemory = errors.New("embedded: out of memory storing object")
 )
 
 // memcached constants the store reproduces.
@@ -48,9 +48,9 @@ const (
 	memStartSlack = memUpdateInterval + 2
 )
 
-// MemoryConfig configures a MemoryStore. The zero value is memcached's
+// Config configures a Store. The zero value is memcached's
 // defaults.
-type MemoryConfig struct {
+type Config struct {
 	// MaxBytes is the memory budget in bytes, counted with memcached's item
 	// size formula; least recently used items are evicted to stay under it.
 	// Default 64 MiB (memcached -m 64).
@@ -60,46 +60,46 @@ type MemoryConfig struct {
 	ItemSizeMax int
 }
 
-func (c MemoryConfig) maxBytes() int64 {
+func (c Config) maxBytes() int64 {
 	if c.MaxBytes > 0 {
 		return c.MaxBytes
 	}
 	return 64 << 20
 }
 
-func (c MemoryConfig) itemSizeMax() int {
+func (c Config) itemSizeMax() int {
 	if c.ItemSizeMax > 0 {
 		return c.ItemSizeMax
 	}
 	return 1 << 20
 }
 
-// MemoryMode says how MemoryStore.Store treats an existing item.
-type MemoryMode uint8
+// Mode says how Store.Store treats an existing item.
+type Mode uint8
 
 // The storage commands of the memcached text protocol.
 const (
-	MemSet     MemoryMode = iota + 1 // store unconditionally
-	MemAdd                           // store only if absent
-	MemReplace                       // store only if present
-	MemAppend                        // add the value after the existing one; flags and exptime kept
-	MemPrepend                       // add the value before the existing one; flags and exptime kept
-	MemCAS                           // store only if present with the given CAS unique
+	ModeSet     Mode = iota + 1 // store unconditionally
+	ModeAdd                     // store only if absent
+	ModeReplace                 // store only if present
+	ModeAppend                  // add the value after the existing one; flags and exptime kept
+	ModePrepend                 // add the value before the existing one; flags and exptime kept
+	ModeCAS                     // store only if present with the given CAS unique
 )
 
-// MemoryResult is the outcome of a store that did not fail.
-type MemoryResult uint8
+// Result is the outcome of a store that did not fail.
+type Result uint8
 
 // Outcomes, named after memcached's replies.
 const (
-	MemStored    MemoryResult = iota + 1 // STORED
-	MemNotStored                         // NOT_STORED: add on present, replace/append/prepend on absent
-	MemExists                            // EXISTS: cas unique mismatch
-	MemNotFound                          // NOT_FOUND: cas on absent
+	Stored    Result = iota + 1 // STORED
+	NotStored                   // NOT_STORED: add on present, replace/append/prepend on absent
+	Exists                      // EXISTS: cas unique mismatch
+	NotFound                    // NOT_FOUND: cas on absent
 )
 
-// MemoryItem is a snapshot of one stored item.
-type MemoryItem struct {
+// Item is a snapshot of one stored item.
+type Item struct {
 	Key string
 	// Value is the item's data without the trailing CRLF. It is shared with
 	// the store and must not be modified.
@@ -112,9 +112,9 @@ type MemoryItem struct {
 	CAS uint64
 }
 
-// MemoryWrite is one storage request.
-type MemoryWrite struct {
-	Mode MemoryMode
+// Write is one storage request.
+type Write struct {
+	Mode Mode
 	Key  string
 	// Value is the data block without its CRLF. The store keeps the slice:
 	// the caller must not modify it afterwards.
@@ -125,7 +125,7 @@ type MemoryWrite struct {
 	// negative value makes the item expire at once. Ignored by append and
 	// prepend, which keep the existing item's.
 	Exptime int64
-	// CAS is the unique a MemCAS write must match. An append or prepend
+	// CAS is the unique a ModeCAS write must match. An append or prepend
 	// with a non-zero CAS must match it too (memcached's meta ms with MA or
 	// MP and C); the text protocol's append and prepend send none. Other
 	// modes ignore it.
@@ -147,16 +147,16 @@ type memEntry struct {
 	prev, next *memEntry // prev is more recently used
 }
 
-// MemoryStore is one in-memory memcached shard: items with flags, expiry and
+// Store is one in-memory memcached shard: items with flags, expiry and
 // CAS uniques, an item size limit and an LRU-evicted byte budget, following
 // memcached 1.6's semantics (see the methods). Time is a parameter of every
 // method, at one-second granularity like memcached's clock; a store expects
 // non-decreasing times.
 //
-// A MemoryStore is safe for concurrent use; one mutex serialises all
+// A Store is safe for concurrent use; one mutex serialises all
 // operations, as one memcached item lock would for a key. The zero value is
-// not usable: use NewMemoryStore.
-type MemoryStore struct {
+// not usable: use NewStore.
+type Store struct {
 	maxBytes    int64
 	itemSizeMax int
 
@@ -171,12 +171,12 @@ type MemoryStore struct {
 	evictions   uint64
 }
 
-// NewMemoryStore returns an empty store configured by cfg.
-func NewMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
+// NewStore returns an empty store configured by cfg.
+func NewStore(cfg Config) (*Store, error) {
 	if cfg.MaxBytes < 0 || cfg.ItemSizeMax < 0 {
-		return nil, errors.New("proxy: memory store: negative size in config")
+		return nil, errors.New("embedded: memory store: negative size in config")
 	}
-	return &MemoryStore{
+	return &Store{
 		maxBytes:    cfg.maxBytes(),
 		itemSizeMax: cfg.itemSizeMax(),
 		items:       make(map[string]*memEntry),
@@ -194,12 +194,12 @@ func memItemSize(nkey int, flags uint32, nvalue int) int64 {
 }
 
 // Get returns the live item under key and refreshes its recency.
-func (s *MemoryStore) Get(key string, now time.Time) (MemoryItem, bool) {
+func (s *Store) Get(key string, now time.Time) (Item, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.lookup(key, s.clock(now))
 	if e == nil {
-		return MemoryItem{}, false
+		return Item{}, false
 	}
 	e.fetched = true
 	s.bump(e, now.Unix())
@@ -207,17 +207,17 @@ func (s *MemoryStore) Get(key string, now time.Time) (MemoryItem, bool) {
 }
 
 // Touch sets a live item's expiry from a protocol exptime (as in
-// MemoryWrite) and returns it; touch, gat and gats use it. Like memcached, it
+// Write) and returns it; touch, gat and gats use it. Like memcached, it
 // does not change the CAS unique. A negative exptime expires the item at
 // once (memcached 1.6 does so for small negative values only: it adds a
 // large negative one to its own clock and wraps into the far future).
-func (s *MemoryStore) Touch(key string, exptime int64, now time.Time) (MemoryItem, bool) {
+func (s *Store) Touch(key string, exptime int64, now time.Time) (Item, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sec := s.clock(now)
 	e := s.lookup(key, sec)
 	if e == nil {
-		return MemoryItem{}, false
+		return Item{}, false
 	}
 	e.exptime = s.realtime(exptime, sec)
 	e.fetched = true
@@ -226,7 +226,7 @@ func (s *MemoryStore) Touch(key string, exptime int64, now time.Time) (MemoryIte
 }
 
 // Delete removes a live item and reports whether there was one.
-func (s *MemoryStore) Delete(key string, now time.Time) bool {
+func (s *Store) Delete(key string, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.lookup(key, s.clock(now))
@@ -237,63 +237,63 @@ func (s *MemoryStore) Delete(key string, now time.Time) bool {
 	return true
 }
 
-// Store executes a storage command. On MemStored it also returns the new
+// Store executes a storage command. On Stored it also returns the new
 // item's CAS unique. Every stored item, whatever the mode, gets a new unique
 // from the store's counter; failed writes consume none.
 //
 // The item size is checked first, against the request's own key, flags and
-// value: a write over the limit returns ErrMemoryTooLarge and, for MemSet
+// value: a write over the limit returns ErrTooLarge and, for ModeSet
 // only, deletes the existing item (memcached does, to avoid serving stale
 // data). An append or prepend whose combined item would exceed the limit is
-// MemNotStored. ErrMemoryOutOfMemory is returned when the item is larger
+// NotStored. ErrOutOfMemory is returned when the item is larger
 // than the whole byte budget.
-func (s *MemoryStore) Store(w MemoryWrite, now time.Time) (MemoryResult, uint64, error) {
+func (s *Store) Store(w Write, now time.Time) (Result, uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sec := s.clock(now)
 	size := memItemSize(len(w.Key), w.Flags, len(w.Value))
 	if size > int64(s.itemSizeMax) {
-		if w.Mode == MemSet {
+		if w.Mode == ModeSet {
 			if old := s.lookup(w.Key, sec); old != nil {
 				s.unlink(old)
 			}
 		}
-		return 0, 0, ErrMemoryTooLarge
+		return 0, 0, ErrTooLarge
 	}
 	old := s.lookup(w.Key, sec)
 	e := &memEntry{key: w.Key, value: w.Value, flags: w.Flags, atime: sec, size: size}
 	switch w.Mode {
-	case MemSet:
-	case MemAdd:
+	case ModeSet:
+	case ModeAdd:
 		if old != nil {
 			s.bump(old, sec)
-			return MemNotStored, 0, nil
+			return NotStored, 0, nil
 		}
-	case MemReplace:
+	case ModeReplace:
 		if old == nil {
-			return MemNotStored, 0, nil
+			return NotStored, 0, nil
 		}
-	case MemCAS:
+	case ModeCAS:
 		if old == nil {
-			return MemNotFound, 0, nil
+			return NotFound, 0, nil
 		}
 		if w.CAS == 0 || w.CAS != old.cas {
-			return MemExists, 0, nil
+			return Exists, 0, nil
 		}
-	case MemAppend, MemPrepend:
+	case ModeAppend, ModePrepend:
 		if old == nil {
-			return MemNotStored, 0, nil
+			return NotStored, 0, nil
 		}
 		if w.CAS != 0 && w.CAS != old.cas {
-			return MemExists, 0, nil // meta ms MA/MP with C
+			return Exists, 0, nil // meta ms MA/MP with C
 		}
 		e.flags, e.exptime = old.flags, old.exptime
 		e.size = memItemSize(len(w.Key), e.flags, len(old.value)+len(w.Value))
 		if e.size > int64(s.itemSizeMax) {
-			return MemNotStored, 0, nil
+			return NotStored, 0, nil
 		}
 		v := make([]byte, 0, len(old.value)+len(w.Value))
-		if w.Mode == MemAppend {
+		if w.Mode == ModeAppend {
 			v = append(append(v, old.value...), w.Value...)
 		} else {
 			v = append(append(v, w.Value...), old.value...)
@@ -301,7 +301,7 @@ func (s *MemoryStore) Store(w MemoryWrite, now time.Time) (MemoryResult, uint64,
 		e.value = v
 		return s.link(old, e, sec)
 	default:
-		return 0, 0, errors.New("proxy: memory store: unknown write mode")
+		return 0, 0, errors.New("embedded: memory store: unknown write mode")
 	}
 	e.exptime = s.realtime(w.Exptime, sec)
 	return s.link(old, e, sec)
@@ -311,12 +311,12 @@ func (s *MemoryStore) Store(w MemoryWrite, now time.Time) (MemoryResult, uint64,
 // and returns the new number. found is false when there is no live item.
 // incr wraps modulo 2^64; decr stops at 0. The value is parsed like
 // memcached's strtoull (leading whitespace and a sign allowed, trailing bytes
-// must start with whitespace or NUL); anything else is ErrMemoryNonNumeric.
+// must start with whitespace or NUL); anything else is ErrNonNumeric.
 // Like memcached, a result no longer than the old value is written in place,
 // padded with spaces to the old length ("100" decr 1 reads back "99 "); a
 // longer one makes a new item. Either way flags and expiry are kept and the
 // item gets a new CAS unique.
-func (s *MemoryStore) Delta(key string, incr bool, delta uint64, now time.Time) (value uint64, found bool, err error) {
+func (s *Store) Delta(key string, incr bool, delta uint64, now time.Time) (value uint64, found bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sec := s.clock(now)
@@ -331,11 +331,11 @@ func (s *MemoryStore) Delta(key string, incr bool, delta uint64, now time.Time) 
 // deltaLocked applies incr/decr to the live entry e and returns the new
 // number and the entry now holding it (e, or its replacement). Callers hold
 // s.mu.
-func (s *MemoryStore) deltaLocked(e *memEntry, incr bool, delta uint64, sec int64) (uint64, *memEntry, error) {
+func (s *Store) deltaLocked(e *memEntry, incr bool, delta uint64, sec int64) (uint64, *memEntry, error) {
 	key := e.key
 	n, ok := protocol.ParseValueUint(e.value)
 	if !ok {
-		return 0, e, ErrMemoryNonNumeric
+		return 0, e, ErrNonNumeric
 	}
 	if incr {
 		n += delta
@@ -370,7 +370,7 @@ func (s *MemoryStore) deltaLocked(e *memEntry, incr bool, delta uint64, sec int6
 // not stored or accessed after that moment. As in memcached, a delay that is
 // an absolute time before the store's clock started cancels any pending
 // flush and flushes nothing.
-func (s *MemoryStore) FlushAll(delay int64, now time.Time) {
+func (s *Store) FlushAll(delay int64, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sec := s.clock(now)
@@ -389,21 +389,21 @@ func (s *MemoryStore) FlushAll(delay int64, now time.Time) {
 }
 
 // Len returns the number of items held, live or not yet reclaimed.
-func (s *MemoryStore) Len() int {
+func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.items)
 }
 
 // Bytes returns the bytes counted against the budget.
-func (s *MemoryStore) Bytes() int64 {
+func (s *Store) Bytes() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.bytes
 }
 
 // Evictions returns how many live items were evicted to make room.
-func (s *MemoryStore) Evictions() uint64 {
+func (s *Store) Evictions() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.evictions
@@ -415,7 +415,7 @@ const memExpired = math.MinInt64 + 1
 
 // clock converts now to store seconds and starts the store's clock on the
 // first call. Callers hold s.mu.
-func (s *MemoryStore) clock(now time.Time) int64 {
+func (s *Store) clock(now time.Time) int64 {
 	sec := now.Unix()
 	if s.started == 0 {
 		s.started = sec - memStartSlack
@@ -425,7 +425,7 @@ func (s *MemoryStore) clock(now time.Time) int64 {
 
 // realtime is memcached's realtime(): a protocol exptime to an absolute
 // deadline in unix seconds, 0 for never, memExpired for the past.
-func (s *MemoryStore) realtime(exptime, sec int64) int64 {
+func (s *Store) realtime(exptime, sec int64) int64 {
 	switch {
 	case exptime == 0:
 		return 0
@@ -443,7 +443,7 @@ func (s *MemoryStore) realtime(exptime, sec int64) int64 {
 
 // lookup returns the live entry under key, reclaiming it when it has expired
 // or been flushed. Callers hold s.mu.
-func (s *MemoryStore) lookup(key string, sec int64) *memEntry {
+func (s *Store) lookup(key string, sec int64) *memEntry {
 	e := s.items[key]
 	if e == nil {
 		return nil
@@ -456,23 +456,23 @@ func (s *MemoryStore) lookup(key string, sec int64) *memEntry {
 }
 
 // flushed is memcached's item_is_flushed.
-func (s *MemoryStore) flushed(e *memEntry, sec int64) bool {
+func (s *Store) flushed(e *memEntry, sec int64) bool {
 	if s.flushOldest == 0 || s.flushOldest > sec {
 		return false
 	}
 	return e.atime <= s.flushOldest || s.flushCAS != 0 && e.cas != 0 && e.cas < s.flushCAS
 }
 
-func (s *MemoryStore) nextCAS() uint64 {
+func (s *Store) nextCAS() uint64 {
 	s.casCounter++
 	return s.casCounter
 }
 
 // link puts e in place of old (nil when absent) with a new CAS unique and
 // evicts least recently used items beyond the budget. Callers hold s.mu.
-func (s *MemoryStore) link(old, e *memEntry, sec int64) (MemoryResult, uint64, error) {
+func (s *Store) link(old, e *memEntry, sec int64) (Result, uint64, error) {
 	if e.size > s.maxBytes {
-		return 0, 0, ErrMemoryOutOfMemory
+		return 0, 0, ErrOutOfMemory
 	}
 	if old != nil {
 		s.unlink(old)
@@ -488,12 +488,12 @@ func (s *MemoryStore) link(old, e *memEntry, sec int64) (MemoryResult, uint64, e
 	s.items[e.key] = e
 	s.bytes += e.size
 	s.pushFront(e)
-	return MemStored, e.cas, nil
+	return Stored, e.cas, nil
 }
 
 // bump marks e most recently used and refreshes its access time the way
 // memcached does (at most once per ITEM_UPDATE_INTERVAL).
-func (s *MemoryStore) bump(e *memEntry, sec int64) {
+func (s *Store) bump(e *memEntry, sec int64) {
 	if e.atime < sec-memUpdateInterval {
 		e.atime = sec
 	}
@@ -504,13 +504,13 @@ func (s *MemoryStore) bump(e *memEntry, sec int64) {
 	s.pushFront(e)
 }
 
-func (s *MemoryStore) unlink(e *memEntry) {
+func (s *Store) unlink(e *memEntry) {
 	delete(s.items, e.key)
 	s.bytes -= e.size
 	s.remove(e)
 }
 
-func (s *MemoryStore) pushFront(e *memEntry) {
+func (s *Store) pushFront(e *memEntry) {
 	e.prev, e.next = nil, s.head
 	if s.head != nil {
 		s.head.prev = e
@@ -521,7 +521,7 @@ func (s *MemoryStore) pushFront(e *memEntry) {
 	}
 }
 
-func (s *MemoryStore) remove(e *memEntry) {
+func (s *Store) remove(e *memEntry) {
 	if e.prev != nil {
 		e.prev.next = e.next
 	} else if s.head == e {
@@ -535,10 +535,10 @@ func (s *MemoryStore) remove(e *memEntry) {
 	e.prev, e.next = nil, nil
 }
 
-func (e *memEntry) snapshot() MemoryItem {
+func (e *memEntry) snapshot() Item {
 	exp := e.exptime
 	if exp == memExpired {
 		exp = 1
 	}
-	return MemoryItem{Key: e.key, Value: e.value, Flags: e.flags, Exptime: exp, CAS: e.cas}
+	return Item{Key: e.key, Value: e.value, Flags: e.flags, Exptime: exp, CAS: e.cas}
 }

@@ -1,4 +1,4 @@
-package proxy
+package embedded
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 // fixed instants; the expected replies are memcached 1.6.18's (probed with
 // the same requests).
 func TestMemoryBackendMeta(t *testing.T) {
-	b, err := NewMemoryBackend(MemoryConfig{})
+	b, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func FuzzMemoryMeta(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, buf []byte) {
-		b, err := NewMemoryBackend(MemoryConfig{MaxBytes: 1 << 20})
+		b, err := New(Config{MaxBytes: 1 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}

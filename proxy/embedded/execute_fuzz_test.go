@@ -1,4 +1,4 @@
-package proxy
+package embedded
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ func FuzzMemoryExecute(f *testing.F) {
 	f.Add([]byte("set a 1 0 2\r\n10\r\nincr a 5\r\nget a b\r\nappend a 0 0 1\r\nx\r\nincr a 1\r\ngets a\r\ncas a 0 0 1 1\r\ny\r\n"))
 	f.Add([]byte("add b 0 -1 1\r\nz\r\ngat 100 b\r\ntouch b 0\r\ndelete b\r\nflush_all 2\r\nversion\r\nverbosity 1\r\n"))
 	f.Fuzz(func(t *testing.T, buf []byte) {
-		b, err := NewMemoryBackend(MemoryConfig{MaxBytes: 4096, ItemSizeMax: 512})
+		b, err := New(Config{MaxBytes: 4096, ItemSizeMax: 512})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package proxy
+package embedded
 
 import (
 	"errors"
@@ -27,7 +27,7 @@ type memStep struct {
 	want string
 }
 
-func runMemSteps(t *testing.T, s *MemoryStore, steps []memStep) {
+func runMemSteps(t *testing.T, s *Store, steps []memStep) {
 	t.Helper()
 	for i, st := range steps {
 		now := memT0.Add(time.Duration(st.at) * time.Second)
@@ -42,7 +42,7 @@ func runMemSteps(t *testing.T, s *MemoryStore, steps []memStep) {
 	}
 }
 
-func memDo(t *testing.T, s *MemoryStore, op string, now time.Time) string {
+func memDo(t *testing.T, s *Store, op string, now time.Time) string {
 	t.Helper()
 	f := strings.Fields(op)
 	num := func(i int) int64 {
@@ -52,11 +52,11 @@ func memDo(t *testing.T, s *MemoryStore, op string, now time.Time) string {
 		}
 		return n
 	}
-	modes := map[string]MemoryMode{"set": MemSet, "add": MemAdd, "replace": MemReplace,
-		"append": MemAppend, "prepend": MemPrepend, "cas": MemCAS}
+	modes := map[string]Mode{"set": ModeSet, "add": ModeAdd, "replace": ModeReplace,
+		"append": ModeAppend, "prepend": ModePrepend, "cas": ModeCAS}
 	switch f[0] {
 	case "set", "add", "replace", "append", "prepend", "cas":
-		w := MemoryWrite{Mode: modes[f[0]], Key: f[1], Flags: uint32(num(2)), Exptime: num(3)}
+		w := Write{Mode: modes[f[0]], Key: f[1], Flags: uint32(num(2)), Exptime: num(3)}
 		if len(f) > 4 {
 			w.Value = []byte(strings.ReplaceAll(f[4], "_", " "))
 		}
@@ -65,16 +65,16 @@ func memDo(t *testing.T, s *MemoryStore, op string, now time.Time) string {
 		}
 		res, cas, err := s.Store(w, now)
 		switch {
-		case errors.Is(err, ErrMemoryTooLarge):
+		case errors.Is(err, ErrTooLarge):
 			return "TOO_LARGE"
 		case err != nil:
 			return err.Error()
 		}
-		if (res == MemStored) != (cas != 0) {
+		if (res == Stored) != (cas != 0) {
 			t.Fatalf("%q: result %v with cas %d", op, res, cas)
 		}
-		return map[MemoryResult]string{MemStored: "STORED", MemNotStored: "NOT_STORED",
-			MemExists: "EXISTS", MemNotFound: "NOT_FOUND"}[res]
+		return map[Result]string{Stored: "STORED", NotStored: "NOT_STORED",
+			Exists: "EXISTS", NotFound: "NOT_FOUND"}[res]
 	case "get":
 		it, ok := s.Get(f[1], now)
 		if !ok {
@@ -98,7 +98,7 @@ func memDo(t *testing.T, s *MemoryStore, op string, now time.Time) string {
 		}
 		v, found, err := s.Delta(f[1], f[0] == "incr", d, now)
 		switch {
-		case errors.Is(err, ErrMemoryNonNumeric):
+		case errors.Is(err, ErrNonNumeric):
 			return "NON_NUMERIC"
 		case err != nil:
 			return err.Error()
@@ -114,9 +114,9 @@ func memDo(t *testing.T, s *MemoryStore, op string, now time.Time) string {
 	return ""
 }
 
-func newTestStore(t *testing.T, cfg MemoryConfig) *MemoryStore {
+func newTestStore(t *testing.T, cfg Config) *Store {
 	t.Helper()
-	s, err := NewMemoryStore(cfg)
+	s, err := NewStore(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestMemoryStoreSteps(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			runMemSteps(t, newTestStore(t, MemoryConfig{}), tc.steps)
+			runMemSteps(t, newTestStore(t, Config{}), tc.steps)
 		})
 	}
 }
@@ -287,13 +287,13 @@ func TestMemoryStoreItemSizeLimit(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s/%d", tc.key, tc.flags), func(t *testing.T) {
-			s := newTestStore(t, MemoryConfig{})
-			w := MemoryWrite{Mode: MemSet, Key: tc.key, Flags: tc.flags, Value: make([]byte, tc.max)}
-			if res, _, err := s.Store(w, memT0); err != nil || res != MemStored {
+			s := newTestStore(t, Config{})
+			w := Write{Mode: ModeSet, Key: tc.key, Flags: tc.flags, Value: make([]byte, tc.max)}
+			if res, _, err := s.Store(w, memT0); err != nil || res != Stored {
 				t.Fatalf("%d bytes: %v %v", tc.max, res, err)
 			}
 			w.Value = make([]byte, tc.max+1)
-			if _, _, err := s.Store(w, memT0); !errors.Is(err, ErrMemoryTooLarge) {
+			if _, _, err := s.Store(w, memT0); !errors.Is(err, ErrTooLarge) {
 				t.Fatalf("%d bytes: err %v, want too large", tc.max+1, err)
 			}
 			// A too large set deletes the old value; add and append keep it.
@@ -302,26 +302,26 @@ func TestMemoryStoreItemSizeLimit(t *testing.T) {
 			}
 		})
 	}
-	s := newTestStore(t, MemoryConfig{})
+	s := newTestStore(t, Config{})
 	runMemSteps(t, s, []memStep{{0, "set a 0 0 x", "STORED"}})
-	for _, m := range []MemoryMode{MemAdd, MemReplace, MemAppend, MemPrepend, MemCAS} {
-		w := MemoryWrite{Mode: m, Key: "a", Value: make([]byte, 1<<20)}
-		if _, _, err := s.Store(w, memT0); !errors.Is(err, ErrMemoryTooLarge) {
+	for _, m := range []Mode{ModeAdd, ModeReplace, ModeAppend, ModePrepend, ModeCAS} {
+		w := Write{Mode: m, Key: "a", Value: make([]byte, 1<<20)}
+		if _, _, err := s.Store(w, memT0); !errors.Is(err, ErrTooLarge) {
 			t.Fatalf("mode %d: err %v", m, err)
 		}
 	}
 	// An append that fits alone but not combined is NOT_STORED and takes no cas.
-	big := MemoryWrite{Mode: MemSet, Key: "b", Value: make([]byte, 1048000)}
-	if res, _, _ := s.Store(big, memT0); res != MemStored {
+	big := Write{Mode: ModeSet, Key: "b", Value: make([]byte, 1048000)}
+	if res, _, _ := s.Store(big, memT0); res != Stored {
 		t.Fatal(res)
 	}
-	tail := MemoryWrite{Mode: MemAppend, Key: "b", Value: make([]byte, 1000)}
-	if res, _, err := s.Store(tail, memT0); res != MemNotStored || err != nil {
+	tail := Write{Mode: ModeAppend, Key: "b", Value: make([]byte, 1000)}
+	if res, _, err := s.Store(tail, memT0); res != NotStored || err != nil {
 		t.Fatalf("combined append: %v %v", res, err)
 	}
 	runMemSteps(t, s, []memStep{{0, "get a", "x 0 1"}, {0, "set c 0 0 z", "STORED"}, {0, "get c", "z 0 3"}})
 
-	small := newTestStore(t, MemoryConfig{ItemSizeMax: 100})
+	small := newTestStore(t, Config{ItemSizeMax: 100})
 	runMemSteps(t, small, []memStep{
 		{0, "set a 0 0 " + strings.Repeat("x", 40), "STORED"},
 		{0, "set a 0 0 " + strings.Repeat("x", 41), "TOO_LARGE"},
@@ -330,7 +330,7 @@ func TestMemoryStoreItemSizeLimit(t *testing.T) {
 
 func TestMemoryStoreEvictsLeastRecentlyUsed(t *testing.T) {
 	// Each item "kN" with a 10-byte value counts 56+3+10+2 = 71 bytes.
-	s := newTestStore(t, MemoryConfig{MaxBytes: 71 * 3})
+	s := newTestStore(t, Config{MaxBytes: 71 * 3})
 	val := strings.Repeat("v", 10)
 	runMemSteps(t, s, []memStep{
 		{0, "set k1 0 0 " + val, "STORED"},
@@ -349,14 +349,14 @@ func TestMemoryStoreEvictsLeastRecentlyUsed(t *testing.T) {
 	if s.Evictions() != 1 || s.Len() != 3 {
 		t.Fatalf("evictions %d len %d", s.Evictions(), s.Len())
 	}
-	w := MemoryWrite{Mode: MemSet, Key: "huge", Value: make([]byte, 1000)}
-	if _, _, err := s.Store(w, memT0); !errors.Is(err, ErrMemoryOutOfMemory) {
+	w := Write{Mode: ModeSet, Key: "huge", Value: make([]byte, 1000)}
+	if _, _, err := s.Store(w, memT0); !errors.Is(err, ErrOutOfMemory) {
 		t.Fatalf("item over the budget: %v", err)
 	}
 }
 
 func TestMemoryStoreBytesAccounting(t *testing.T) {
-	s := newTestStore(t, MemoryConfig{})
+	s := newTestStore(t, Config{})
 	runMemSteps(t, s, []memStep{
 		{0, "set a 0 0 9", "STORED"},
 		{0, "incr a 100", "109"},
@@ -374,8 +374,8 @@ func TestMemoryStoreBytesAccounting(t *testing.T) {
 }
 
 func TestNewMemoryStoreRejectsNegativeSizes(t *testing.T) {
-	for _, cfg := range []MemoryConfig{{MaxBytes: -1}, {ItemSizeMax: -1}} {
-		if _, err := NewMemoryStore(cfg); err == nil {
+	for _, cfg := range []Config{{MaxBytes: -1}, {ItemSizeMax: -1}} {
+		if _, err := NewStore(cfg); err == nil {
 			t.Errorf("%+v: no error", cfg)
 		}
 	}
@@ -384,7 +384,7 @@ func TestNewMemoryStoreRejectsNegativeSizes(t *testing.T) {
 // TestMemoryStoreConcurrentIncr checks that concurrent increments are not
 // lost (run with -race).
 func TestMemoryStoreConcurrentIncr(t *testing.T) {
-	s := newTestStore(t, MemoryConfig{})
+	s := newTestStore(t, Config{})
 	runMemSteps(t, s, []memStep{{0, "set n 0 0 0", "STORED"}})
 	const workers, each = 4, 200
 	var wg sync.WaitGroup
@@ -407,14 +407,14 @@ func TestMemoryStoreConcurrentIncr(t *testing.T) {
 	}
 }
 
-func ExampleMemoryStore() {
-	s, err := NewMemoryStore(MemoryConfig{})
+func ExampleStore() {
+	s, err := NewStore(Config{})
 	if err != nil {
 		panic(err)
 	}
 	now := time.Unix(1_800_000_000, 0)
 	// A counter window that expires in 60 s, as the rate limiter writes it.
-	s.Store(MemoryWrite{Mode: MemAdd, Key: "{user:1}:w:42", Value: []byte("0"), Exptime: 60}, now)
+	s.Store(Write{Mode: ModeAdd, Key: "{user:1}:w:42", Value: []byte("0"), Exptime: 60}, now)
 	n, _, _ := s.Delta("{user:1}:w:42", true, 5, now)
 	it, _ := s.Get("{user:1}:w:42", now)
 	fmt.Println(n, string(it.Value), it.CAS, it.Exptime-now.Unix())
