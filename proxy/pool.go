@@ -427,9 +427,8 @@ func (s *session) read() {
 			n, rerr := protocol.ReplyLen(buf[r:w], c.Req)
 			if rerr == protocol.ErrIncomplete {
 				if n > len(buf) {
-					nb := make([]byte, n)
-					w = copy(nb, buf[r:w])
-					buf, r = nb, 0
+					buf, w = protocol.Compact(buf, r, w, n)
+					r = 0
 				}
 				break
 			}
@@ -472,13 +471,8 @@ func (s *session) read() {
 				buf = make([]byte, readBufSize)
 			}
 		} else if w == len(buf) {
-			w = copy(buf, buf[r:w])
+			buf, w = protocol.Compact(buf, r, w, 0)
 			r = 0
-			if w == len(buf) {
-				nb := make([]byte, 2*len(buf))
-				copy(nb, buf[:w])
-				buf = nb
-			}
 		}
 		if i == len(cur) {
 			cur, i = s.take(cur), 0

@@ -560,20 +560,8 @@ func (rd *clientReader) fill() []byte {
 	if rd.buf == nil {
 		rd.buf = readBufs.Get().(*[clientBufSize]byte)[:]
 	}
-	if rd.r > 0 {
-		copy(rd.buf, rd.buf[rd.r:rd.w])
-		rd.w -= rd.r
-		rd.r = 0
-	}
-	if rd.need > len(rd.buf) {
-		nb := make([]byte, rd.need)
-		copy(nb, rd.buf[:rd.w])
-		rd.buf = nb
-	} else if rd.w == len(rd.buf) {
-		nb := make([]byte, 2*len(rd.buf))
-		copy(nb, rd.buf[:rd.w])
-		rd.buf = nb
-	}
+	rd.buf, rd.w = protocol.Compact(rd.buf, rd.r, rd.w, rd.need)
+	rd.r = 0
 	return rd.buf[rd.w:]
 }
 

@@ -38,11 +38,6 @@ const (
 	// memUpdateInterval is ITEM_UPDATE_INTERVAL: an item's access time is
 	// refreshed on a hit only when older than this many seconds.
 	memUpdateInterval = 60
-	// memItemHeader is sizeof(item) plus the 8-byte CAS on 64-bit memcached
-	// 1.6; with the key's NUL and the value's CRLF it makes the size that is
-	// compared with the item size limit (measured against memcached 1.6.18:
-	// key "k", flags 0 -> largest value 1048516 bytes).
-	memItemHeader = 48 + 8
 	// memStartSlack is how far before its first request memcached's clock
 	// starts (process_started = time(0) - ITEM_UPDATE_INTERVAL - 2).
 	memStartSlack = memUpdateInterval + 2
@@ -183,14 +178,11 @@ func NewStore(cfg Config) (*Store, error) {
 	}, nil
 }
 
-// memItemSize is memcached's item size for the item size limit: header, CAS,
-// key and NUL, value and CRLF, and 4 bytes of flags when flags are non-zero.
+// memItemSize is memcached's item size for the item size limit and the
+// byte budget (protocol.ItemSize; measured against memcached 1.6.18: key
+// "k", flags 0 -> largest value 1048516 bytes).
 func memItemSize(nkey int, flags uint32, nvalue int) int64 {
-	n := int64(memItemHeader + nkey + 1 + nvalue + 2)
-	if flags != 0 {
-		n += 4
-	}
-	return n
+	return int64(protocol.ItemSize(nkey, flags, nvalue))
 }
 
 // Get returns the live item under key and refreshes its recency.

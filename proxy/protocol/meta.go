@@ -326,15 +326,17 @@ func (r *Request) appendMetaWire(dst []byte) []byte {
 	return dst
 }
 
+// base64Alphabet is standard base64's alphabet.
+const base64Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
 // base64Table is memcached's base64 decoding table: 0x80 for bytes outside
 // the alphabet (skipped), '=' decodes as 0.
 var base64Table = func() (t [256]byte) {
 	for i := range t {
 		t[i] = 0x80
 	}
-	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-	for i := 0; i < len(alphabet); i++ {
-		t[alphabet[i]] = byte(i)
+	for i := 0; i < len(base64Alphabet); i++ {
+		t[base64Alphabet[i]] = byte(i)
 	}
 	t['='] = 0
 	return t
@@ -398,18 +400,17 @@ func AppendMetaKey(dst, key []byte, binary bool) []byte {
 
 // AppendBase64 appends key in standard, padded base64.
 func AppendBase64(dst, key []byte) []byte {
-	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 	for i := 0; i < len(key); i += 3 {
 		var b [3]byte
 		n := copy(b[:], key[i:])
-		dst = append(dst, alphabet[b[0]>>2], alphabet[(b[0]&3)<<4|b[1]>>4])
+		dst = append(dst, base64Alphabet[b[0]>>2], base64Alphabet[(b[0]&3)<<4|b[1]>>4])
 		if n > 1 {
-			dst = append(dst, alphabet[(b[1]&15)<<2|b[2]>>6])
+			dst = append(dst, base64Alphabet[(b[1]&15)<<2|b[2]>>6])
 		} else {
 			dst = append(dst, '=')
 		}
 		if n > 2 {
-			dst = append(dst, alphabet[b[2]&63])
+			dst = append(dst, base64Alphabet[b[2]&63])
 		} else {
 			dst = append(dst, '=')
 		}

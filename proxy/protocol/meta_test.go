@@ -129,7 +129,7 @@ func TestMetaReplyLen(t *testing.T) {
 		{"quiet partial", quiet, "EN\r\nM", 0, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			n, err := metaReplyLen([]byte(tt.in), tt.req)
+			n, err := ReplyLen([]byte(tt.in), tt.req)
 			if (err != nil) != tt.isErr || n != tt.n {
 				t.Errorf("n %d err %v, want %d (error %v)", n, err, tt.n, tt.isErr)
 			}
