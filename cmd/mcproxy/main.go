@@ -20,17 +20,16 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/urfave/cli/v2"
 
+	"github.com/poplimit/poplimit/cmd/internal/daemon"
 	"github.com/poplimit/poplimit/proxy"
 	"github.com/poplimit/poplimit/proxy/embedded"
 	"github.com/poplimit/poplimit/proxy/protocol"
@@ -125,12 +124,45 @@ func run(c *cli.Context) error {
 	case n > 0:
 		runtime.GOMAXPROCS(n)
 	}
-	path := c.String("config")
 	pools, err := poolsFromFlags(c, log)
 	if err != nil {
 		return err
 	}
+	p := proxy.NewProxy(proxyConfig(c, log))
+	if err := p.Reload(pools); err != nil {
+		return err
+	}
+	shutdown := func() error { return shutdownProxy(p, c.Duration("shutdown-timeout"), log) }
 
+	ctx, stop := daemon.StopContext(context.Background())
+	defer stop()
+	stopOps, err := serveOps(c, p, log)
+	defer stopOps()
+	if err != nil {
+		_ = shutdown()
+		return err
+	}
+	watched := watchConfig(ctx, c.String("config"), c.Bool("watch"), p, log)
+	defer func() { stop(); <-watched }()
+
+	failed := make(chan error, 1)
+	go func() { failed <- p.Wait(ctx) }()
+	select {
+	case <-ctx.Done():
+	case err := <-failed:
+		if err != nil {
+			log.Error("mcproxy: a listener failed", "err", err)
+			_ = shutdown()
+			return err
+		}
+	}
+	log.Info("mcproxy: shutting down", "cause", context.Cause(ctx))
+	return shutdown()
+}
+
+// proxyConfig is the proxy's configuration from the flags; --embedded
+// serves in-process memory shards instead of memcached.
+func proxyConfig(c *cli.Context, log *slog.Logger) proxy.ProxyConfig {
 	pcfg := proxy.ProxyConfig{
 		Logger:            log,
 		ClientConnections: c.Int("client-connections"),
@@ -148,102 +180,83 @@ func run(c *cli.Context) error {
 			return proxy.NewLocalBackend(sh, nil), nil
 		}
 	}
-	p := proxy.NewProxy(pcfg)
-	if err := p.Reload(pools); err != nil {
-		return err
-	}
-	shutdown := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), c.Duration("shutdown-timeout"))
-		defer cancel()
-		err := p.Shutdown(ctx)
-		if errors.Is(err, context.DeadlineExceeded) {
-			log.Warn("mcproxy: shutdown timeout, closed the remaining client connections", "timeout", c.Duration("shutdown-timeout"))
-			return nil
-		}
-		return err
-	}
+	return pcfg
+}
 
-	ctx, cancel := context.WithCancel(context.Background())
+// shutdownProxy stops p gracefully: requests in flight get timeout, then
+// the remaining client connections are closed (not an error).
+func shutdownProxy(p *proxy.Proxy, timeout time.Duration, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	err := p.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		log.Warn("mcproxy: shutdown timeout, closed the remaining client connections", "timeout", timeout)
+		return nil
+	}
+	return err
+}
+
+// serveOps starts the admin endpoint (--admin) and the raw stats port
+// (--stats-port); stop ends what was started, also after an error. The
+// default admin address may be taken by another mcproxy: that is logged,
+// not an error.
+func serveOps(c *cli.Context, p *proxy.Proxy, log *slog.Logger) (stop func(), err error) {
 	var stops []func()
-	defer func() {
+	stop = func() {
 		for _, f := range stops {
 			f()
 		}
-	}()
+	}
 	if addr := c.String("admin"); addr != "" {
-		stop, err := serveAdmin(p, addr, c.Bool("pprof"), log)
+		s, err := serveAdmin(p, addr, c.Bool("pprof"), log)
 		switch {
 		case err == nil:
-			stops = append(stops, stop)
+			stops = append(stops, s)
 		case c.IsSet("admin"):
-			_ = shutdown()
-			return err
-		default: // the default port may be taken by another mcproxy
+			return stop, err
+		default:
 			log.Error("mcproxy: no admin endpoint (metrics, health); set --admin", "err", err)
 		}
 	}
 	if port := c.Int("stats-port"); port > 0 {
 		ln, err := net.Listen("tcp", net.JoinHostPort(c.String("stats-addr"), strconv.Itoa(port)))
 		if err != nil {
-			_ = shutdown()
-			return fmt.Errorf("--stats-port: %w", err)
+			return stop, fmt.Errorf("--stats-port: %w", err)
 		}
 		done := make(chan struct{})
 		go func() { defer close(done); _ = p.ServeStats(ln, version) }()
 		log.Info("mcproxy: stats port", "addr", ln.Addr().String())
 		stops = append(stops, func() { _ = ln.Close(); <-done })
 	}
+	return stop, nil
+}
 
-	reload := make(chan string, 1)
-	request := func(why string) {
-		select {
-		case reload <- why:
-		default: // one pending reload reads the newest file anyway
-		}
-	}
-	if path != "" && c.Bool("watch") {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			if err := proxy.WatchFile(ctx, path, 0, func() { request("file changed") }); err != nil {
-				log.Error("mcproxy: cannot watch the config file; SIGHUP still reloads", "path", path, "err", err)
-			}
-		}()
-		stops = append(stops, func() { cancel(); <-done })
-	}
-
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
-	failed := make(chan error, 1)
-	go func() { failed <- p.Wait(ctx) }()
-	for {
-		select {
-		case s := <-sigs:
-			if s == syscall.SIGHUP {
-				request("SIGHUP")
-				continue
-			}
-			log.Info("mcproxy: shutting down", "signal", s.String())
-			return shutdown()
-		case why := <-reload:
+// watchConfig reloads the --config file (path) on SIGHUP and, with
+// --watch, when it changes on disk, until ctx ends; the channel is closed
+// when the watcher has stopped. Without --config, SIGHUP only logs that
+// there is nothing to reload. A file watch that cannot be set up is
+// logged and SIGHUP still reloads.
+func watchConfig(ctx context.Context, path string, watch bool, p *proxy.Proxy, log *slog.Logger) <-chan struct{} {
+	cfg := daemon.WatchConfig{Path: path, NoFileWatch: !watch, Debounce: 200 * time.Millisecond, Logger: log,
+		Load: func(trigger string) error {
 			if path == "" {
-				log.Warn("mcproxy: nothing to reload without --config", "trigger", why)
-				continue
+				log.Warn("mcproxy: nothing to reload without --config", "trigger", trigger)
+				return nil
 			}
-			log.Info("mcproxy: reloading", "path", path, "trigger", why)
-			if err := p.ReloadFile(path); err == nil {
+			log.Info("mcproxy: reloading", "path", path, "trigger", trigger)
+			err := p.ReloadFile(path)
+			if err == nil {
 				log.Info("mcproxy: config reloaded", "path", path, "pools", len(p.Pools()))
 			}
-		case err := <-failed:
-			if err != nil {
-				log.Error("mcproxy: a listener failed", "err", err)
-				_ = shutdown()
-				return err
-			}
-		}
+			return err
+		}}
+	done, err := daemon.Watch(ctx, cfg)
+	if err != nil {
+		log.Error("mcproxy: cannot watch the config file; SIGHUP still reloads", "path", path, "err", err)
+		cfg.NoFileWatch = true
+		done, _ = daemon.Watch(ctx, cfg) // fails only without Load
 	}
+	return done
 }
 
 // serveAdmin serves the admin endpoints on addr; the returned func stops
