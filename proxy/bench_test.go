@@ -5,9 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -15,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/proxy"
 	"github.com/poplimit/poplimit/proxy/embedded"
 	"github.com/poplimit/poplimit/proxy/protocol"
@@ -107,7 +105,7 @@ func processCPU() time.Duration {
 // shards, and through nutcracker over the same shards when installed;
 // "direct" is one memcached without a proxy, for scale.
 func BenchmarkProxy(b *testing.B) {
-	ms := bench.MemcachedForTest(b, 3)
+	ms := fixture.Memcached(b, 3)
 	p := startProxy(b, shardAddrs(ms), func(rc *proxy.RouterConfig) {
 		rc.Pool.Connections = 2
 	})
@@ -139,42 +137,14 @@ func BenchmarkProxy(b *testing.B) {
 // with an equivalent pool (ketama, one connection per shard); "" when it is
 // not installed.
 func startNutcracker(b *testing.B, addrs []string) string {
-	bin, err := exec.LookPath("nutcracker")
-	if err != nil {
+	if !procs.NutcrackerInstalled() {
 		return ""
 	}
-	listen := bench.FreeAddrForTest(b)
-	yml := "p:\n  listen: " + listen + "\n  hash: fnv1a_64\n  distribution: ketama\n  hash_tag: \"{}\"\n  timeout: 400\n  server_connections: 2\n  servers:\n"
+	pool := procs.TwemproxyPool{Name: "p", Hash: "fnv1a_64", HashTag: "{}", TimeoutMS: 400, ServerConnections: 2}
 	for _, a := range addrs {
-		yml += "   - " + a + ":1\n"
+		pool.Servers = append(pool.Servers, a+":1")
 	}
-	dir := b.TempDir()
-	cfg := filepath.Join(dir, "nutcracker.yml")
-	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	statsPort, err := bench.FreePort()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-c", cfg, "-p", filepath.Join(dir, "pid"), "-o", filepath.Join(dir, "log"),
-		"-a", "127.0.0.1", "-s", strconv.Itoa(statsPort))
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := net.Dial("tcp", listen)
-		if err == nil {
-			c.Close()
-			return listen
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("nutcracker did not start: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return fixture.Nutcracker(b, pool).Addr
 }
 
 // BenchmarkProxyEmbedded: the same load on in-process memory shards (the
@@ -193,7 +163,7 @@ func BenchmarkProxyEmbedded(b *testing.B) {
 // goroutines (one Call each, reused), the backend path without a client
 // socket: allocations per request and requests per write batch.
 func BenchmarkPool(b *testing.B) {
-	ms := bench.MemcachedForTest(b, 1)
+	ms := fixture.Memcached(b, 1)
 	p, err := proxy.NewPool(proxy.PoolConfig{Addr: ms[0].Addr, Timeout: 5 * time.Second})
 	if err != nil {
 		b.Fatal(err)

@@ -20,7 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/proxy/embedded"
 	"github.com/poplimit/poplimit/shard"
 	"go.uber.org/goleak"
@@ -354,13 +355,13 @@ func TestDifferentialTranscripts(t *testing.T) {
 	transcripts := loadTranscripts(t)
 	// Per transcript: a reference memcached per mode, and three shards
 	// behind mcproxy for the stepwise run.
-	mcs := bench.MemcachedForTest(t, 5*len(transcripts))
+	mcs := fixture.Memcached(t, 5*len(transcripts))
 	for name, tr := range transcripts {
 		runs := []struct {
 			mode   string
 			steps  []transcriptStep
-			mc     *bench.Memcached
-			shards []*bench.Memcached
+			mc     *procs.Memcached
+			shards []*procs.Memcached
 		}{
 			{"stepwise", tr.steps, mcs[0], mcs[1:4]},
 			{"pipelined", pipelined(tr.steps), mcs[4], nil},
@@ -381,7 +382,7 @@ func TestDifferentialTranscripts(t *testing.T) {
 // diffTranscript runs steps on memcached at mcAddr, then on mcproxy with
 // one and with three embedded shards, and with the real memcached shards
 // given if any, and reports every step whose replies differ.
-func diffTranscript(t *testing.T, name, mcAddr string, steps []transcriptStep, shards []*bench.Memcached) {
+func diffTranscript(t *testing.T, name, mcAddr string, steps []transcriptStep, shards []*procs.Memcached) {
 	want, err := runTranscript(mcAddr, steps)
 	if err != nil {
 		t.Fatalf("memcached: %v", err)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/proxy"
 )
 
@@ -62,7 +62,7 @@ func loadWorker(t *testing.T, addr string, id int, stop <-chan struct{}, out cha
 // succeeded.
 func TestKillShardUnderLoad(t *testing.T) {
 	noLeaks(t)
-	ms := bench.MemcachedForTest(t, 3)
+	ms := fixture.Memcached(t, 3)
 	const retry = 600 * time.Millisecond
 	p := startProxy(t, shardAddrs(ms), func(rc *proxy.RouterConfig) {
 		rc.Health.AutoEject = true
@@ -165,7 +165,7 @@ func TestKillShardUnderLoad(t *testing.T) {
 // shards keep answering.
 func TestHungShardTimesOut(t *testing.T) {
 	noLeaks(t)
-	ms := bench.MemcachedForTest(t, 2)
+	ms := fixture.Memcached(t, 2)
 	const timeout = 500 * time.Millisecond
 	p := startProxy(t, shardAddrs(ms), func(rc *proxy.RouterConfig) { rc.Pool.Timeout = timeout })
 	if err := ms[0].Pause(); err != nil {
@@ -220,7 +220,7 @@ func statOf(t *testing.T, addr, name string) int64 {
 // TestStatsCounters: stats lists the proxy's counters and per-shard lines.
 func TestStatsCounters(t *testing.T) {
 	noLeaks(t)
-	ms := bench.MemcachedForTest(t, 2)
+	ms := fixture.Memcached(t, 2)
 	p := startProxy(t, shardAddrs(ms), nil)
 	var wg sync.WaitGroup
 	for i := 0; i < 3; i++ {

@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/proxy"
 )
 
@@ -19,7 +20,7 @@ import (
 // failing (503) once both shards are killed and their calls fail.
 func TestHealthzTellsTheTruth(t *testing.T) {
 	noLeaks(t)
-	ms := bench.MemcachedForTest(t, 2)
+	ms := fixture.Memcached(t, 2)
 	s := spec("hz", ms[0].Addr, ms[1].Addr)
 	s.Timeout = 200 * time.Millisecond
 	p := newTestProxy(t, proxy.ProxyConfig{}, []proxy.PoolSpec{s})
@@ -63,7 +64,7 @@ func TestHealthzTellsTheTruth(t *testing.T) {
 	if err := ms[1].Pause(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "memcached stopped", func() bool { return processStopped(ms[1].Pid()) })
+	waitUntil(t, "memcached stopped", func() bool { return procs.Stopped(ms[1].Pid()) })
 	if rep := get(1); !strings.HasPrefix(rep, "SERVER_ERROR") {
 		_ = ms[1].Resume()
 		t.Fatalf("get on a stopped shard: %q", rep)

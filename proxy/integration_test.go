@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -17,7 +16,8 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 	"go.uber.org/goleak"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/proxy"
 	"github.com/poplimit/poplimit/proxy/embedded"
 	"github.com/poplimit/poplimit/shard"
@@ -60,7 +60,7 @@ func startProxy(t testing.TB, addrs []string, edit func(*proxy.RouterConfig)) *t
 	return &testProxy{addr: addr, srv: srv, router: rt}
 }
 
-func shardAddrs(ms []*bench.Memcached) []string {
+func shardAddrs(ms []*procs.Memcached) []string {
 	out := make([]string, len(ms))
 	for i, m := range ms {
 		out[i] = m.Addr
@@ -103,14 +103,8 @@ func exchange(t testing.TB, addr string, req []byte, untilSuffix string) []byte 
 // against the proxy over three real memcached shards.
 func TestMemccapable(t *testing.T) {
 	noLeaks(t)
-	bin, err := exec.LookPath("memccapable")
-	if err != nil {
-		if os.Getenv(bench.RequireMemcachedEnv) != "" {
-			t.Fatal("memccapable not installed (apt-get install -y libmemcached-tools)")
-		}
-		t.Skip("memccapable not installed")
-	}
-	ms := bench.MemcachedForTest(t, 3)
+	bin := fixture.LookPath(t, "memccapable") // apt-get install -y libmemcached-tools
+	ms := fixture.Memcached(t, 3)
 	p := startProxy(t, shardAddrs(ms), nil)
 	host, port, _ := net.SplitHostPort(p.addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -141,7 +135,7 @@ func TestMemccapable(t *testing.T) {
 func TestGomemcacheClient(t *testing.T) {
 	t.Run("memcached", func(t *testing.T) {
 		noLeaks(t)
-		ms := bench.MemcachedForTest(t, 3)
+		ms := fixture.Memcached(t, 3)
 		p := startProxy(t, shardAddrs(ms), nil)
 		gomemcacheSuite(t, p, func(t *testing.T, keys []string) {
 			// Every shard was flushed, not only one: check each directly.
@@ -286,7 +280,7 @@ func gomemcacheSuite(t *testing.T, p *testProxy, checkFlushed func(t *testing.T,
 // must be byte-for-byte equal (order included).
 func TestPipelineDifferential(t *testing.T) {
 	noLeaks(t)
-	ms := bench.MemcachedForTest(t, 4)
+	ms := fixture.Memcached(t, 4)
 	p := startProxy(t, shardAddrs(ms[:3]), nil)
 	var req bytes.Buffer
 	for i := 0; i < 200; i++ {
@@ -340,7 +334,7 @@ func TestPipelineDifferential(t *testing.T) {
 // connection kept or closed where memcached keeps or closes it.
 func TestBadInputLikeMemcached(t *testing.T) {
 	noLeaks(t)
-	ms := bench.MemcachedForTest(t, 3)
+	ms := fixture.Memcached(t, 3)
 	p := startProxy(t, shardAddrs(ms[:2]), nil)
 	long := strings.Repeat("a", 251)
 	const v = "version\r\n"
@@ -412,7 +406,7 @@ func clip(b []byte) string {
 // gets that touch only live shards are unaffected.
 func TestMultiGetShardDown(t *testing.T) {
 	noLeaks(t)
-	ms := bench.MemcachedForTest(t, 3)
+	ms := fixture.Memcached(t, 3)
 	p := startProxy(t, shardAddrs(ms), func(rc *proxy.RouterConfig) {
 		rc.Pool.Timeout = 2 * time.Second // the dead shard refuses at once
 	})

@@ -15,7 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/shard"
 )
 
@@ -78,7 +78,7 @@ func TestClientCloseNoticed(t *testing.T) {
 		t.Skip("reads /proc")
 	}
 	noLeaksInternal(t)
-	ms := bench.MemcachedForTest(t, 1)
+	ms := fixture.Memcached(t, 1)
 	tcp, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/proxy"
 )
 
@@ -54,7 +54,7 @@ func TestParseListen(t *testing.T) {
 // at shutdown.
 func TestUnixSocketPool(t *testing.T) {
 	noLeaks(t)
-	ms := bench.MemcachedForTest(t, 1)
+	ms := fixture.Memcached(t, 1)
 	sock := filepath.Join(t.TempDir(), "mc.sock")
 	stale, err := net.Listen("unix", sock)
 	if err != nil {

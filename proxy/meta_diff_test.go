@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
 )
 
 // randomMetaSteps builds a reproducible random meta session: n steps of a
@@ -132,7 +132,7 @@ func randomMetaSteps(seed uint64, n int) []transcriptStep {
 // TestMcproxyMeta cover the forwarding path.
 func TestMetaRandomDifferential(t *testing.T) {
 	seeds := []uint64{1, 2, 3, 4}
-	mcs := bench.MemcachedForTest(t, len(seeds))
+	mcs := fixture.Memcached(t, len(seeds))
 	for i, seed := range seeds {
 		steps := randomMetaSteps(seed, 60)
 		mc := mcs[i]

@@ -3,23 +3,14 @@ package proxy_test
 import (
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"testing"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/proxy"
 	"github.com/poplimit/poplimit/shard"
 )
-
-// migNutcracker skips the test when Debian's nutcracker is missing, unless
-// POPLIMIT_REQUIRE_MEMCACHED is set (then NutcrackerForTest fails it).
-func migNutcracker(t *testing.T) {
-	t.Helper()
-	if !bench.NutcrackerInstalled() && os.Getenv(bench.RequireMemcachedEnv) == "" {
-		t.Skip(bench.ErrNoNutcracker)
-	}
-}
 
 // migServeYAML serves the one pool of a nutcracker.yml through an
 // in-process mcproxy Router on a free loopback port, exactly as mcproxy
@@ -48,8 +39,8 @@ func migServeYAML(t *testing.T, yml string) string {
 // control, the same keys read through a ketama pool over the same shards
 // (what mcproxy did before modula existed) mostly miss.
 func TestModulaMigration(t *testing.T) {
-	shards := bench.MemcachedForTest(t, 3)
-	migNutcracker(t)
+	shards := fixture.Memcached(t, 3)
+	fixture.RequireNutcracker(t)
 	tests := []struct {
 		name    string
 		hash    string
@@ -61,35 +52,35 @@ func TestModulaMigration(t *testing.T) {
 	weights := []int{1, 2, 1}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			pool := bench.TwemproxyPool{Hash: tc.hash, HashTag: tc.hashTag, Distribution: shard.DistModula, TimeoutMS: 2000}
+			pool := procs.TwemproxyPool{Hash: tc.hash, HashTag: tc.hashTag, Distribution: shard.DistModula, TimeoutMS: 2000}
 			for i, m := range shards {
 				pool.Servers = append(pool.Servers, fmt.Sprintf("%s:%d mc-%c", m.Addr, weights[i], 'a'+i))
-				bench.FlushForTest(t, m.Addr)
+				fixture.Flush(t, m.Addr)
 			}
-			nc := bench.NutcrackerForTest(t, pool)
-			keys := bench.MigrationKeys(10000)
-			bench.SetValuesForTest(t, nc.Addr, keys)
+			nc := fixture.Nutcracker(t, pool)
+			keys := fixture.MigrationKeys(10000)
+			fixture.SetValues(t, nc.Addr, keys)
 
 			// Every shard holds its weight's share (a quarter, a half, a
 			// quarter), so a wrong placement could not go unnoticed.
 			for i, m := range shards {
-				got, _ := bench.GetValuesForTest(t, m.Addr, keys)
+				got, _ := fixture.GetValues(t, m.Addr, keys)
 				want := float64(len(keys)*weights[i]) / 4
 				if math.Abs(float64(got)-want) > 0.15*want {
 					t.Errorf("shard %d (weight %d) holds %d keys, want about %.0f", i, weights[i], got, want)
 				}
 			}
 
-			pool.Listen = bench.FreeAddrForTest(t)
-			hits, wrong := bench.GetValuesForTest(t, migServeYAML(t, pool.YAML()), keys)
+			pool.Listen = fixture.FreeAddr(t)
+			hits, wrong := fixture.GetValues(t, migServeYAML(t, pool.YAML()), keys)
 			t.Logf("%s: %d/%d hits through mcproxy (modula), %d wrong values", tc.name, hits, len(keys), wrong)
 			if hits != len(keys) || wrong != 0 {
 				t.Fatalf("%d/%d keys written via nutcracker found via mcproxy (%d wrong values), want all", hits, len(keys), wrong)
 			}
 
 			ketama := pool
-			ketama.Distribution, ketama.Listen = shard.DistKetama, bench.FreeAddrForTest(t)
-			hits, _ = bench.GetValuesForTest(t, migServeYAML(t, ketama.YAML()), keys)
+			ketama.Distribution, ketama.Listen = shard.DistKetama, fixture.FreeAddr(t)
+			hits, _ = fixture.GetValues(t, migServeYAML(t, ketama.YAML()), keys)
 			t.Logf("%s: control: %d/%d hits through a ketama pool", tc.name, hits, len(keys))
 			if hits > len(keys)*3/4 {
 				t.Errorf("a ketama pool found %d/%d modula-placed keys: the test cannot tell placements apart", hits, len(keys))
@@ -103,9 +94,9 @@ func TestModulaMigration(t *testing.T) {
 // mcproxy parsing the same YAML spreads them the same way (weights 1,2,1,
 // 3,000 sets each, a loose ±20% bound per shard).
 func TestRandomSpreadLikeNutcracker(t *testing.T) {
-	shards := bench.MemcachedForTest(t, 3)
-	migNutcracker(t)
-	pool := bench.TwemproxyPool{Hash: "fnv1a_64", Distribution: shard.DistRandom, TimeoutMS: 2000}
+	shards := fixture.Memcached(t, 3)
+	fixture.RequireNutcracker(t)
+	pool := procs.TwemproxyPool{Hash: "fnv1a_64", Distribution: shard.DistRandom, TimeoutMS: 2000}
 	for i, m := range shards {
 		pool.Servers = append(pool.Servers, fmt.Sprintf("%s:%d mc-%c", m.Addr, []int{1, 2, 1}[i], 'a'+i))
 	}
@@ -115,11 +106,11 @@ func TestRandomSpreadLikeNutcracker(t *testing.T) {
 		for i := range keys {
 			keys[i] = prefix + strconv.Itoa(i)
 		}
-		bench.SetValuesForTest(t, via, keys)
+		fixture.SetValues(t, via, keys)
 		got := make([]int, len(shards))
 		total := 0
 		for i, m := range shards {
-			got[i], _ = bench.GetValuesForTest(t, m.Addr, keys)
+			got[i], _ = fixture.GetValues(t, m.Addr, keys)
 			total += got[i]
 		}
 		if total != n {
@@ -127,9 +118,9 @@ func TestRandomSpreadLikeNutcracker(t *testing.T) {
 		}
 		return got
 	}
-	nc := bench.NutcrackerForTest(t, pool)
+	nc := fixture.Nutcracker(t, pool)
 	ncSpread := spread(nc.Addr, "rnd:nc:")
-	pool.Listen = bench.FreeAddrForTest(t)
+	pool.Listen = fixture.FreeAddr(t)
 	mcSpread := spread(migServeYAML(t, pool.YAML()), "rnd:mc:")
 	t.Logf("keys per shard (weights 1,2,1): nutcracker %v, mcproxy %v", ncSpread, mcSpread)
 	for name, got := range map[string][]int{"nutcracker": ncSpread, "mcproxy": mcSpread} {

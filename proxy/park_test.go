@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
 )
 
 // waitParked waits up to d for srv's parked connection count to reach
@@ -28,7 +28,7 @@ func TestIdleConnectionsPark(t *testing.T) {
 		t.Skip("connections park on Linux only")
 	}
 	noLeaksInternal(t)
-	ms := bench.MemcachedForTest(t, 1)
+	ms := fixture.Memcached(t, 1)
 	tcp, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ func TestParkedShutdown(t *testing.T) {
 		t.Skip("connections park on Linux only")
 	}
 	noLeaksInternal(t)
-	ms := bench.MemcachedForTest(t, 1)
+	ms := fixture.Memcached(t, 1)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/proxy"
 	"github.com/poplimit/poplimit/proxy/embedded"
 	"github.com/poplimit/poplimit/shard"
@@ -100,7 +100,7 @@ func (m *mcConn) do(req string) (string, error) {
 // (the removed shard still runs: its in-flight requests finish on it).
 func TestReloadAddAndRemoveShardUnderLoad(t *testing.T) {
 	noLeaks(t)
-	ms := bench.MemcachedForTest(t, 4)
+	ms := fixture.Memcached(t, 4)
 	a := shardAddrs(ms)
 	p := newTestProxy(t, proxy.ProxyConfig{}, []proxy.PoolSpec{spec("alpha", a[0], a[1], a[2])})
 	addr := p.Addr("alpha").String()
@@ -282,7 +282,7 @@ func memoryBackend(pool string, i int, s shard.Server, h proxy.BackendHooks) (pr
 // connection keeps working.
 func TestSeveralPools(t *testing.T) {
 	noLeaks(t)
-	ms := bench.MemcachedForTest(t, 3)
+	ms := fixture.Memcached(t, 3)
 	a := shardAddrs(ms)
 	yml := fmt.Sprintf("alpha:\n  listen: 127.0.0.1:0\n  servers:\n   - %s:1\nbeta:\n  listen: 127.0.0.2:0\n  servers:\n   - %s:1\n", a[0], a[1])
 	specs, err := proxy.ParseConfig([]byte(yml), nil)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
 )
 
 // TestRequestTimeoutClosesSlowClient: a client sending one byte per 200 ms
@@ -17,7 +17,7 @@ import (
 // idles is not closed (the request timeout is not an idle timeout).
 func TestRequestTimeoutClosesSlowClient(t *testing.T) {
 	noLeaksInternal(t)
-	ms := bench.MemcachedForTest(t, 1)
+	ms := fixture.Memcached(t, 1)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

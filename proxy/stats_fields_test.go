@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/proxy"
 )
 
@@ -121,7 +122,7 @@ func scrape(t *testing.T, p *proxy.Proxy) string {
 // the bytes of its replies; the queues are empty again.
 func TestStatsWireBytes(t *testing.T) {
 	noLeaks(t)
-	ms := bench.MemcachedForTest(t, 2)
+	ms := fixture.Memcached(t, 2)
 	a := shardAddrs(ms)
 	p := newTestProxy(t, proxy.ProxyConfig{}, []proxy.PoolSpec{spec("alpha", a...)})
 	rt := p.Server("alpha").Router()
@@ -249,7 +250,7 @@ func checkFields(t *testing.T, d statsDoc, text string, errorf func(string, ...a
 // shard's request_bytes is its sub-request's wire form.
 func TestStatsFragments(t *testing.T) {
 	noLeaks(t)
-	ms := bench.MemcachedForTest(t, 3)
+	ms := fixture.Memcached(t, 3)
 	a := shardAddrs(ms)
 	p := newTestProxy(t, proxy.ProxyConfig{}, []proxy.PoolSpec{spec("alpha", a...)})
 	rt := p.Server("alpha").Router()
@@ -303,7 +304,7 @@ func TestStatsFragments(t *testing.T) {
 // next request to that shard fails; the other shard sees no EOF.
 func TestStatsServerEOF(t *testing.T) {
 	noLeaks(t)
-	ms := bench.MemcachedForTest(t, 2)
+	ms := fixture.Memcached(t, 2)
 	a := shardAddrs(ms)
 	p := newTestProxy(t, proxy.ProxyConfig{}, []proxy.PoolSpec{spec("alpha", a...)})
 	rt := p.Server("alpha").Router()
@@ -348,7 +349,7 @@ func TestStatsServerEOF(t *testing.T) {
 // empty; the byte counts match the requests sent.
 func TestStatsQueuesPausedShard(t *testing.T) {
 	noLeaks(t)
-	ms := bench.MemcachedForTest(t, 1)
+	ms := fixture.Memcached(t, 1)
 	sp := spec("alpha", ms[0].Addr)
 	sp.Timeout = 20 * time.Second // no timeout while paused
 	p := newTestProxy(t, proxy.ProxyConfig{}, []proxy.PoolSpec{sp})
@@ -360,7 +361,7 @@ func TestStatsQueuesPausedShard(t *testing.T) {
 	if err := ms[0].Pause(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "memcached stopped", func() bool { return processStopped(ms[0].Pid()) })
+	waitUntil(t, "memcached stopped", func() bool { return procs.Stopped(ms[0].Pid()) })
 
 	// Small requests: written at once, then no reply.
 	const small = 10

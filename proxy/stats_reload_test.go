@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/proxy"
 )
 
@@ -15,7 +15,7 @@ import (
 // back), for a shard kept across the reload.
 func TestStatsCountersSurviveReload(t *testing.T) {
 	noLeaks(t)
-	ms := bench.MemcachedForTest(t, 3)
+	ms := fixture.Memcached(t, 3)
 	a := shardAddrs(ms)
 	p := newTestProxy(t, proxy.ProxyConfig{}, []proxy.PoolSpec{spec("alpha", a[0], a[1])})
 	c := dialMC(t, "tcp", p.Addr("alpha").String())

@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
 
 // bigPipeRuns is how many times TestMcproxyBigValuePipeline runs the
@@ -27,18 +28,15 @@ func bigPipeRuns() int {
 // procStatusKB reads a field (VmRSS, VmHWM) of /proc/PID/status in KB.
 func procStatusKB(t *testing.T, pid int, field string) int {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	st, err := procs.ReadStatus(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, field+":"); ok {
-			n, _ := strconv.Atoi(strings.Fields(v)[0])
-			return n
-		}
+	n := st.Field(field)
+	if n < 0 {
+		t.Fatalf("no %s in /proc/%d/status", field, pid)
 	}
-	t.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
+	return int(n)
 }
 
 // readBigReplies reads gets replies of one size-byte value each and
@@ -76,7 +74,7 @@ func readBigReplies(br *bufio.Reader, gets, size int) (int64, error) {
 // process's RSS bounded by its reply budget.
 func TestMcproxyBigValuePipeline(t *testing.T) {
 	bin := buildMcproxy(t)
-	ms := bench.MemcachedForTest(t, 3)
+	ms := fixture.Memcached(t, 3)
 	var args []string
 	for _, m := range ms {
 		args = append(args, "--shard", m.Addr)

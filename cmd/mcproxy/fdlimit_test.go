@@ -5,14 +5,13 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
 )
 
 // TestMcproxyFDExhaustion: mcproxy under RLIMIT_NOFILE 256 (prlimit) and a
@@ -21,13 +20,10 @@ import (
 // once a second), a client connected before keeps getting answers, and once
 // the flood's connections close new clients are accepted again.
 func TestMcproxyFDExhaustion(t *testing.T) {
-	prl, err := exec.LookPath("prlimit")
-	if err != nil {
-		t.Skip("prlimit not installed")
-	}
+	prl := fixture.LookPath(t, "prlimit")
 	bin := buildMcproxy(t)
-	ms := bench.MemcachedForTest(t, 1)
-	addr, admin := bench.FreeAddrForTest(t), bench.FreeAddrForTest(t)
+	ms := fixture.Memcached(t, 1)
+	addr, admin := fixture.FreeAddr(t), fixture.FreeAddr(t)
 	p := startMcproxy(t, prl, addr, "--nofile=256:256", bin, "--listen", addr, "--shard", ms[0].Addr, "--admin", admin)
 
 	old, err := net.Dial("tcp", addr)
@@ -132,7 +128,7 @@ func acceptErrors(t *testing.T, admin, reason string) float64 {
 // admin endpoint off loopback is warned about.
 func TestMcproxyAdminSafeDefaults(t *testing.T) {
 	bin := buildMcproxy(t)
-	admin := bench.FreeAddrForTest(t)
+	admin := fixture.FreeAddr(t)
 	p := startMcproxy(t, bin, "", "--embedded", "1", "--admin", admin, "--shutdown-timeout", "500ms")
 	if code, _ := getBody(t, "http://"+admin+"/debug/pprof/"); code != http.StatusNotFound {
 		t.Errorf("/debug/pprof/ without --pprof: %d, want 404", code)
@@ -142,7 +138,7 @@ func TestMcproxyAdminSafeDefaults(t *testing.T) {
 	}
 	p.stop(t)
 
-	_, port, _ := net.SplitHostPort(bench.FreeAddrForTest(t))
+	_, port, _ := net.SplitHostPort(fixture.FreeAddr(t))
 	p = startMcproxy(t, bin, "", "--embedded", "1", "--admin", "0.0.0.0:"+port, "--pprof", "--shutdown-timeout", "500ms")
 	if code, _ := getBody(t, "http://127.0.0.1:"+port+"/debug/pprof/"); code != http.StatusOK {
 		t.Errorf("/debug/pprof/ with --pprof: %d, want 200", code)

@@ -18,41 +18,18 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
 
-var (
-	buildOnce sync.Once
-	buildBin  string
-	buildErr  error
-	buildOut  []byte
-)
-
-// buildMcproxy builds the binary once per test run (TestMain removes it).
+// buildMcproxy returns cmd/mcproxy built once per test run (fixture.Binary;
+// TestMain removes it).
 func buildMcproxy(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "mcproxy-test")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildBin = filepath.Join(dir, "mcproxy")
-		buildOut, buildErr = exec.Command("go", "build", "-o", buildBin, ".").CombinedOutput()
-	})
-	if buildErr != nil {
-		t.Fatalf("go build: %v\n%s", buildErr, buildOut)
-	}
-	return buildBin
+	return fixture.Binary(t, "mcproxy")
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildBin != "" {
-		_ = os.RemoveAll(filepath.Dir(buildBin))
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(fixture.Main(m)) }
 
 // syncBuffer is a bytes.Buffer safe for the process's writes and the
 // test's reads.
@@ -85,7 +62,7 @@ type proc struct {
 func startMcproxy(t *testing.T, bin, addr string, args ...string) *proc {
 	t.Helper()
 	if addr == "" {
-		addr = bench.FreeAddrForTest(t)
+		addr = fixture.FreeAddr(t)
 		args = append([]string{"--listen", addr}, args...)
 	}
 	p := &proc{addr: addr, logs: &syncBuffer{}, done: make(chan error, 1)}
@@ -101,7 +78,7 @@ func startMcproxy(t *testing.T, bin, addr string, args ...string) *proc {
 		<-p.done
 	})
 	deadline := time.Now().Add(10 * time.Second)
-	for bench.Ping(addr, 200*time.Millisecond) != nil {
+	for procs.Ping(addr, 200*time.Millisecond) != nil {
 		if time.Now().After(deadline) {
 			t.Fatalf("mcproxy did not answer: %s", p.logs)
 		}
@@ -131,7 +108,7 @@ func (p *proc) stop(t *testing.T) {
 // real memcached shards, memccapable's 27 ASCII tests, SIGTERM.
 func TestMcproxyProcess(t *testing.T) {
 	bin := buildMcproxy(t)
-	ms := bench.MemcachedForTest(t, 3)
+	ms := fixture.Memcached(t, 3)
 	var args []string
 	for _, m := range ms {
 		args = append(args, "--shard", m.Addr)
@@ -160,7 +137,7 @@ func TestMcproxyProcess(t *testing.T) {
 		if pass != 27 {
 			t.Errorf("memccapable against the mcproxy process: %d/27 passed\n%s", pass, out)
 		}
-	} else if os.Getenv(bench.RequireMemcachedEnv) != "" {
+	} else if fixture.Required() {
 		t.Fatal("memccapable not installed")
 	}
 	p.stop(t)
@@ -188,8 +165,8 @@ func TestMcproxyEmbedded(t *testing.T) {
 
 func TestMcproxyConfigFile(t *testing.T) {
 	bin := buildMcproxy(t)
-	ms := bench.MemcachedForTest(t, 2)
-	listen := bench.FreeAddrForTest(t)
+	ms := fixture.Memcached(t, 2)
+	listen := fixture.FreeAddr(t)
 	yml := fmt.Sprintf("pool:\n  listen: %s\n  hash: fnv1a_64\n  distribution: ketama\n  hash_tag: \"{}\"\n  timeout: 400\n  tcpkeepalive: true\n  servers:\n   - %s:1 one\n   - %s:1 two\n", listen, ms[0].Addr, ms[1].Addr)
 	cfg := filepath.Join(t.TempDir(), "nutcracker.yml")
 	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
 )
 
 // metaStream is a pipelined meta-protocol session: a quiet pipeline closed
@@ -53,7 +53,7 @@ func metaSession(t *testing.T, addr string) []byte {
 // byte as one memcached 1.6.18 does (raw socket, no client library).
 func TestMcproxyMeta(t *testing.T) {
 	bin := buildMcproxy(t)
-	ms := bench.MemcachedForTest(t, 4)
+	ms := fixture.Memcached(t, 4)
 	want := metaSession(t, ms[0].Addr)
 	args := []string{"--hash-tag", "{}"}
 	for _, m := range ms[1:] {

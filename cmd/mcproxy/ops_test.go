@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture"
 )
 
 func TestMcproxyVersionAndHelp(t *testing.T) {
@@ -83,8 +83,8 @@ func waitFor(t *testing.T, what string, p *proc, cond func() bool) {
 // the client connection throughout, and exits cleanly on SIGTERM.
 func TestMcproxyReload(t *testing.T) {
 	bin := buildMcproxy(t)
-	ms := bench.MemcachedForTest(t, 3)
-	listenA, listenB, admin, stats := bench.FreeAddrForTest(t), bench.FreeAddrForTest(t), bench.FreeAddrForTest(t), bench.FreeAddrForTest(t)
+	ms := fixture.Memcached(t, 3)
+	listenA, listenB, admin, stats := fixture.FreeAddr(t), fixture.FreeAddr(t), fixture.FreeAddr(t), fixture.FreeAddr(t)
 	_, statsPort, _ := net.SplitHostPort(stats)
 	cfg := filepath.Join(t.TempDir(), "nutcracker.yml")
 	write := func(shards ...string) {
