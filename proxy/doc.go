@@ -1,14 +1,17 @@
 // Package proxy is mcproxy's core: a Twemproxy-style memcached text protocol
-// proxy. It is built in layers, one per file:
+// proxy. It is built in layers, one per file, over proxy/protocol (the
+// memcached protocol as pure functions: Parse, the meta commands, the
+// framing of a shard's replies) and shard (placement):
 //
-//   - proxy/protocol: the parsed Request and Parse, pure functions over a
-//     byte buffer (memcached 1.6 text and meta protocol, with memcached's
-//     replies for bad input), and the framing of a shard's replies;
-//     meta_server.go: how the proxy answers meta requests;
 //   - route.go: hash tag → shard, through shard's ring snapshot;
-//   - backend.go, pool.go: the Backend interface and the pipelined connection
-//     pool to a memcached shard;
-//   - respond.go: merging multi-key and broadcast replies, the proxy's stats;
-//   - server.go: the per-client loop (pipelined requests answered in order);
-//   - config.go: the Twemproxy-compatible YAML configuration.
+//   - backend.go, pool.go: the Backend interface and the pipelined
+//     connection pool to a memcached shard; local.go: a Backend over an
+//     in-process Executor (proxy/embedded's memcached, for --embedded);
+//   - respond.go: merging multi-key and broadcast replies, the proxy's
+//     stats; meta_server.go: how the proxy answers meta requests;
+//   - server.go: the server and its client connections; clientread.go:
+//     a client's reader (parse, dispatch), clientio.go: its writer
+//     (pipelined requests answered in order);
+//   - config.go, reload.go: the Twemproxy-compatible YAML configuration
+//     and its reload.
 package proxy

@@ -288,8 +288,22 @@ func (p *Proxy) Reload(specs []PoolSpec) (err error) {
 	if p.closed {
 		return ErrServerClosed
 	}
+	if specs, err = p.checkSpecs(specs); err != nil {
+		return err
+	}
+	steps, err := p.prepare(specs)
+	if err != nil {
+		return err
+	}
+	p.commit(steps)
+	return nil
+}
+
+// checkSpecs returns specs with the proxy's client defaults filled in,
+// once each is valid and no two share a name or listen address.
+func (p *Proxy) checkSpecs(specs []PoolSpec) ([]PoolSpec, error) {
 	if len(specs) == 0 {
-		return fmt.Errorf("%w: no pools", ErrConfig)
+		return nil, fmt.Errorf("%w: no pools", ErrConfig)
 	}
 	specs = slices.Clone(specs)
 	for i := range specs {
@@ -302,21 +316,30 @@ func (p *Proxy) Reload(specs []PoolSpec) (err error) {
 	}
 	for i, s := range specs {
 		if err := s.Validate(); err != nil {
-			return err
+			return nil, err
 		}
 		for _, q := range specs[:i] {
 			if q.Name == s.Name || q.conflicts(s) {
-				return fmt.Errorf("%w: pools %q and %q share a name or listen address", ErrConfig, q.Name, s.Name)
+				return nil, fmt.Errorf("%w: pools %q and %q share a name or listen address", ErrConfig, q.Name, s.Name)
 			}
 		}
 	}
-	type step struct {
-		spec PoolSpec
-		old  *livePool // nil: a new pool
-		rt   *Router   // nil: keep old's Router
-		ln   net.Listener
-	}
-	steps := make([]step, len(specs))
+	return specs, nil
+}
+
+// reloadStep is what Reload does for one pool of the new configuration.
+type reloadStep struct {
+	spec PoolSpec
+	old  *livePool // nil: a new pool
+	rt   *Router   // nil: keep old's Router
+	ln   net.Listener
+}
+
+// prepare does, for every pool, what can fail: a new Router for a pool
+// that is new or routes differently, a listener for a new pool. On error
+// it closes what it opened.
+func (p *Proxy) prepare(specs []PoolSpec) ([]reloadStep, error) {
+	steps := make([]reloadStep, len(specs))
 	undo := func() {
 		for _, st := range steps {
 			if st.rt != nil {
@@ -328,29 +351,35 @@ func (p *Proxy) Reload(specs []PoolSpec) (err error) {
 		}
 	}
 	for i, s := range specs {
-		st := step{spec: s}
+		st := reloadStep{spec: s}
 		for _, lp := range p.pools {
 			if lp.spec.Name == s.Name && listenKey(lp.spec.listen()) == listenKey(s.listen()) {
 				st.old = lp
 			}
 		}
+		var err error
 		if st.old == nil || !st.old.spec.sameRouting(s) {
 			if st.rt, err = p.newRouter(s); err != nil {
 				undo()
-				return fmt.Errorf("pool %q: %w", s.Name, err)
+				return nil, fmt.Errorf("pool %q: %w", s.Name, err)
 			}
 		}
 		if st.old == nil {
 			if st.ln, err = Listen(s.listen()); err != nil {
 				steps[i] = st
 				undo()
-				return fmt.Errorf("pool %q: %w", s.Name, err)
+				return nil, fmt.Errorf("pool %q: %w", s.Name, err)
 			}
 		}
 		steps[i] = st
 	}
+	return steps, nil
+}
 
-	// Commit: nothing below fails.
+// commit applies the prepared steps; nothing in it fails. Pools not in
+// steps are retired, new ones start, kept ones get their new limits and
+// Router (the old one drains).
+func (p *Proxy) commit(steps []reloadStep) {
 	kept := make(map[*livePool]bool)
 	for _, st := range steps {
 		if st.old != nil {
@@ -371,28 +400,33 @@ func (p *Proxy) Reload(specs []PoolSpec) (err error) {
 			p.log.Info("mcproxy: listening", "pool", st.spec.Name, "addr", st.ln.Addr().String(),
 				"shards", len(st.spec.Servers), "distribution", st.spec.Distribution, "hash_tag", st.spec.HashTag)
 		} else {
-			lp.srv.SetClientLimits(st.spec.ClientConnections, st.spec.ClientTimeout)
-			if network, path, mode, _ := ParseListen(st.spec.listen()); network == "unix" && mode != 0 && st.spec.listen() != lp.spec.listen() {
-				if err := os.Chmod(path, mode); err != nil {
-					p.log.Warn("mcproxy: cannot change the socket's mode", "pool", st.spec.Name, "path", path, "err", err)
-				}
-			}
-			if st.rt != nil {
-				old := lp.srv.SetRouter(st.rt)
-				p.drain(lp, old)
-				p.log.Info("mcproxy: pool reconfigured, old shards drain", "pool", st.spec.Name,
-					"shards", len(st.spec.Servers), "was", old.Len())
-			}
-			lp.mu.Lock()
-			lp.spec = st.spec
-			lp.mu.Unlock()
+			p.reconfigure(lp, st)
 		}
 		next = append(next, lp)
 	}
 	p.pools = next
 	p.reloads++
 	p.lastReloadOK = true
-	return nil
+}
+
+// reconfigure gives a kept pool its new spec: client limits, the socket
+// mode of a Unix listener, and a new Router when routing changed.
+func (p *Proxy) reconfigure(lp *livePool, st reloadStep) {
+	lp.srv.SetClientLimits(st.spec.ClientConnections, st.spec.ClientTimeout)
+	if network, path, mode, _ := ParseListen(st.spec.listen()); network == "unix" && mode != 0 && st.spec.listen() != lp.spec.listen() {
+		if err := os.Chmod(path, mode); err != nil {
+			p.log.Warn("mcproxy: cannot change the socket's mode", "pool", st.spec.Name, "path", path, "err", err)
+		}
+	}
+	if st.rt != nil {
+		old := lp.srv.SetRouter(st.rt)
+		p.drain(lp, old)
+		p.log.Info("mcproxy: pool reconfigured, old shards drain", "pool", st.spec.Name,
+			"shards", len(st.spec.Servers), "was", old.Len())
+	}
+	lp.mu.Lock()
+	lp.spec = st.spec
+	lp.mu.Unlock()
 }
 
 func (p *Proxy) newRouter(s PoolSpec) (*Router, error) {

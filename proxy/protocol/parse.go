@@ -100,99 +100,115 @@ const maxTokens = 8 // tokens kept for non-retrieval commands; more is ERROR any
 //     connection.
 func Parse(buf []byte, lim Limits, req *Request) (n int, err error) {
 	req.Reset()
+	line, n, err := requestLine(buf, lim)
+	if err != nil {
+		return n, err
+	}
+	name, rest := nextToken(skipSpaces(line))
+	req.Cmd = lookupCommand(name)
+	switch {
+	case req.Cmd == CmdNone:
+		return n, ErrUnknownCommand
+	case req.Cmd == CmdVersion:
+		return n, nil
+	case req.Cmd == CmdQuit:
+		return n, ErrQuit
+	case req.Cmd.IsMeta():
+		return parseMeta(buf, line, lim, req, n)
+	case req.Cmd.IsRetrieval():
+		return parseRetrieval(rest, req, n)
+	}
+	return parseSimple(buf, rest, lim, req, n)
+}
+
+// requestLine finds the command line at the start of buf: the line without
+// its end, and n, its length with the end. Errors: ErrIncomplete (no line
+// end yet), ErrLineTooLong, ErrBinaryProtocol; n is then 0.
+func requestLine(buf []byte, lim Limits) (line []byte, n int, err error) {
 	if len(buf) == 0 {
-		return 0, ErrIncomplete
+		return nil, 0, ErrIncomplete
 	}
 	if buf[0] == 0x80 {
-		return 0, ErrBinaryProtocol
+		return nil, 0, ErrBinaryProtocol
 	}
 	nl := bytes.IndexByte(buf, '\n')
 	if nl < 0 {
 		if len(buf) > lim.maxLine() && (!isGetPrefix(buf) || len(buf) > lim.maxGetLine()) {
-			return 0, ErrLineTooLong
+			return nil, 0, ErrLineTooLong
 		}
-		return 0, ErrIncomplete
+		return nil, 0, ErrIncomplete
 	}
-	n = nl + 1
-	line := buf[:nl]
+	line = buf[:nl]
 	if len(line) > 0 && line[len(line)-1] == '\r' {
 		line = line[:len(line)-1]
 	}
 	if len(line) > lim.maxLine() && (!isGetPrefix(line) || len(line) > lim.maxGetLine()) {
-		return 0, ErrLineTooLong
+		return nil, 0, ErrLineTooLong
 	}
+	return line, nl + 1, nil
+}
 
-	// The command token.
-	rest := skipSpaces(line)
-	name, rest := nextToken(rest)
-	if len(name) < 2 {
-		return n, ErrUnknownCommand
-	}
+// lookupCommand returns the command named name, CmdNone for none.
+func lookupCommand(name []byte) Command {
 	switch string(name) {
 	case "get":
-		req.Cmd = CmdGet
+		return CmdGet
 	case "gets":
-		req.Cmd = CmdGets
+		return CmdGets
 	case "gat":
-		req.Cmd = CmdGat
+		return CmdGat
 	case "gats":
-		req.Cmd = CmdGats
+		return CmdGats
 	case "set":
-		req.Cmd = CmdSet
+		return CmdSet
 	case "add":
-		req.Cmd = CmdAdd
+		return CmdAdd
 	case "replace":
-		req.Cmd = CmdReplace
+		return CmdReplace
 	case "append":
-		req.Cmd = CmdAppend
+		return CmdAppend
 	case "prepend":
-		req.Cmd = CmdPrepend
+		return CmdPrepend
 	case "cas":
-		req.Cmd = CmdCas
+		return CmdCas
 	case "incr":
-		req.Cmd = CmdIncr
+		return CmdIncr
 	case "decr":
-		req.Cmd = CmdDecr
+		return CmdDecr
 	case "touch":
-		req.Cmd = CmdTouch
+		return CmdTouch
 	case "delete":
-		req.Cmd = CmdDelete
+		return CmdDelete
 	case "flush_all":
-		req.Cmd = CmdFlushAll
+		return CmdFlushAll
 	case "verbosity":
-		req.Cmd = CmdVerbosity
+		return CmdVerbosity
 	case "version":
-		req.Cmd = CmdVersion
-		return n, nil
+		return CmdVersion
 	case "stats":
-		req.Cmd = CmdStats
+		return CmdStats
 	case "quit":
-		req.Cmd = CmdQuit
-		return n, ErrQuit
+		return CmdQuit
 	case "mg":
-		req.Cmd = CmdMg
+		return CmdMg
 	case "ms":
-		req.Cmd = CmdMs
+		return CmdMs
 	case "md":
-		req.Cmd = CmdMd
+		return CmdMd
 	case "ma":
-		req.Cmd = CmdMa
+		return CmdMa
 	case "mn":
-		req.Cmd = CmdMn
+		return CmdMn
 	case "me":
-		req.Cmd = CmdMe
-	default:
-		return n, ErrUnknownCommand
+		return CmdMe
 	}
-	if req.Cmd.IsMeta() {
-		return parseMeta(buf, line, lim, req, n)
-	}
+	return CmdNone
+}
 
-	if req.Cmd.IsRetrieval() {
-		return parseRetrieval(rest, req, n)
-	}
-
-	// Every other command has a handful of tokens.
+// parseSimple parses the commands with a handful of tokens after the
+// command (rest): storage, incr, decr, touch, delete, flush_all,
+// verbosity, stats. See Parse for the results.
+func parseSimple(buf, rest []byte, lim Limits, req *Request, n int) (int, error) {
 	var toks [maxTokens][]byte
 	nt := 0
 	for {
@@ -212,85 +228,110 @@ func Parse(buf []byte, lim Limits, req *Request) (n int, err error) {
 	if nt > 0 && string(args[nt-1]) == "noreply" {
 		req.Noreply = true
 	}
-
+	var err error
 	switch req.Cmd {
 	case CmdSet, CmdAdd, CmdReplace, CmdAppend, CmdPrepend, CmdCas:
 		return parseStorage(buf, args, lim, req, n)
 	case CmdIncr, CmdDecr, CmdTouch:
-		// <cmd> <key> <number> [noreply]: a delta for incr/decr, an
-		// exptime for touch.
-		if nt != 2 && nt != 3 {
-			req.Noreply = false
-			return n, ErrUnknownCommand
-		}
-		if !ValidKey(args[0]) {
-			return n, ErrBadFormat
-		}
-		if req.Cmd == CmdTouch {
-			e, ok := ParseInt32(args[1])
-			if !ok {
-				return n, ErrBadExptime
-			}
-			req.Exptime = e
-		} else {
-			d, ok := ParseUint(args[1])
-			if !ok {
-				return n, ErrBadDelta
-			}
-			req.Delta = d
-		}
-		req.Keys = append(req.Keys, args[0])
+		err = parseKeyNumber(args, req)
 	case CmdDelete:
-		if nt < 1 || nt > 3 {
-			req.Noreply = false
-			return n, ErrUnknownCommand
-		}
-		if nt > 1 {
-			holdZero := string(args[1]) == "0"
-			valid := (nt == 2 && (holdZero || req.Noreply)) || (nt == 3 && holdZero && req.Noreply)
-			if !valid {
-				return n, ErrBadDelete
-			}
-		}
-		if !ValidKey(args[0]) {
-			return n, ErrBadFormat
-		}
-		req.Keys = append(req.Keys, args[0])
+		err = parseDelete(args, req)
 	case CmdFlushAll:
-		if nt > 2 {
-			req.Noreply = false
-			return n, ErrUnknownCommand
-		}
-		want := 0
-		if req.Noreply {
-			want = 1
-		}
-		if nt != want {
-			d, ok := ParseInt32(args[0])
-			if !ok {
-				return n, ErrBadExptime
-			}
-			req.Delay, req.HasDelay = d, true
-		}
+		err = parseFlushAll(args, req)
 	case CmdVerbosity:
-		if nt != 1 && nt != 2 {
-			req.Noreply = false
-			return n, ErrUnknownCommand
-		}
-		l, ok := ParseUint(args[0])
-		if !ok {
-			return n, ErrBadFormat
-		}
-		req.Level = uint32(l)
+		err = parseVerbosity(args, req)
 	case CmdStats:
 		// Only the bare "stats": the proxy's own counters. Sub-commands
 		// (items, slabs, ...) describe one memcached and are not proxied.
 		req.Noreply = false
 		if nt != 0 {
-			return n, ErrUnknownCommand
+			err = ErrUnknownCommand
 		}
 	}
-	return n, nil
+	return n, err
+}
+
+// parseKeyNumber parses "<cmd> <key> <number> [noreply]": a delta for
+// incr and decr, an exptime for touch.
+func parseKeyNumber(args [][]byte, req *Request) error {
+	if len(args) != 2 && len(args) != 3 {
+		req.Noreply = false
+		return ErrUnknownCommand
+	}
+	if !ValidKey(args[0]) {
+		return ErrBadFormat
+	}
+	if req.Cmd == CmdTouch {
+		e, ok := ParseInt32(args[1])
+		if !ok {
+			return ErrBadExptime
+		}
+		req.Exptime = e
+	} else {
+		d, ok := ParseUint(args[1])
+		if !ok {
+			return ErrBadDelta
+		}
+		req.Delta = d
+	}
+	req.Keys = append(req.Keys, args[0])
+	return nil
+}
+
+// parseDelete parses "delete <key> [0] [noreply]".
+func parseDelete(args [][]byte, req *Request) error {
+	nt := len(args)
+	if nt < 1 || nt > 3 {
+		req.Noreply = false
+		return ErrUnknownCommand
+	}
+	if nt > 1 {
+		holdZero := string(args[1]) == "0"
+		valid := (nt == 2 && (holdZero || req.Noreply)) || (nt == 3 && holdZero && req.Noreply)
+		if !valid {
+			return ErrBadDelete
+		}
+	}
+	if !ValidKey(args[0]) {
+		return ErrBadFormat
+	}
+	req.Keys = append(req.Keys, args[0])
+	return nil
+}
+
+// parseFlushAll parses "flush_all [delay] [noreply]".
+func parseFlushAll(args [][]byte, req *Request) error {
+	nt := len(args)
+	if nt > 2 {
+		req.Noreply = false
+		return ErrUnknownCommand
+	}
+	want := 0
+	if req.Noreply {
+		want = 1
+	}
+	if nt != want {
+		d, ok := ParseInt32(args[0])
+		if !ok {
+			return ErrBadExptime
+		}
+		req.Delay, req.HasDelay = d, true
+	}
+	return nil
+}
+
+// parseVerbosity parses "verbosity <level> [noreply]".
+func parseVerbosity(args [][]byte, req *Request) error {
+	if len(args) != 1 && len(args) != 2 {
+		req.Noreply = false
+		return ErrUnknownCommand
+	}
+	l, ok := ParseUint(args[0])
+	if !ok {
+		return ErrBadFormat
+	}
+	req.Level = uint32(l)
+	return nil
 }
 
 func parseRetrieval(rest []byte, req *Request, n int) (int, error) {
