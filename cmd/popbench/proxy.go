@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -66,9 +65,6 @@ of them. It raises its RLIMIT_NOFILE soft limit to the hard limit.`,
 func runProxyCommand(c *cli.Context) error {
 	mixes := strings.Split(c.String("mix"), ",")
 	out := c.App.Writer
-	if out == nil {
-		out = os.Stdout
-	}
 	if n := c.Int("idle-conns"); n > 0 {
 		return runIdleConns(c, n, out)
 	}
@@ -77,9 +73,6 @@ func runProxyCommand(c *cli.Context) error {
 			return errors.New("popbench proxy: --addr and --compare are exclusive")
 		}
 		var progress io.Writer = c.App.ErrWriter
-		if progress == nil {
-			progress = os.Stderr
-		}
 		rep, err := bench.RunProxyCompare(c.Context, bench.ProxyCompareConfig{
 			Mixes: mixes, Conns: c.Int("conns"), Duration: c.Duration("duration"),
 			Rounds: c.Int("rounds"), Keys: c.Int("keys"), Hash: c.String("hash"),
@@ -138,9 +131,6 @@ func proxyWriteJSON(w io.Writer, v any) error {
 // runIdleConns is "popbench proxy --idle-conns N".
 func runIdleConns(c *cli.Context, n int, out io.Writer) error {
 	var progress io.Writer = c.App.ErrWriter
-	if progress == nil {
-		progress = os.Stderr
-	}
 	rep, err := bench.RunIdleConns(c.Context, bench.IdleConnsConfig{
 		Conns: n, McproxyBin: c.String("mcproxy"), McproxyArgs: c.StringSlice("mcproxy-arg"),
 		Dir: c.String("dir"), Progress: progress,
