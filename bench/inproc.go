@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/counting"
 	"github.com/poplimit/poplimit/counter/memcached"
 )
 
@@ -63,7 +64,7 @@ type Inproc struct {
 }
 
 type inprocWorker struct {
-	store    *counter.CountingStore
+	store    *counting.Store
 	closer   interface{ Close() error }  // the PipeStore, if any
 	limiters map[string]*counter.Limiter // by route path
 	skew     time.Duration
@@ -110,7 +111,7 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 					Servers: servers, Timeout: timeout}))
 			}
 		}
-		w := &inprocWorker{store: counter.NewCountingStore(st), limiters: map[string]*counter.Limiter{}}
+		w := &inprocWorker{store: counting.New(st), limiters: map[string]*counter.Limiter{}}
 		if c, ok := st.(*memcached.PipeStore); ok {
 			w.closer = c
 		}
@@ -181,11 +182,11 @@ func (in *Inproc) Do(ctx context.Context, worker int, c *Client, r *Route) Outco
 }
 
 // StoreStats sums the store calls of every worker.
-func (in *Inproc) StoreStats() counter.StoreStats {
-	var s counter.StoreStats
+func (in *Inproc) StoreStats() counting.Stats {
+	var s counting.Stats
 	for _, w := range in.workers {
 		o := w.store.Stats()
-		s = counter.StoreStats{Add: s.Add + o.Add, Incr: s.Incr + o.Incr, Decr: s.Decr + o.Decr,
+		s = counting.Stats{Add: s.Add + o.Add, Incr: s.Incr + o.Incr, Decr: s.Decr + o.Decr,
 			GetMulti: s.GetMulti + o.GetMulti, Gets: s.Gets + o.Gets, CAS: s.CAS + o.CAS, Batch: s.Batch + o.Batch,
 			Errors: s.Errors + o.Errors}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/counting"
 	"github.com/poplimit/poplimit/counter/memcached"
 	"golang.org/x/time/rate"
 )
@@ -123,7 +124,7 @@ func BenchmarkRoundTrips(b *testing.B) {
 					if !batch {
 						st = noBatch{st}
 					}
-					cs := counter.NewCountingStore(st)
+					cs := counting.New(st)
 					var workers [4]*counter.Limiter
 					for i := range workers {
 						workers[i], _ = counter.New(cs, l)
@@ -167,7 +168,7 @@ func BenchmarkMemcached(b *testing.B) {
 				if client == "pipe" {
 					st = memcached.NewPipeStore(memcached.PipeConfig{Addr: mc[0].Addr, Timeout: time.Second})
 				}
-				cs := counter.NewCountingStore(st)
+				cs := counting.New(st)
 				lim, _ := counter.New(cs, bl.limit)
 				var seqN, decisions atomic.Int64
 				b.SetParallelism(8) // 8 × GOMAXPROCS goroutines

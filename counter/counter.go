@@ -16,7 +16,7 @@
 // recommended: it pipelines, so every window-algorithm decision is one
 // round trip; Store over gomemcache: a window a worker has not counted in
 // costs a multi-get plus an add); MemoryStore is the in-process one. See
-// Limiter for the costs; CountingStore measures them. The token bucket
+// Limiter for the costs; counter/counting measures them. The token bucket
 // costs gets + cas.
 //
 // Keys: Key builds identity keys (scheme documented there); every store key

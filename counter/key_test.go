@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/counting"
 )
 
 func TestKey(t *testing.T) {
@@ -91,7 +92,7 @@ func FuzzKey(f *testing.F) {
 
 // TestWindowKeyScheme pins the documented key of a minute sliding window.
 func TestWindowKeyScheme(t *testing.T) {
-	cs := counter.NewCountingStore(frozenMemoryStore())
+	cs := counting.New(frozenMemoryStore())
 	lim, _ := counter.New(noBatch{cs}, counter.Limit{Quantity: 5, Window: time.Minute})
 	at := time.Date(2026, 11, 29, 21, 0, 0, 0, time.UTC)
 	key := counter.Key("ip", "203.0.113.7")

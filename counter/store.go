@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"time"
 )
 
@@ -54,116 +53,6 @@ type Store interface {
 	// CompareAndSwap replaces the value under key if it is still at the
 	// version cas; ErrCASConflict if it changed, ErrNotFound if it vanished.
 	CompareAndSwap(ctx context.Context, key string, value []byte, cas CASToken, ttl time.Duration) error
-}
-
-// StoreStats counts the calls made through a CountingStore. Every call is
-// one round trip.
-type StoreStats struct {
-	Add, Incr, Decr, GetMulti, Gets, CAS int64
-	// Batch counts Batcher.GetMultiIncr calls (one round trip each).
-	Batch int64
-	// Errors counts calls that returned an error other than ErrNotFound,
-	// ErrNotStored and ErrCASConflict.
-	Errors int64
-}
-
-// RoundTrips is the total number of calls.
-func (s StoreStats) RoundTrips() int64 {
-	return s.Add + s.Incr + s.Decr + s.GetMulti + s.Gets + s.CAS + s.Batch
-}
-
-// Sub returns s − o, for measuring an interval.
-func (s StoreStats) Sub(o StoreStats) StoreStats {
-	return StoreStats{Add: s.Add - o.Add, Incr: s.Incr - o.Incr, Decr: s.Decr - o.Decr,
-		GetMulti: s.GetMulti - o.GetMulti, Gets: s.Gets - o.Gets, CAS: s.CAS - o.CAS,
-		Batch: s.Batch - o.Batch, Errors: s.Errors - o.Errors}
-}
-
-// CountingStore wraps a Store and counts its round trips, so callers and
-// benchmarks can report store round trips per decision. Safe for concurrent
-// use; counting costs one atomic add per call.
-type CountingStore struct {
-	Store                                             Store
-	add, incr, decr, getMulti, gets, cas, batch, errs atomic.Int64
-}
-
-var _ Store = (*CountingStore)(nil)
-
-// NewCountingStore wraps s.
-func NewCountingStore(s Store) *CountingStore { return &CountingStore{Store: s} }
-
-// Stats returns the counts so far.
-func (c *CountingStore) Stats() StoreStats {
-	return StoreStats{Add: c.add.Load(), Incr: c.incr.Load(), Decr: c.decr.Load(),
-		GetMulti: c.getMulti.Load(), Gets: c.gets.Load(), CAS: c.cas.Load(),
-		Batch: c.batch.Load(), Errors: c.errs.Load()}
-}
-
-func (c *CountingStore) note(err error) {
-	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrNotStored) && !errors.Is(err, ErrCASConflict) {
-		c.errs.Add(1)
-	}
-}
-
-// Add implements Store.
-func (c *CountingStore) Add(ctx context.Context, key string, value []byte, ttl time.Duration) error {
-	c.add.Add(1)
-	err := c.Store.Add(ctx, key, value, ttl)
-	c.note(err)
-	return err
-}
-
-// Incr implements Store.
-func (c *CountingStore) Incr(ctx context.Context, key string, delta uint64) (uint64, error) {
-	c.incr.Add(1)
-	v, err := c.Store.Incr(ctx, key, delta)
-	c.note(err)
-	return v, err
-}
-
-// Decr implements Store.
-func (c *CountingStore) Decr(ctx context.Context, key string, delta uint64) (uint64, error) {
-	c.decr.Add(1)
-	v, err := c.Store.Decr(ctx, key, delta)
-	c.note(err)
-	return v, err
-}
-
-// GetMulti implements Store.
-func (c *CountingStore) GetMulti(ctx context.Context, keys []string) (map[string][]byte, error) {
-	c.getMulti.Add(1)
-	m, err := c.Store.GetMulti(ctx, keys)
-	c.note(err)
-	return m, err
-}
-
-// Gets implements Store.
-func (c *CountingStore) Gets(ctx context.Context, key string) ([]byte, CASToken, error) {
-	c.gets.Add(1)
-	v, t, err := c.Store.Gets(ctx, key)
-	c.note(err)
-	return v, t, err
-}
-
-// CompareAndSwap implements Store.
-func (c *CountingStore) CompareAndSwap(ctx context.Context, key string, value []byte, cas CASToken, ttl time.Duration) error {
-	c.cas.Add(1)
-	err := c.Store.CompareAndSwap(ctx, key, value, cas, ttl)
-	c.note(err)
-	return err
-}
-
-// GetMultiIncr implements Batcher when the wrapped store does; otherwise it
-// returns ErrNotSupported without counting.
-func (c *CountingStore) GetMultiIncr(ctx context.Context, keys []string, incrKey string, delta uint64, ttl time.Duration) (map[string][]byte, uint64, error) {
-	b, ok := c.Store.(Batcher)
-	if !ok {
-		return nil, 0, ErrNotSupported
-	}
-	c.batch.Add(1)
-	m, v, err := b.GetMultiIncr(ctx, keys, incrKey, delta, ttl)
-	c.note(err)
-	return m, v, err
 }
 
 // Batcher is an optional Store extension: a read of closed sub-windows and

@@ -11,6 +11,7 @@ import (
 	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/counting"
 	"github.com/poplimit/poplimit/counter/memcached"
 )
 
@@ -153,17 +154,17 @@ func TestCountingStore(t *testing.T) {
 	tests := []struct {
 		name             string
 		store            counter.Store
-		first, newWindow counter.StoreStats
+		first, newWindow counting.Stats
 	}{
 		// Batcher: one round trip per decision, the first of a window
 		// included.
-		{"batcher", frozenMemoryStore(), counter.StoreStats{Batch: 1, Incr: 9}, counter.StoreStats{Batch: 1}},
+		{"batcher", frozenMemoryStore(), counting.Stats{Batch: 1, Incr: 9}, counting.Stats{Batch: 1}},
 		// Without: the closed window is read once, the new one added.
-		{"no batcher", noBatch{frozenMemoryStore()}, counter.StoreStats{GetMulti: 1, Add: 1, Incr: 9}, counter.StoreStats{GetMulti: 1, Add: 1}},
+		{"no batcher", noBatch{frozenMemoryStore()}, counting.Stats{GetMulti: 1, Add: 1, Incr: 9}, counting.Stats{GetMulti: 1, Add: 1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cs := counter.NewCountingStore(tc.store)
+			cs := counting.New(tc.store)
 			lim, err := counter.New(cs, counter.Limit{Quantity: 100, Window: time.Minute})
 			if err != nil {
 				t.Fatal(err)

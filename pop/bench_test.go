@@ -20,6 +20,7 @@ import (
 	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/counting"
 	"github.com/poplimit/poplimit/counter/memcached"
 	"github.com/poplimit/poplimit/pop"
 )
@@ -171,11 +172,11 @@ func BenchmarkFullPath(b *testing.B) {
 		{"pipe", memcached.NewPipeStore(memcached.PipeConfig{Addr: px.addr, Timeout: time.Second})},
 		{"pipe-mux", memcached.NewPipeStore(memcached.PipeConfig{Addr: px.addr, Timeout: time.Second, Multiplex: 2})},
 	} {
-		b.Run(sc.name, func(b *testing.B) { fullPath(b, counter.NewCountingStore(sc.store), px, ms) })
+		b.Run(sc.name, func(b *testing.B) { fullPath(b, counting.New(sc.store), px, ms) })
 	}
 }
 
-func fullPath(b *testing.B, store *counter.CountingStore, px *proc, ms []*procs.Memcached) {
+func fullPath(b *testing.B, store *counting.Store, px *proc, ms []*procs.Memcached) {
 	for _, bc := range []struct {
 		name     string
 		quantity int
