@@ -352,7 +352,6 @@ type session struct {
 	mu      sync.Mutex
 	pending []*Call // written (or being written), in order
 	dead    bool    // the reader has exited; push fails calls
-	spare   []*Call // the reader's previous batch, for reuse
 
 	broken atomic.Bool
 	once   sync.Once

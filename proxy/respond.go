@@ -190,7 +190,7 @@ func (cc *clientConn) dispatchMulti(e *entry) {
 		return
 	}
 	var shardCallArr [16]int32
-	shardCall := shardCallArr[:0]
+	var shardCall []int32
 	if r.Len() <= len(shardCallArr) {
 		shardCall = shardCallArr[:r.Len()]
 	} else {
