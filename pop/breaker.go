@@ -48,10 +48,10 @@ type BreakerConfig struct {
 	// that opens the breaker; default 5.
 	Failures int
 	// Window is how long calls may keep failing (timeouts included) with
-	// no success at all before the breaker opens; default 1s: far longer
-	// than any deadline, so one slow burst never opens it, and short
-	// enough that a hung store costs each worker at most a second of
-	// deadline-long waits.
+	// no success at all before the breaker opens; default 2s: twice the
+	// longest adaptive deadline, so one wave of slow calls never opens
+	// it, and short enough that a hung store costs each worker at most a
+	// few deadline-long waits.
 	Window time.Duration
 	// OpenFor is how long the breaker stays open before letting probes
 	// through; default 500ms.
@@ -72,7 +72,7 @@ func (c BreakerConfig) window() time.Duration {
 	if c.Window > 0 {
 		return c.Window
 	}
-	return time.Second
+	return 2 * time.Second
 }
 
 func (c BreakerConfig) openFor() time.Duration {

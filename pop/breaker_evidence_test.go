@@ -61,7 +61,7 @@ func TestBreakerOpensOnEvidenceOfDeath(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			b := NewBreaker(BreakerConfig{}, nil) // defaults: 5 hard, 1 s window
+			b := NewBreaker(BreakerConfig{Window: time.Second}, nil) // 5 hard (default), 1 s window
 			for i, s := range tc.steps {
 				now := t0.Add(s.at)
 				if !b.Allow(now) {
@@ -73,6 +73,15 @@ func TestBreakerOpensOnEvidenceOfDeath(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBreakerDefaultWindow: the default window of no success is twice the
+// default deadline ceiling, so one wave of calls timing out at the
+// ceiling cannot open the breaker by itself.
+func TestBreakerDefaultWindow(t *testing.T) {
+	if w, c := (BreakerConfig{}).window(), (DeadlineConfig{}).ceiling(); w != 2*time.Second || w < 2*c {
+		t.Fatalf("default window %v, deadline ceiling %v: want 2s and at least twice the ceiling", w, c)
 	}
 }
 

@@ -35,7 +35,7 @@ type Options struct {
 	Multiplex int
 	// Timeout bounds each socket operation of the store; default the
 	// longest store deadline (Config.StoreDeadline if set, else the
-	// deadline's ceiling, 500ms by default), since a gomemcache call does
+	// deadline's ceiling, 1s by default), since a gomemcache call does
 	// not stop when its context ends.
 	Timeout time.Duration
 	// Policy is the policy file to load. With PolicyDoc it only names the
