@@ -2,7 +2,7 @@
 GO ?= go
 export POPLIMIT_REQUIRE_MEMCACHED = 1
 
-.PHONY: test demo deps build vet cross fuzz fuzz-short bench clean
+.PHONY: test demo deps build vet lint cross fuzz fuzz-short bench clean
 
 # deps installs the Debian packages the integration suite runs against
 # (memcached, libmemcached-tools for memccapable, nutcracker) when missing.
@@ -15,18 +15,25 @@ build:
 vet:
 	$(GO) vet ./...
 
+# lint: staticcheck, pinned (the go command fetches it through the module
+# proxy on first use; nothing is added to go.mod).
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint:
+	$(GO) run $(STATICCHECK) ./...
+
 # cross: the library and the daemons also build for macOS and Windows
-# (FastConn's raw system calls are Unix-only; bench and popbench are
+# (proxy/fastconn's raw system calls and mcproxy's epoll parking are Unix or
+# Linux only, with fallbacks; bench and popbench are
 # Linux tools).
-LIBS = ./counter ./pop ./proxy ./shard ./cmd/edge ./cmd/mcproxy
+LIBS = ./counter/... ./pop/... ./proxy/... ./shard/... ./cmd/internal/... ./cmd/edge ./cmd/mcproxy
 cross:
 	GOOS=darwin $(GO) build $(LIBS)
 	GOOS=windows $(GO) build $(LIBS)
 
-# test: vet and cross builds, then every test with the race detector,
+# test: vet, staticcheck and cross builds, then every test with the race detector,
 # including the integration suite against real memcached, memccapable and
 # nutcracker, then every fuzz target for a few seconds (fuzz-short).
-test: deps vet cross
+test: deps vet lint cross
 	$(GO) test -race -count=1 -timeout 15m ./...
 	@$(MAKE) --no-print-directory fuzz-short
 
