@@ -66,10 +66,13 @@ type DemoResult struct {
 	Charts        []string         `json:"charts"`
 	UpstreamHits  int64            `json:"upstream_hits"`
 	// FailOpen and FailClosed are decisions the edges took by fail mode
-	// because the store was unavailable or too slow; StoreErrors are the
-	// decisions whose store calls failed (edge metrics).
+	// because the store was unavailable; StoreSlow are decisions taken by
+	// the conservative local budget while the store was alive but late
+	// (store_slow, store_busy); StoreErrors are the decisions whose store
+	// calls failed (edge metrics).
 	FailOpen    int64 `json:"fail_open_decisions"`
 	FailClosed  int64 `json:"fail_closed_decisions"`
+	StoreSlow   int64 `json:"store_slow_decisions"`
 	StoreErrors int64 `json:"store_errors"`
 }
 
@@ -88,9 +91,9 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 		return nil, err
 	}
 	p, err := env.Launch(ctx, PoPConfig{Name: "demo", Shards: cfg.Shards, Proxies: cfg.Proxies,
-		Edges: cfg.Workers, WorkersPerPoP: cfg.Workers, Policy: PolicyYAML(tr.Routes, cfg.Algorithm, 1),
-		// A shared 2-core machine misses the 20ms default now and then.
-		EdgeArgs: []string{"--store-deadline", "100ms"}})
+		// The edges run on their default flags (the adaptive store
+		// deadline), as a new user's would.
+		Edges: cfg.Workers, WorkersPerPoP: cfg.Workers, Policy: PolicyYAML(tr.Routes, cfg.Algorithm, 1)})
 	if err != nil {
 		return nil, err
 	}
@@ -119,6 +122,7 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 		if m, err := ScrapeMetrics(e.Admin); err == nil {
 			res.FailOpen += int64(m.Sum("poplimit_fallback_decisions_total", "mode", "fail_open"))
 			res.FailClosed += int64(m.Sum("poplimit_fallback_decisions_total", "mode", "fail_closed"))
+			res.StoreSlow += int64(m.Sum("poplimit_store_slow_decisions_total", "", ""))
 			res.StoreErrors += int64(m.Sum("poplimit_store_errors_total", "", ""))
 		}
 	}
@@ -219,7 +223,10 @@ func (r *DemoResult) Story() []string {
 		if per(a.admitted, a) > 1.2*a.limit {
 			verdict = "above their limit"
 			if r.FailOpen > 0 {
-				verdict += fmt.Sprintf(": %d decisions failed open (the store answered too slowly; /api fails open by policy)", r.FailOpen)
+				verdict += fmt.Sprintf(": %d decisions failed open (the store was unreachable; /api fails open by policy)", r.FailOpen)
+			}
+			if r.StoreSlow > 0 {
+				verdict += fmt.Sprintf(": %d decisions by the local budget (the store answered too late)", r.StoreSlow)
 			}
 		}
 		out = append(out, fmt.Sprintf("%d abusive users offered %.0f/s each on average and were admitted %.1f/s each, limit %.0f/s: %s.",
