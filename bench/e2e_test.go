@@ -253,7 +253,7 @@ func TestFaultsEndToEnd(t *testing.T) {
 			t.Errorf("%s: repair before start", name)
 		}
 		switch name {
-		case FaultShardKill, FaultShardHang, FaultShardSlow:
+		case FaultShardKill, FaultShardHang, FaultShardSlow, FaultConnReset:
 			shardErrors += num(t, m, "client_errors") + num(t, m, "store_errors")
 		}
 		open := m["fail_open_route"].(map[string]any)

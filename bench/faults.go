@@ -16,10 +16,11 @@ const (
 	FaultShardSlow    = "shard-slow"    // a shard behind a relay adding delay
 	FaultProxyRestart = "proxy-restart" // mcproxy killed, restarted
 	FaultReload       = "reload"        // a policy reload on every edge
+	FaultConnReset    = "conn-reset"    // every connection to a shard reset (RST)
 )
 
 // FaultScenarios lists every scenario in the order they run.
-var FaultScenarios = []string{FaultShardKill, FaultShardHang, FaultShardSlow, FaultReload, FaultProxyRestart}
+var FaultScenarios = []string{FaultShardKill, FaultShardHang, FaultShardSlow, FaultConnReset, FaultReload, FaultProxyRestart}
 
 // FaultsConfig configures RunFaults. Zero means default.
 type FaultsConfig struct {
@@ -349,6 +350,17 @@ func runFault(ctx context.Context, p *PoP, name string, cfg FaultsConfig, start 
 		wait()
 		s.Relay.SetDelay(0)
 		r.Note = fmt.Sprintf("shard 2 slowed by %v each way", cfg.SlowDelay)
+	case FaultConnReset:
+		s := p.Shards[0]
+		if s.Relay == nil {
+			r.Skipped = "shards have no relay"
+			return r
+		}
+		r.StartS = since()
+		s.Relay.SetReset(true)
+		wait()
+		s.Relay.SetReset(false)
+		r.Note = "every connection between mcproxy and shard 0 reset (RST), open and new, for the fault period"
 	case FaultProxyRestart:
 		if len(p.Proxies) == 0 {
 			r.Skipped = "no mcproxy in this PoP"

@@ -24,6 +24,7 @@ type Relay struct {
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
 	closed atomic.Bool
+	reset  atomic.Bool
 }
 
 // StartRelay listens on a free loopback port and forwards to target with the
@@ -42,6 +43,37 @@ func StartRelay(target string, oneWay time.Duration) (*Relay, error) {
 
 // SetDelay changes the one-way delay for data read from now on.
 func (r *Relay) SetDelay(oneWay time.Duration) { r.delay.Store(int64(oneWay)) }
+
+// SetReset turns reset mode on or off. While on, every relayed connection
+// is aborted with a TCP reset (SO_LINGER 0, then close) — those open now
+// and each one accepted — so both ends see ECONNRESET rather than an
+// orderly close. Off, new connections are relayed again.
+func (r *Relay) SetReset(on bool) {
+	r.reset.Store(on)
+	if !on {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// Linger 0 on both ends first: closing one makes its pipe close the
+	// other, which must reset too, not send a FIN.
+	for c := range r.conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+	}
+	for c := range r.conns {
+		_ = c.Close()
+	}
+}
+
+// abort closes c with a reset (SO_LINGER 0) instead of a FIN.
+func abort(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
+}
 
 // Delay returns the current one-way delay.
 func (r *Relay) Delay() time.Duration { return time.Duration(r.delay.Load()) }
@@ -68,6 +100,10 @@ func (r *Relay) track(c net.Conn) bool {
 		_ = c.Close()
 		return false
 	}
+	if r.reset.Load() {
+		abort(c)
+		return false
+	}
 	r.conns[c] = struct{}{}
 	return true
 }
@@ -85,6 +121,10 @@ func (r *Relay) accept() {
 		in, err := r.ln.Accept()
 		if err != nil {
 			return
+		}
+		if r.reset.Load() {
+			abort(in)
+			continue
 		}
 		if !r.track(in) {
 			return
@@ -157,7 +197,8 @@ func (r *Relay) pipe(dst, src net.Conn) {
 			return
 		}
 	}
-	if tc, ok := dst.(*net.TCPConn); ok {
+	if tc, ok := dst.(*net.TCPConn); ok && !r.reset.Load() {
+		// (In reset mode dst is about to be reset: no FIN first.)
 		_ = tc.CloseWrite()
 	}
 }
