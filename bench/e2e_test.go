@@ -256,10 +256,18 @@ func TestFaultsEndToEnd(t *testing.T) {
 		case FaultShardKill, FaultShardHang, FaultShardSlow, FaultConnReset:
 			shardErrors += num(t, m, "client_errors") + num(t, m, "store_errors")
 		}
+		// Edges run with --store-deadline 400ms: no decision may wait
+		// much past it (the margin is a race-instrumented, shared machine).
+		if ms := num(t, m, "max_latency_ms"); ms > 1400 {
+			t.Errorf("%s: a request waited %.0f ms, past the 400ms store deadline + 1s", name, ms)
+		}
 		open := m["fail_open_route"].(map[string]any)
 		if open["admitted"] == nil || open["admitted"].(float64) < 10 {
 			t.Errorf("%s: fail-open route admitted %v", name, open["admitted"])
 		}
+	}
+	if len(rep.Exited) > 0 {
+		t.Errorf("processes not running at the end: %v", rep.Exited)
 	}
 	if shardErrors == 0 {
 		t.Error("no shard fault caused a single error: the faults were not injected")

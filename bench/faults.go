@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -95,6 +96,9 @@ type FaultResult struct {
 	RecoverMs float64 `json:"recover_ms"`
 	// Recovered: no error during the last second of the scenario.
 	Recovered bool `json:"recovered"`
+	// MaxLatencyMs is the longest client-observed latency of a request
+	// sent during the scenario (fault + settle).
+	MaxLatencyMs float64 `json:"max_latency_ms"`
 	// Note explains what happened in a sentence.
 	Note   string `json:"note,omitempty"`
 	errPct float64
@@ -108,10 +112,14 @@ type FaultsReport struct {
 	BaselineErrorPct float64        `json:"baseline_error_pct"`
 	Results          []*FaultResult `json:"scenarios"`
 	// Burst is the FaultBurst scenario's report, when it ran.
-	Burst  *BurstReport `json:"burst,omitempty"`
-	Spans  []Span       `json:"spans"`
-	Report string       `json:"report,omitempty"`
-	Chart  string       `json:"chart,omitempty"`
+	Burst *BurstReport `json:"burst,omitempty"`
+	// Exited names the PoP's processes (shards, mcproxies, edges) not
+	// running at the end of the run, apart from those the scenarios
+	// restarted: empty when nothing crashed.
+	Exited []string `json:"exited"`
+	Spans  []Span   `json:"spans"`
+	Report string   `json:"report,omitempty"`
+	Chart  string   `json:"chart,omitempty"`
 }
 
 // errSample is the cumulative store error count of the workers at a time.
@@ -199,7 +207,7 @@ func runFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, 
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	rep := &FaultsReport{PoP: p.Describe() + ", shards behind relays"}
+	rep := &FaultsReport{PoP: p.Describe() + ", shards behind relays", Exited: exitedProcs(p)}
 	rep.score(cfg, results, replay, es.samples)
 	if cfg.OutDir != "" {
 		if err := rep.write(cfg.OutDir, ChartExt(cfg.ChartFormat), replay); err != nil {
@@ -207,6 +215,27 @@ func runFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, 
 		}
 	}
 	return rep, nil
+}
+
+// exitedProcs names the processes of p that are no longer running.
+func exitedProcs(p *PoP) []string {
+	out := []string{}
+	for i, s := range p.Shards {
+		if pid := s.Pid(); pid <= 0 || syscall.Kill(pid, 0) != nil {
+			out = append(out, fmt.Sprintf("shard-%d", i))
+		}
+	}
+	for i, pr := range p.Proxies {
+		if pr.Exited() {
+			out = append(out, fmt.Sprintf("mcproxy-%d", i))
+		}
+	}
+	for i, e := range p.Edges {
+		if e.Proc.Exited() {
+			out = append(out, fmt.Sprintf("edge-%d", i))
+		}
+	}
+	return out
 }
 
 // faultsTrace is the steady traffic of the faults run, total long: API
@@ -428,6 +457,7 @@ func scoreFault(r *FaultResult, rep *Replay, from, to time.Duration, samples []e
 			m = r.Closed
 		}
 		m[rec.Outcome.String()]++
+		r.MaxLatencyMs = max(r.MaxLatencyMs, float64(rec.Latency)/float64(time.Millisecond))
 		if rec.Outcome == Failed || rec.Outcome == Unavailable {
 			r.ClientErrors++
 			bad[b]++
@@ -493,14 +523,14 @@ func (r *FaultsReport) Tables() []*Table {
 	}
 	t := &Table{Title: fmt.Sprintf("Faults under load (%s; errors before any fault: %.2f%%)", r.PoP, r.BaselineErrorPct),
 		Header: []string{"scenario", "fault s", "client errors", "store errors", "open: admitted", "closed: admitted",
-			"closed: 503", "fallback open", "fallback closed", "recover ms", "recovered"}}
+			"closed: 503", "fallback open", "fallback closed", "recover ms", "recovered", "max latency ms"}}
 	for _, x := range r.Results {
 		if x.Skipped != "" {
-			t.Add(x.Scenario, "skipped: "+x.Skipped, "", "", "", "", "", "", "", "", "")
+			t.Add(x.Scenario, "skipped: "+x.Skipped, "", "", "", "", "", "", "", "", "", "")
 			continue
 		}
 		t.Add(x.Scenario, x.RepairS-x.StartS, x.ClientErrors, x.StoreErrors, x.Open["admitted"], x.Closed["admitted"],
-			x.Closed["unavailable"], x.Fallback["open"], x.Fallback["closed"], x.RecoverMs, x.Recovered)
+			x.Closed["unavailable"], x.Fallback["open"], x.Fallback["closed"], x.RecoverMs, x.Recovered, x.MaxLatencyMs)
 	}
 	return append(out, t)
 }
