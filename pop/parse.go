@@ -92,7 +92,11 @@ func (p *parser) fields(n *yaml.Node, path string, known []string, fn func(key s
 			}
 		}
 		if !ok {
-			p.errf(k, join(path, k.Value), "unknown field (known: %s)", strings.Join(known, ", "))
+			name := k.Value
+			if name == "" {
+				name = `""` // an empty or complex key ("?" in YAML)
+			}
+			p.errf(k, join(path, name), "unknown field (known: %s)", strings.Join(known, ", "))
 			continue
 		}
 		fn(k.Value, v)
