@@ -124,13 +124,21 @@ func fill(t *testing.T, fc *Conn) []byte {
 // cannot have returned before the peer read: no sleep decides the outcome.
 func TestConnWriteWaitsForRoom(t *testing.T) {
 	c, s := tcpPair(t)
+	// Fixed buffers: Linux grows loopback TCP buffers while data flows
+	// (autotuning), which let a write after fill find room again.
+	if err := c.(*net.TCPConn).SetWriteBuffer(64 << 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.(*net.TCPConn).SetReadBuffer(64 << 10); err != nil {
+		t.Fatal(err)
+	}
 	fc := New(c)
 	want := fill(t, fc)
 
 	if err := fc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	more := bytes.Repeat([]byte("waits"), 1<<10)
+	more := bytes.Repeat([]byte("waits"), 1<<18) // 1.25 MiB: more than any buffer holds
 	n, err := fc.Write(more)
 	if !errors.Is(err, os.ErrDeadlineExceeded) || n == len(more) {
 		t.Fatalf("write on a full socket with a deadline: %d of %d, %v; want a timeout", n, len(more), err)
