@@ -69,6 +69,21 @@ func closeWait(t *testing.T, port int) int {
 	return n
 }
 
+// tcpAndUnix listens on a free loopback TCP port and on a Unix socket in
+// the test's directory.
+func tcpAndUnix(t *testing.T) []net.Listener {
+	t.Helper()
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix, err := net.Listen("unix", filepath.Join(t.TempDir(), "mc.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []net.Listener{tcp, unix}
+}
+
 // TestClientCloseNoticed: for every row of leakRows, on TCP and on a Unix
 // socket, 200 clients send the row's bytes and close; within 1 s the
 // proxy holds no connection (none in CLOSE-WAIT), no goroutine of them,
@@ -79,16 +94,8 @@ func TestClientCloseNoticed(t *testing.T) {
 	}
 	noLeaksInternal(t)
 	ms := fixture.Memcached(t, 1)
-	tcp, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	unix, err := net.Listen("unix", filepath.Join(t.TempDir(), "mc.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lns := []net.Listener{tcp, unix}
-	srvs := []*Server{serveOn(t, tcp, ServerConfig{}, ms[0].Addr), serveOn(t, unix, ServerConfig{}, ms[0].Addr)}
+	lns := tcpAndUnix(t)
+	srvs := []*Server{serveOn(t, lns[0], ServerConfig{}, ms[0].Addr), serveOn(t, lns[1], ServerConfig{}, ms[0].Addr)}
 	// Warm up the shard connection and the idle sweeper goroutine.
 	for _, ln := range lns {
 		c, err := net.Dial(ln.Addr().Network(), ln.Addr().String())
@@ -101,7 +108,7 @@ func TestClientCloseNoticed(t *testing.T) {
 		}
 		c.Close()
 	}
-	port := tcp.Addr().(*net.TCPAddr).Port
+	port := lns[0].Addr().(*net.TCPAddr).Port
 	const conns = 200
 	for i, ln := range lns {
 		srv := srvs[i]
@@ -130,7 +137,7 @@ func TestClientCloseNoticed(t *testing.T) {
 				leftConns := waitConns(t, srv, 0, time.Second)
 				took := time.Since(start)
 				cw := 0
-				if ln == tcp {
+				if ln == lns[0] {
 					cw = closeWait(t, port)
 				}
 				if leftConns != 0 || cw != 0 {

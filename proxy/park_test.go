@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"net"
-	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -29,17 +28,9 @@ func TestIdleConnectionsPark(t *testing.T) {
 	}
 	noLeaksInternal(t)
 	ms := fixture.Memcached(t, 1)
-	tcp, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	unix, err := net.Listen("unix", filepath.Join(t.TempDir(), "mc.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A short request timeout makes the sweeper run every 50 ms.
 	cfg := ServerConfig{RequestTimeout: 200 * time.Millisecond}
-	for _, ln := range []net.Listener{tcp, unix} {
+	for _, ln := range tcpAndUnix(t) {
 		t.Run(ln.Addr().Network(), func(t *testing.T) {
 			srv := serveOn(t, ln, cfg, ms[0].Addr)
 			const n = 60
