@@ -5,7 +5,8 @@ export POPLIMIT_REQUIRE_MEMCACHED = 1
 .PHONY: test demo deps build vet lint cross fuzz fuzz-short bench clean
 
 # deps installs the Debian packages the integration suite runs against
-# (memcached, libmemcached-tools for memccapable, nutcracker) when missing.
+# (memcached, libmemcached-tools for memccapable, nutcracker, redis-server,
+# prometheus for promtool, systemd for systemd-analyze, postgresql) when missing.
 deps:
 	@bash .ci/deps
 
