@@ -22,15 +22,15 @@ type keyShard struct {
 
 // keyState is one worker's view of one global key.
 type keyState struct {
-	mu        sync.Mutex
-	bucketAt  time.Time // start of the current rate bucket
-	arrivals  int64     // units asked in the current bucket
-	rate      float64   // smoothed units per second asked of this worker
-	lastSeen  time.Time
-	inflight  map[int64]bool // windows with a refill in flight
-	exhausted int64          // window id + 1 whose home count is used up
-	prefetched int64         // window id + 1 whose pool this worker prefetched
-	nextTry   time.Time      // while the home store is down: next claim
+	mu         sync.Mutex
+	bucketAt   time.Time // start of the current rate bucket
+	arrivals   int64     // units asked in the current bucket
+	rate       float64   // smoothed units per second asked of this worker
+	lastSeen   time.Time
+	inflight   map[int64]bool // windows with a refill in flight
+	exhausted  int64          // window id + 1 whose home count is used up
+	prefetched int64          // window id + 1 whose pool this worker prefetched
+	nextTry    time.Time      // while the home store is down: next claim
 }
 
 // rateBucket is the period over which arrivals are averaged.
