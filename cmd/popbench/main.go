@@ -37,6 +37,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/cmd/internal/daemon"
 )
 
 func main() {
@@ -44,6 +45,7 @@ func main() {
 	defer stop()
 	app := &cli.App{
 		Name:     "popbench",
+		Version:  daemon.Version(),
 		Usage:    "run a whole PoP on loopback, show it working, measure it",
 		Commands: commands(),
 	}
