@@ -4,9 +4,9 @@
 //
 // Usage:
 //
-//	edge --listen 127.0.0.1:8080 --upstream http://127.0.0.1:9000 \
-//	     --memcached 127.0.0.1:22121 --policy testdata/policies/example.yml \
-//	     --admin 127.0.0.1:9090 --workers-per-pop 4 \
+//	edge --listen 127.0.0.1:7480 --upstream http://127.0.0.1:9000 \
+//	     --memcached 127.0.0.1:7411 --policy testdata/policies/example.yml \
+//	     --admin 127.0.0.1:7481 --workers-per-pop 4 \
 //	     --store-client gomemcache
 //
 // The admin listener serves /metrics (Prometheus), /healthz (JSON: ok,
@@ -48,8 +48,9 @@ import (
 
 func main() {
 	app := &cli.App{
-		Name:  "edge",
-		Usage: "poplimit edge worker: rate-limiting reverse proxy sharing one count per PoP through memcached",
+		Name:    "edge",
+		Version: daemon.Version(),
+		Usage:   "poplimit edge worker: rate-limiting reverse proxy sharing one count per PoP through memcached",
 		Description: "Every request is decided by the policy file (tiers, routes, compound limits, fail modes)\n" +
 			"before being proxied to --upstream. Counts live in memcached behind --memcached (normally the\n" +
 			"host's mcproxy); without --memcached, an in-process store is used (one worker, no sharing).\n" +
@@ -66,11 +67,11 @@ func main() {
 			"poplimit_edge_accept_errors_total. Both listeners default to loopback; a non-loopback --admin is\n" +
 			"logged as a warning.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8080", Usage: "address of the proxied HTTP listener"},
+			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7480", Usage: "address of the proxied HTTP listener (7480: clear of 8080, taken by envoyproxy/ratelimit and most dev servers)"},
 			&cli.StringFlag{Name: "upstream", Required: true, Usage: "upstream base `URL`, e.g. http://127.0.0.1:9000"},
 			&cli.StringSliceFlag{Name: "memcached", Usage: "memcached or mcproxy `ADDR` (host:port); repeatable; empty = in-process store"},
-			&cli.StringFlag{Name: "policy", Required: true, Usage: "policy YAML `FILE` (see testdata/policies/example.yml)"},
-			&cli.StringFlag{Name: "admin", Value: "127.0.0.1:9090", Usage: "admin listener address (/metrics, /healthz, POST /reload); empty disables"},
+			&cli.StringFlag{Name: "policy", Required: true, Usage: "policy YAML `FILE` (required: edge has no built-in policy, so it never enforces example limits by accident; reference pop/POLICY.md, example testdata/policies/example.yml)"},
+			&cli.StringFlag{Name: "admin", Value: "127.0.0.1:7481", Usage: "admin listener address (/metrics, /healthz, POST /reload); empty disables (7481: not Prometheus's 9090 or an exporter's 9091-9100)"},
 			&cli.IntFlag{Name: "workers-per-pop", Value: 1, Usage: "number of edge workers in the PoP: the local fail mode enforces limit ÷ this"},
 			&cli.DurationFlag{Name: "store-deadline", Value: 0, Usage: "fixed deadline of one decision's store calls; 0 = adaptive: 4x the recent p99 store latency, clamped to [--store-deadline-floor, --store-deadline-ceiling] (a burst on a healthy store raises it instead of timing out)"},
 			&cli.DurationFlag{Name: "store-deadline-floor", Value: 250 * time.Millisecond, Usage: "shortest adaptive store deadline: a loopback round trip is ~1ms, but a host with saturated cores schedules a worker hundreds of ms late, and a timeout on a store that answers costs exactness (the local budget decides); a dead store is not waited on (refused fails at once, the breaker opens)"},
