@@ -57,7 +57,7 @@ func main() {
 // commands lists the subcommands (proxy is in proxy.go).
 func commands() []*cli.Command {
 	return []*cli.Command{demoCommand(), loadCommand(), accuracyCommand(), faultsCommand(),
-		popsCommand(), centralCommand(), memoryCommand(), proxyCommand(), soakCommand()}
+		popsCommand(), centralCommand(), memoryCommand(), proxyCommand(), soakCommand(), rlsCommand()}
 }
 
 // commonFlags are accepted by every subcommand.
