@@ -75,6 +75,10 @@ type LimitSpec struct {
 	Limit counter.Limit
 	// Cost is the number of units one request consumes; default 1.
 	Cost int64
+	// Global (YAML "scope: global") counts the limit across every PoP
+	// through Config.NewGlobal (package pop/global) instead of per PoP;
+	// it must be a fixed window. Default false: "scope: pop".
+	Global bool
 }
 
 // TierSpec is a named set of limits, all enforced together (compound rule).
