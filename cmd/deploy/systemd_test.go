@@ -71,9 +71,9 @@ func TestSystemdVerifyCatchesMistakes(t *testing.T) {
 	analyze := fixture.LookPath(t, "systemd-analyze")
 	dir := t.TempDir()
 	for doc, want := range map[string]string{
-		"[Service]\nExecStart=/bin/true\nRestart=on-failur\n": "restart",
+		"[Service]\nExecStart=/bin/true\nRestart=on-failur\n":  "restart",
 		"[Service]\nExecStart=/bin/true\nNoNewPrivilege=yes\n": "Unknown key",
-		"[Service]\nExecStart=/nonexistent/edge\n":              "not executable",
+		"[Service]\nExecStart=/nonexistent/edge\n":             "not executable",
 	} {
 		path := filepath.Join(dir, "bad.service")
 		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
