@@ -2,6 +2,7 @@ package pop
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -30,6 +31,14 @@ type Config struct {
 	// NewLocal builds an in-process limiter (pre-filter and the local fail
 	// mode); default counter.NewLocal.
 	NewLocal func(counter.Limit) (counter.Allower, error)
+	// NewGlobal builds the allower of a "scope: global" limit (package
+	// pop/global), given the policy's fail mode for when the global store
+	// is unreachable. Default nil: a policy with a global limit is
+	// rejected.
+	NewGlobal func(counter.Limit, FailMode) (counter.Allower, error)
+	// HealthReasons, if not nil, adds reasons to Health (e.g. the global
+	// store's state); any reason makes the health degraded.
+	HealthReasons func() []string
 	// StoreDeadline, if positive, fixes the deadline of one decision's
 	// store calls (Deadline.Fixed); default 0: the deadline adapts to the
 	// observed store latency (see DeadlineConfig). It is passed down as a
@@ -160,6 +169,22 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	return l, nil
 }
+
+// sharedAllower builds the PoP-wide allower of ls: NewShared, or NewGlobal
+// for a global limit.
+func (l *Limiter) sharedAllower(ls LimitSpec, fm FailMode) (counter.Allower, error) {
+	if !ls.Global {
+		return l.cfg.NewShared(ls.Limit)
+	}
+	if l.cfg.NewGlobal == nil {
+		return nil, ErrNoGlobal
+	}
+	return l.cfg.NewGlobal(ls.Limit, fm)
+}
+
+// ErrNoGlobal: a policy has a "scope: global" limit but the Limiter has no
+// Config.NewGlobal (edge: no --global-memcached).
+var ErrNoGlobal = errors.New("pop: scope: global limit without a global store (edge --global-memcached)")
 
 // sweeper is implemented by counter's limiters: drop state idle for a
 // whole window.

@@ -65,7 +65,7 @@ func (p *parser) limits(n *yaml.Node, path string) []LimitSpec {
 		ls := LimitSpec{Cost: 1}
 		l := &ls.Limit
 		seen := map[string]bool{}
-		p.fields(e, lp, []string{"name", "algorithm", "quantity", "window", "burst", "cost", "on_reject", "precision",
+		p.fields(e, lp, []string{"name", "algorithm", "quantity", "window", "burst", "cost", "on_reject", "precision", "scope",
 			"shadow", "mitigation_timeout", "count_if", "cost_header", "max_request_time", "retry_after"}, func(k string, v *yaml.Node) {
 			fp := join(lp, k)
 			seen[k] = true
@@ -95,8 +95,13 @@ func (p *parser) limits(n *yaml.Node, path string) []LimitSpec {
 					choice[counter.OnReject]{"count", counter.Count}, choice[counter.OnReject]{"refund", counter.Refund})
 			case "precision":
 				l.Precision = int(p.int(v, fp, 0))
+			case "scope":
+				ls.Global = oneOf(p, v, fp, "pop or global", choice[bool]{"pop", false}, choice[bool]{"global", true})
 			}
 		})
+		if ls.Global && l.Algorithm != counter.FixedWindow {
+			p.errf(e, join(lp, "scope"), "a global limit counts epoch-aligned fixed windows: set algorithm: fixed_window")
+		}
 		if l.Name == "" {
 			l.Name = fmt.Sprintf("limit%d", i)
 		}

@@ -92,6 +92,10 @@ type LimitSpec struct {
 	// one identity in flight across the PoP (concurrency.go).
 	// Limit.Algorithm, Window and OnReject are then unused.
 	Concurrency ConcurrencySpec
+	// Global (YAML "scope: global") counts the limit across every PoP
+	// through Config.NewGlobal (package pop/global) instead of per PoP;
+	// it must be a fixed window. Default false: "scope: pop".
+	Global bool
 }
 
 // TierSpec is a named set of limits, all enforced together (compound rule).

@@ -163,7 +163,7 @@ func (l *Limiter) compilePolicy(ps PolicySpec, f *File, fp uint64) (*policy, err
 					r.distinct = true
 				}
 			}
-			a, err := l.cfg.NewShared(ls.Limit)
+			a, err := l.sharedAllower(ls, ps.FailMode)
 			if err != nil {
 				return nil, fmt.Errorf("pop: policy %s tier %s limit %s: %w", ps.Name, name, ls.Limit.Name, err)
 			}
