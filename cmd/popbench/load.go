@@ -19,7 +19,7 @@ func loadCommand() *cli.Command {
 			&cli.Uint64Flag{Name: "keys", Usage: "Zipf identity space", Value: 10000},
 			&cli.Float64Flag{Name: "zipf", Usage: "Zipf exponent (> 1)", Value: 1.1},
 			&cli.Int64Flag{Name: "quantity", Usage: "limit per window per identity", Value: 100},
-			&cli.DurationFlag{Name: "window", Value: time.Second},
+			&cli.DurationFlag{Name: "window", Usage: "limit window", Value: time.Second},
 			&cli.StringFlag{Name: "algorithm", Usage: "sliding, fixed, token (comma-separated, run interleaved)", Value: "sliding,fixed,token"},
 			&cli.IntFlag{Name: "rounds", Usage: "interleaved rounds (A B C A B C …)", Value: 1},
 			&cli.BoolFlag{Name: "http", Usage: "drive edge worker processes over HTTP instead of in-process workers"},

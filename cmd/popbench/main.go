@@ -31,12 +31,11 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/cmd/internal/daemon"
 )
 
 func main() {
@@ -44,6 +43,7 @@ func main() {
 	defer stop()
 	app := &cli.App{
 		Name:     "popbench",
+		Version:  daemon.Version(),
 		Usage:    "run a whole PoP on loopback, show it working, measure it",
 		Commands: commands(),
 	}
@@ -99,30 +99,6 @@ func newEnv(c *cli.Context, edge bool) (*bench.Env, error) {
 		return nil, err
 	}
 	return bench.NewEnv(c.Context, bench.EnvConfig{Edge: edge, Log: logOut(c), Store: kind})
-}
-
-// progress returns a progress callback drawing a bar on the app's error
-// writer (stderr), and a
-// function to finish it.
-func progress(c *cli.Context, what string) (func(done, total int), func()) {
-	if c.Bool("quiet") {
-		return nil, func() {}
-	}
-	var bar *progressbar.ProgressBar
-	return func(done, total int) {
-			if bar == nil {
-				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(c.App.ErrWriter),
-					progressbar.OptionSetDescription(what), progressbar.OptionShowCount(),
-					progressbar.OptionShowIts(), progressbar.OptionSetItsString("req"),
-					progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionSetWidth(30))
-			}
-			_ = bar.Set(done)
-		}, func() {
-			if bar != nil {
-				_ = bar.Finish()
-				fmt.Fprintln(c.App.ErrWriter)
-			}
-		}
 }
 
 // output prints v as JSON with --json, else its tables.
