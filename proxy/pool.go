@@ -65,9 +65,10 @@ const (
 // Do appends the request's wire form to its connection's write buffer
 // under a mutex and wakes the connection's writer goroutine only when it
 // sleeps; the writer writes everything accumulated with one syscall, so
-// requests of many clients share a write. When the writer sleeps and its
-// last write carried one request (low load: nothing to batch), Do writes
-// on the caller's goroutine instead, saving the writer's wake-up. Each live connection has one
+// requests of many clients share a write. When the writer sleeps, nothing
+// is in flight and the last write carried one request (low load: nothing
+// to batch), Do writes on the caller's goroutine instead, saving the
+// writer's wake-up. Each live connection has one
 // reader goroutine that parses replies in bulk from a large buffer and
 // finishes the pending calls in FIFO order, with no channel operation per
 // request. Connections are dialled lazily and redialled after a failure;
@@ -126,7 +127,7 @@ func (p *Pool) Do(c *Call) {
 	pc.queued = append(pc.queued, c)
 	wake := pc.idle
 	pc.idle = false
-	if s := pc.sess; wake && pc.lastBatch <= 1 && s != nil && !s.broken.Load() && s.sock.Raw() {
+	if s := pc.sess; wake && pc.quiet() && s != nil && !s.broken.Load() && s.sock.Raw() {
 		pc.writeFromCaller(s) // unlocks
 		return
 	}
@@ -136,10 +137,18 @@ func (p *Pool) Do(c *Call) {
 	}
 }
 
+// quiet reports whether nothing is in flight on the connection (every call
+// pushed has finished) and its last write carried one call: low load,
+// where a write from the caller saves a wake-up and loses no batching.
+// pc.mu is held.
+func (pc *poolConn) quiet() bool {
+	return pc.lastBatch <= 1 && pc.sentCalls.Load() == pc.doneCalls.Load()
+}
+
 // writeFromCaller writes the queued requests on the caller's goroutine
-// (a client's reader) with one non-blocking write: the writer sleeps, its
-// last batch held at most one call (no batching to lose), and the session
-// is live, so waking the writer would only add a goroutine hand-off (a
+// (a client's reader) with one non-blocking write: the writer sleeps, the
+// connection is quiet (no batching to lose) and the session is live, so
+// waking the writer would only add a goroutine hand-off (a
 // thread wake-up at low load) to the request. The caller holds pc.mu and
 // has cleared pc.idle, which makes it the connection's only writer until
 // it gives the role back: to the sleeping writer (idle again), or by
