@@ -102,6 +102,7 @@ func main() {
 			// Admin listener.
 			&cli.StringFlag{Name: "reload-token", EnvVars: []string{"EDGE_RELOAD_TOKEN"}, Usage: "POST /reload requires 'Authorization: Bearer TOKEN' (env EDGE_RELOAD_TOKEN); empty = no token"},
 			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof under /debug/pprof/ on the admin listener"},
+			&cli.BoolFlag{Name: "shadow", Usage: "dry run: every limit counts and decides, but would-be rejections are admitted and reported (poplimit_shadow_rejections_total, events with \"shadow\": true, X-RateLimit-Shadow with the policy's shadow_header); enforce by restarting without it, or per limit/policy with shadow: in the policy file and a reload"},
 		},
 		Action: run,
 	}
@@ -145,6 +146,8 @@ func run(c *cli.Context) error {
 	}
 	limiter, err := pop.New(pop.Config{
 		NewShared:     func(l counter.Limit) (counter.Allower, error) { return counter.New(store, l) },
+		Store:         store,
+		Shadow:        c.Bool("shadow"),
 		NewGlobal:     newGlobal,
 		HealthReasons: healthReasons,
 		NewLocal:      func(l counter.Limit) (counter.Allower, error) { return counter.NewLocal(l) },
