@@ -172,10 +172,13 @@ func TestHomeDownFallsBackToShareAndRecovers(t *testing.T) {
 	}
 	home.down.Store(false)
 	// Recovery: the next claims of PoPs 0 and 1 charge their fallback
-	// debts (25 each) to the global count: 50 are left for the window.
-	more := driveFrom(t, base.Add(time.Second), hs, as, []int{10, 10, 10, 10}, 30)
-	if sum := more[0] + more[1] + more[2] + more[3]; sum != 50 {
-		t.Errorf("after recovery the PoPs admitted %v = %d, want 50 (100 − the 50 admitted on shares)", more, sum)
+	// debts (25 each) to the global count, so 50 are left for the window.
+	// (A debt charged once the count is used up no longer reduces the
+	// others: the bound's Σ S term. Here PoPs 0 and 1 claim first.)
+	more := driveFrom(t, base.Add(time.Second), hs[:2], as[:2], []int{1, 1}, 1)
+	rest := driveFrom(t, base.Add(2*time.Second), hs, as, []int{10, 10, 10, 10}, 30)
+	if sum := more[0] + more[1] + rest[0] + rest[1] + rest[2] + rest[3]; sum != 50 {
+		t.Errorf("after recovery the PoPs admitted %v then %v = %d, want 50 (100 − the shares)", more, rest, sum)
 	}
 	if s := hs[2].Status(); !s.Up {
 		t.Errorf("status %+v after recovery", s)
@@ -200,15 +203,32 @@ func TestFallbackOpenAndClosed(t *testing.T) {
 	}
 }
 
+// gated is a home Store whose Incr waits until open is closed.
+type gated struct {
+	counter.Store
+	open chan struct{}
+}
+
+func (g *gated) Incr(ctx context.Context, k string, d uint64) (uint64, error) {
+	<-g.open
+	return g.Store.Incr(ctx, k, d)
+}
+
 func TestOverdraftAdmitsWhilePoolIsEmpty(t *testing.T) {
-	hs, as := newPoPs(t, counter.NewMemoryStore(), 1, global.Config{Overdraft: 3}, global.FallbackShare)
+	home := &gated{Store: counter.NewMemoryStore(), open: make(chan struct{})}
+	hs, as := newPoPs(t, home, 1, global.Config{Overdraft: 3}, global.FallbackShare)
 	ctx := context.Background()
 	n := 0
-	for i := 0; i < 5; i++ { // no refill has completed yet: only the overdraft
-		if r, _ := as[0].AllowN(ctx, "r{x}", base, 1); r.Allowed {
+	for i := 0; i < 5; i++ { // the refill waits on the gate: only the overdraft
+		r, err := as[0].AllowN(ctx, "r{x}", base, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed {
 			n++
 		}
 	}
+	close(home.open)
 	hs[0].Wait()
 	if n != 3 {
 		t.Fatalf("admitted %d on an empty pool, want the overdraft 3", n)
