@@ -29,8 +29,9 @@
 //   - close to a window's end the next window's pool is claimed ahead
 //     (prefetch), so a new window does not start empty;
 //   - an empty pool with a refill in flight rejects with a Retry-After of
-//     the refill latency, or admits within Config.Overdraft units per PoP
-//     and window;
+//     the refill's remaining time (its start + the smoothed refill latency;
+//     at most 100ms when another worker refills), or admits within
+//     Config.Overdraft units per PoP and window;
 //   - tokens left in a pool when its window ends are not returned: the
 //     window is over, they expire with the pool's TTL (three windows) and are
 //     counted as expired (under-admission, never over).
@@ -374,7 +375,7 @@ func (a *Allower) AllowN(ctx context.Context, key string, now time.Time, n int64
 			return res, nil
 		}
 	}
-	res.RetryAfter = min(max(lat, time.Millisecond), res.Reset)
+	res.RetryAfter = min(ks.retryAfter(win, now, lat), res.Reset)
 	a.m.decisions(pathEmpty).Inc()
 	return res, nil
 }
