@@ -193,7 +193,6 @@ func NewHome(cfg Config) (*Home, error) {
 		cfg.Clock = time.Now
 	}
 	h := &Home{cfg: cfg, clock: cfg.Clock}
-	h.lat.Store(int64(200 * time.Millisecond))
 	h.since.Store(cfg.Clock().UnixNano())
 	cfg.Metrics.homeUp(true)
 	return h, nil
@@ -233,12 +232,23 @@ func (h *Home) HealthReasons() []string {
 // Wait waits for the refills in flight (tests, shutdown).
 func (h *Home) Wait() { h.wg.Wait() }
 
-func (h *Home) latency() time.Duration { return time.Duration(h.lat.Load()) }
+// latency is the smoothed refill latency; 100ms before the first refill.
+func (h *Home) latency() time.Duration {
+	if l := h.lat.Load(); l > 0 {
+		return time.Duration(l)
+	}
+	return 100 * time.Millisecond
+}
 
+// observe adds one refill's duration to the smoothed latency (the first
+// one sets it).
 func (h *Home) observe(d time.Duration) {
-	old := h.lat.Load()
-	h.lat.Store(old - old/4 + int64(d)/4)
 	h.cfg.Metrics.refillLatency(d)
+	s := int64(max(d, time.Microsecond))
+	if old := h.lat.Load(); old > 0 {
+		s = old - old/4 + s/4
+	}
+	h.lat.Store(s)
 }
 
 func (h *Home) setDown(down bool, err error) {
