@@ -10,8 +10,12 @@ export POPLIMIT_REQUIRE_MEMCACHED = 1
 deps:
 	@bash .ci/deps
 
+# build: every package, then the commands into bin/ (GOBIN=bin go install;
+# -buildvcs=auto so --version names the clone's commit even where the go
+# environment turns VCS stamping off).
 build:
 	$(GO) build ./...
+	GOBIN=$(CURDIR)/bin $(GO) install -buildvcs=auto ./cmd/...
 
 vet:
 	$(GO) vet ./...
@@ -60,4 +64,4 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 clean:
-	rm -rf out
+	rm -rf out bin

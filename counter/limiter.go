@@ -277,30 +277,40 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 // peekWindow answers a request of more than the limit's quantity: it can
 // never pass, so it is not counted; the current count is read (incr by 0).
 func (lim *Limiter) peekWindow(ctx context.Context, key string, now time.Time, n int64) (Result, error) {
-	w := lim.win
-	nowNs := now.UnixNano()
-	ms := floorDiv(nowNs, 1e6)
-	id := floorDiv(ms, w.sub)
 	var buf [8]int64
-	counts := countsBuf(&buf, w.n+1)
+	counts, id, e, err := lim.peekCounts(ctx, key, now, &buf)
+	if err != nil {
+		return Result{}, err
+	}
+	return lim.win.result(counts, id, e, now.UnixNano(), n, false, -1), nil
+}
+
+// peekCounts reads the sub-window counts of key at now (counts[w.n] the
+// current one, read with incr 0) without counting anything: the
+// sub-window id and the elapsed ms e within it come with them.
+func (lim *Limiter) peekCounts(ctx context.Context, key string, now time.Time, buf *[8]int64) (counts []int64, id, e int64, err error) {
+	w := lim.win
+	ms := floorDiv(now.UnixNano(), 1e6)
+	id = floorDiv(ms, w.sub)
+	counts = countsBuf(buf, w.n+1)
 	s := lim.shard(key)
 	s.mu.Lock()
 	ent := lim.entry(s, key, id)
 	current := id == ent.id
 	missing := lim.cachedClosed(ent, id, current, counts)
 	s.mu.Unlock()
-	e := ms - id*w.sub
+	e = ms - id*w.sub
 	if len(missing) > 0 {
 		if err := lim.fetchClosed(ctx, key, id, missing, counts, current && e >= lim.graceMs); err != nil {
-			return Result{}, err
+			return nil, 0, 0, err
 		}
 	}
 	cur, err := lim.peek(ctx, windowKey(key, lim.suffix, id))
 	if err != nil {
-		return Result{}, err
+		return nil, 0, 0, err
 	}
 	counts[w.n] = cur
-	return w.result(counts, id, e, nowNs, n, false, -1), nil
+	return counts, id, e, nil
 }
 
 // cachedClosed fills counts[0:w.n] with the closed sub-windows before id
