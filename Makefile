@@ -11,11 +11,11 @@ deps:
 	@bash .ci/deps
 
 # build: every package, then the commands into bin/ (GOBIN=bin go install;
-# -trimpath for builds that do not depend on the clone's path, -buildvcs=auto so --version names the clone's commit even where the go
+# -buildvcs=auto so --version names the clone's commit even where the go
 # environment turns VCS stamping off).
 build:
 	$(GO) build ./...
-	GOBIN=$(CURDIR)/bin $(GO) install -trimpath -buildvcs=auto ./cmd/...
+	GOBIN=$(CURDIR)/bin $(GO) install -buildvcs=auto ./cmd/...
 
 vet:
 	$(GO) vet ./...
