@@ -186,13 +186,6 @@ func RunGlobal(ctx context.Context, env *Env, cfg GlobalConfig) (*GlobalReport, 
 	return rep, globalMetrics(rep, pops)
 }
 
-func abs(f float64) float64 {
-	if f < 0 {
-		return -f
-	}
-	return f
-}
-
 // globalMetrics adds the global limit's store operations per decision and
 // token counts from the edges' metrics.
 func globalMetrics(rep *GlobalReport, pops []*PoP) error {

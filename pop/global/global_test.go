@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/pop/global"
 )
@@ -280,5 +282,85 @@ func TestBadConfigAndLimits(t *testing.T) {
 	}
 	if r, err := a.AllowN(context.Background(), "r{x}", base, 101); err != nil || r.Allowed || r.RetryAfter != counter.Never {
 		t.Errorf("n above the limit: %+v %v", r, err)
+	}
+}
+
+// TestClockSkewStaysWithinTheBound: PoP 1's clock runs skew ahead; per
+// window of true time the PoPs admit at most L + Σ rate_p·|skew_p| (the
+// package doc's bound). The figures are logged for each skew.
+func TestClockSkewStaysWithinTheBound(t *testing.T) {
+	lim := counter.Limit{Name: "s", Algorithm: counter.FixedWindow, Quantity: 100, Window: 10 * time.Second}
+	start := time.UnixMilli((time.Now().UnixMilli()/10000 + 1) * 10000) // a window boundary
+	for _, skew := range []time.Duration{0, 100 * time.Millisecond, time.Second} {
+		home := counter.NewMemoryStore()
+		var hs []*global.Home
+		var as []*global.Allower
+		for p := 0; p < 2; p++ {
+			h, err := global.NewHome(global.Config{Local: counter.NewMemoryStore(), Home: home, PoPs: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := h.New(lim, global.FallbackShare)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hs, as = append(hs, h), append(as, a)
+		}
+		const perStep, step = 2, 100 * time.Millisecond // 20/s at each PoP: 400 per window for 100
+		admitted := make([]int64, 4)
+		for s := 0; s < 300; s++ {
+			now := start.Add(time.Duration(s) * step)
+			for p, a := range as {
+				clock := now
+				if p == 1 {
+					clock = now.Add(skew)
+				}
+				for i := 0; i < perStep; i++ {
+					r, err := a.AllowN(context.Background(), "r{c}", clock, 1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if r.Allowed {
+						admitted[now.Sub(start)/lim.Window]++
+					}
+				}
+			}
+			for _, h := range hs {
+				h.Wait()
+			}
+		}
+		bound := lim.Quantity + int64(20*skew.Seconds()+0.5)
+		t.Logf("skew %v: admitted per true window %v (bound %d)", skew, admitted[:3], bound)
+		for w, n := range admitted[:3] {
+			if n > bound {
+				t.Errorf("skew %v: window %d admitted %d, bound L + rate·skew = %d", skew, w, n, bound)
+			}
+		}
+	}
+}
+
+func TestMetricsCountClaims(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := global.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := global.NewMetrics(reg); err == nil {
+		t.Error("a second registration in one registry succeeded")
+	}
+	hs, as := newPoPs(t, counter.NewMemoryStore(), 1, global.Config{Metrics: m}, global.FallbackShare)
+	drive(t, hs, as, []int{5}, 5)
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, mm := range mf.GetMetric() {
+			got[mf.GetName()] += mm.GetCounter().GetValue() + mm.GetGauge().GetValue()
+		}
+	}
+	if got["poplimit_global_tokens_claimed_total"] == 0 || got["poplimit_global_home_up"] != 1 || got["poplimit_global_decisions_total"] != 25 {
+		t.Errorf("metrics %v", got)
 	}
 }
