@@ -123,7 +123,8 @@ type Config struct {
 	// Local is the PoP's store (its mcproxy): pools, locks, debts.
 	// Required.
 	Local counter.Store
-	// Home is the home region's store: the global counters. Required.
+	// Home is the home region's store: the global counters. Required. A
+	// counter.Batcher (memcached.PipeStore) claims in one round trip.
 	Home counter.Store
 	// PoPs is the number of PoPs sharing each global limit; FallbackShare
 	// credits limit ÷ PoPs. Default 1.
@@ -326,7 +327,7 @@ func (a *Allower) AllowN(ctx context.Context, key string, now time.Time, n int64
 		return counter.Result{}, err
 	}
 	lat := a.h.latency()
-	rate := ks.popRate(a.h.cfg.Workers)
+	rate := ks.popRate(now, a.h.cfg.Workers)
 	if end.Sub(now) < 2*lat+100*time.Millisecond {
 		a.refill(key, ks, win+1, now, rate, true)
 	}
