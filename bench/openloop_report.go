@@ -96,12 +96,7 @@ func (rep *OpenLoopReport) targets() []string {
 	return notes
 }
 
-func abs(x float64) float64 {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
+// abs: bench/global.go.
 
 // Tables returns the summary per rate and path, the per-request costs,
 // and every run.
