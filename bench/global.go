@@ -361,3 +361,11 @@ func (r *GlobalReport) Tables() []*Table {
 	o.Add(r.PoPOpsPerDecision, r.HomeOpsPerDecision, r.Claimed, r.Expired, fmt.Sprint(r.Paths))
 	return []*Table{t, l, o}
 }
+
+// abs is |f| (also used by openloop_report.go).
+func abs(f float64) float64 {
+	if f < 0 {
+		return -f
+	}
+	return f
+}
