@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -180,7 +181,7 @@ func RunGlobal(ctx context.Context, env *Env, cfg GlobalConfig) (*GlobalReport, 
 		rep.Streams = append(rep.Streams, s.report(cfg))
 	}
 	for _, w := range rep.Streams[0].Windows {
-		rep.MaxAbsPct = max(rep.MaxAbsPct, abs(w.OverPct))
+		rep.MaxAbsPct = max(rep.MaxAbsPct, math.Abs(w.OverPct))
 	}
 	rep.AddedP99ms = rep.Streams[0].Latency.P99 - rep.Streams[1].Latency.P99
 	return rep, globalMetrics(rep, pops)
@@ -360,12 +361,4 @@ func (r *GlobalReport) Tables() []*Table {
 		Header: []string{"PoP store ops/decision", "home store ops/decision", "tokens claimed", "tokens expired", "paths"}}
 	o.Add(r.PoPOpsPerDecision, r.HomeOpsPerDecision, r.Claimed, r.Expired, fmt.Sprint(r.Paths))
 	return []*Table{t, l, o}
-}
-
-// abs is |f| (also used by openloop_report.go).
-func abs(f float64) float64 {
-	if f < 0 {
-		return -f
-	}
-	return f
 }
