@@ -23,8 +23,9 @@ package pop
 //
 // Admission increments first and reads the sum after, then gives the
 // increment back (decr) when the sum exceeds N: of requests racing for the
-// last slot, at most the ones that fit are admitted (each sees every
-// increment made before its own), possibly fewer. memcached's decr stops
+// last slots, at most the ones that fit are admitted (each sees every
+// increment made before its own), possibly fewer (a refused attempt looks
+// again and retries while there is room, concTries attempts at most). memcached's decr stops
 // at 0, so a count is never negative, even for a release whose epoch
 // counter was evicted and re-created.
 
@@ -38,6 +39,9 @@ import (
 
 	"github.com/poplimit/poplimit/counter"
 )
+
+// errBreakerOpen stands for the store error of a call not made.
+var errBreakerOpen = errors.New("pop: store circuit breaker open")
 
 // concEpochs is the number of epochs in one max_request_time.
 const concEpochs = 4
@@ -77,41 +81,75 @@ func (c *concRule) epochKey(id string, n int64) string {
 	return b.String()
 }
 
+// concTries bounds the attempts of one acquire: requests racing for the
+// last slots all increment, most see too many and give theirs back; an
+// attempt refused looks again and tries anew while the sum has room.
+const concTries = 3
+
 // acquire takes a slot of c for identity key id at now. It returns the
 // slot (admitted), or the number in flight it saw (refused), or an error
 // from the store.
 func (c *concRule) acquire(ctx context.Context, st counter.Store, id string, now time.Time) (slot concSlot, inFlight int64, ok bool, err error) {
 	cur := now.UnixNano() / int64(c.epoch)
 	key := c.epochKey(id, cur)
-	var others [concEpochs + 1]string
+	var keys [concEpochs + 2]string // the other epochs, then key
 	for i := range concEpochs {
-		others[i] = c.epochKey(id, cur-int64(concEpochs-i))
+		keys[i] = c.epochKey(id, cur-int64(concEpochs-i))
 	}
-	others[concEpochs] = c.epochKey(id, cur+1)
-	var vals map[string][]byte
-	var mine uint64
-	if b, isB := st.(counter.Batcher); isB {
-		vals, mine, err = b.GetMultiIncr(ctx, others[:], key, 1, c.ttl)
-	}
-	if _, isB := st.(counter.Batcher); !isB || errors.Is(err, counter.ErrNotSupported) {
-		if mine, err = incrOrCreate(ctx, st, key, c.ttl); err == nil {
-			vals, err = st.GetMulti(ctx, others[:])
+	keys[concEpochs], keys[concEpochs+1] = c.epochKey(id, cur+1), key
+	others := keys[:concEpochs+1]
+	for try := 1; ; try++ {
+		if inFlight, err = c.incrAndSum(ctx, st, key, others); err != nil {
+			return concSlot{}, 0, false, err
 		}
-	}
-	if err != nil {
-		return concSlot{}, 0, false, err
-	}
-	inFlight = int64(mine)
-	for _, v := range vals {
-		inFlight += parseStoreCount(v)
-	}
-	if inFlight > c.spec.Limit.Quantity {
+		if inFlight <= c.spec.Limit.Quantity {
+			return concSlot{rule: c, key: key}, inFlight, true, nil
+		}
 		// Give the increment back (under ctx's deadline); a failure only
 		// holds the slot until its epoch leaves the summed range.
 		_, _ = st.Decr(ctx, key, 1)
-		return concSlot{}, inFlight - 1, false, nil
+		if try == concTries {
+			return concSlot{}, inFlight - 1, false, nil
+		}
+		vals, err := st.GetMulti(ctx, keys[:])
+		if err != nil {
+			return concSlot{}, inFlight - 1, false, nil
+		}
+		if inFlight = sumCounts(vals); inFlight >= c.spec.Limit.Quantity {
+			return concSlot{}, inFlight, false, nil
+		}
 	}
-	return concSlot{rule: c, key: key}, inFlight, true, nil
+}
+
+// incrAndSum adds 1 to key (creating it with c's TTL) and returns its new
+// value plus the counters of others: one round trip with a
+// counter.Batcher store.
+func (c *concRule) incrAndSum(ctx context.Context, st counter.Store, key string, others []string) (int64, error) {
+	var vals map[string][]byte
+	var mine uint64
+	var err error
+	b, isB := st.(counter.Batcher)
+	if isB {
+		vals, mine, err = b.GetMultiIncr(ctx, others, key, 1, c.ttl)
+	}
+	if !isB || errors.Is(err, counter.ErrNotSupported) {
+		if mine, err = incrOrCreate(ctx, st, key, c.ttl); err == nil {
+			vals, err = st.GetMulti(ctx, others)
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	return int64(mine) + sumCounts(vals), nil
+}
+
+// sumCounts adds counter values up.
+func sumCounts(vals map[string][]byte) int64 {
+	var n int64
+	for _, v := range vals {
+		n += parseStoreCount(v)
+	}
+	return n
 }
 
 // release gives s back. A counter already expired or evicted is not an
@@ -158,9 +196,13 @@ func (l *Limiter) acquireConc(ctx context.Context, p *policy, rs *rules, parts [
 	slots := make([]concSlot, 0, len(rs.conc))
 	for _, c := range rs.conc {
 		id := counter.Key(append(parts[:len(parts):len(parts)], "l", c.spec.Limit.Name)...)
-		sctx := newStoreCtx(ctx, time.Now().Add(l.dl.Current()))
-		slot, _, ok, err := c.acquire(sctx, l.store, id, now)
-		sctx.release()
+		var slot concSlot
+		ok, err := false, errBreakerOpen
+		if l.breaker.State() != BreakerOpen { // an open breaker: the store is down, do not wait on it
+			sctx := newStoreCtx(ctx, time.Now().Add(l.dl.Current()))
+			slot, _, ok, err = c.acquire(sctx, l.store, id, now)
+			sctx.release()
+		}
 		if err != nil {
 			l.cfg.Metrics.concurrency(p.spec.Name, "store_error")
 			if p.spec.FailMode == FailClosed {
