@@ -19,6 +19,15 @@ type Config struct {
 	// counter.New over one in-process counter.MemoryStore (this process
 	// only: nothing is shared with other workers).
 	NewShared func(counter.Limit) (counter.Allower, error)
+	// Store is the PoP-wide store concurrency limits and mitigation flags
+	// use directly (the one NewShared counts in). Default: the in-process
+	// MemoryStore of the default NewShared, or, when NewShared is set, a
+	// MemoryStore of this process only.
+	Store counter.Store
+	// Shadow makes every limit a dry run (edge --shadow): it counts and
+	// decides as usual, but a request it would reject is admitted and
+	// reported (metrics, events). Default false.
+	Shadow bool
 	// NewLocal builds an in-process limiter (pre-filter and the local fail
 	// mode); default counter.NewLocal.
 	NewLocal func(counter.Limit) (counter.Allower, error)
@@ -120,6 +129,7 @@ type Limiter struct {
 	breaker *Breaker
 	dl      *deadline
 	slots   chan struct{} // one token per store call in flight
+	store   counter.Store // Config.Store resolved
 	loadMu  sync.Mutex    // serialises reloads (not decisions)
 	lastErr atomic.Pointer[error]
 }
@@ -128,8 +138,14 @@ type Limiter struct {
 // is loaded (LoadFile, LoadBytes).
 func New(cfg Config) (*Limiter, error) {
 	if cfg.NewShared == nil {
-		store := counter.NewMemoryStore()
+		if cfg.Store == nil {
+			cfg.Store = counter.NewMemoryStore()
+		}
+		store := cfg.Store
 		cfg.NewShared = func(l counter.Limit) (counter.Allower, error) { return counter.New(store, l) }
+	}
+	if cfg.Store == nil {
+		cfg.Store = counter.NewMemoryStore()
 	}
 	if cfg.NewLocal == nil {
 		cfg.NewLocal = func(l counter.Limit) (counter.Allower, error) { return counter.NewLocal(l) }
@@ -140,7 +156,7 @@ func New(cfg Config) (*Limiter, error) {
 	if d := cfg.Deadline; d.Fixed < 0 || d.Floor < 0 || d.Ceiling < 0 || d.Multiple < 0 || (d.Ceiling > 0 && d.Ceiling < d.floor()) {
 		return nil, fmt.Errorf("%w: deadline floor %v, ceiling %v, multiple %v: want non-negative, floor ≤ ceiling", ErrConfig, d.Floor, d.Ceiling, d.Multiple)
 	}
-	l := &Limiter{cfg: cfg, clock: cfg.clock(), slots: make(chan struct{}, cfg.maxInFlight())}
+	l := &Limiter{cfg: cfg, clock: cfg.clock(), slots: make(chan struct{}, cfg.maxInFlight()), store: cfg.Store}
 	l.dl = newDeadline(cfg.deadline(), cfg.Metrics.storeDeadline)
 	cfg.Metrics.storeDeadline(l.dl.Current())
 	logger := cfg.logger()

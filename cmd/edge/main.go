@@ -83,7 +83,7 @@ func main() {
 			&cli.StringFlag{Name: "store-client", Value: "gomemcache", Usage: "memcached client: 'gomemcache' (memcached.Store over bradfitz/gomemcache, the project's designated workers' client; several addresses are hashed by gomemcache) or 'pipe' (memcached.PipeStore: pipelined, one round trip per sliding-window decision and ~20% less CPU per decision; one --memcached address, normally mcproxy)"},
 			&cli.IntFlag{Name: "store-multiplex", Value: 0, Usage: "with --store-client pipe: number of connections shared by all requests (concurrent store calls are written together, replies read in order: fewer syscalls); 0 = one pooled connection per call"},
 			// Global limits (scope: global, package pop/global).
-			&cli.StringFlag{Name: "global-memcached", Usage: "home region's memcached or mcproxy `ADDR` holding the global counts of scope: global limits (same --store-client); empty: policies with global limits are rejected"},
+			&cli.StringFlag{Name: "global-memcached", Usage: "home region's memcached or mcproxy `ADDR` holding the global counts of scope: global limits (pipelined client: one round trip per claim); empty: policies with global limits are rejected"},
 			&cli.IntFlag{Name: "pops", Value: 1, Usage: "number of PoPs sharing the global limits: with the home store unreachable, fail_mode local credits limit ÷ this per window"},
 			&cli.Int64Flag{Name: "global-overdraft", Value: 0, Usage: "units per global key and window this PoP admits while its pool is empty and a refill is in flight (each adds to the over-admission bound); 0 = reject with Retry-After"},
 			&cli.DurationFlag{Name: "global-horizon", Value: 500 * time.Millisecond, Usage: "how much of the PoP's arrival rate one batch claimed from the home store covers (at least 3 refill latencies)"},
@@ -102,6 +102,7 @@ func main() {
 			// Admin listener.
 			&cli.StringFlag{Name: "reload-token", EnvVars: []string{"EDGE_RELOAD_TOKEN"}, Usage: "POST /reload requires 'Authorization: Bearer TOKEN' (env EDGE_RELOAD_TOKEN); empty = no token"},
 			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof under /debug/pprof/ on the admin listener"},
+			&cli.BoolFlag{Name: "shadow", Usage: "dry run: every limit counts and decides, but would-be rejections are admitted and reported (poplimit_shadow_rejections_total, events with \"shadow\": true, X-RateLimit-Shadow with the policy's shadow_header); enforce by restarting without it, or per limit/policy with shadow: in the policy file and a reload"},
 		},
 		Action: run,
 	}
@@ -145,6 +146,8 @@ func run(c *cli.Context) error {
 	}
 	limiter, err := pop.New(pop.Config{
 		NewShared:     func(l counter.Limit) (counter.Allower, error) { return counter.New(store, l) },
+		Store:         store,
+		Shadow:        c.Bool("shadow"),
 		NewGlobal:     newGlobal,
 		HealthReasons: healthReasons,
 		NewLocal:      func(l counter.Limit) (counter.Allower, error) { return counter.NewLocal(l) },
@@ -206,11 +209,10 @@ func globalLimits(c *cli.Context, local counter.Store, reg prometheus.Registerer
 	if cfg.PoPs < 1 || cfg.Overdraft < 0 {
 		return nil, nil, fmt.Errorf("--pops %d, --global-overdraft %d: want at least 1 and 0 or more", cfg.PoPs, cfg.Overdraft)
 	}
-	home, err := newStore(c.String("store-client"), []string{addr}, time.Second, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg.Home = home
+	// The pipelined client: a claim (add-if-absent + incr) is one round
+	// trip across regions.
+	cfg.Home = memcached.NewPipeStore(memcached.PipeConfig{Addr: addr, Timeout: time.Second})
+	var err error
 	if cfg.Metrics, err = global.NewMetrics(reg); err != nil {
 		return nil, nil, err
 	}

@@ -10,8 +10,9 @@ import (
 
 func loadCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "load",
-		Usage: "decisions/s and latency by algorithm (closed loop, Zipf identities) through a launched or existing PoP",
+		Name:        "load",
+		Usage:       "decisions/s and latency by algorithm (closed loop, Zipf identities) through a launched or existing PoP; --rate: open loop by path",
+		Description: openLoadDescription,
 		Flags: commonFlags(
 			&cli.DurationFlag{Name: "duration", Usage: "length of each run", Value: 5 * time.Second},
 			&cli.IntFlag{Name: "conns", Usage: "closed-loop clients", Value: 32},
@@ -25,8 +26,15 @@ func loadCommand() *cli.Command {
 			&cli.IntFlag{Name: "workers", Usage: "workers (in-process or edges)", Value: 4},
 			&cli.StringSliceFlag{Name: "proxy", Usage: "existing mcproxy/memcached address (repeatable): no PoP is launched"},
 			&cli.StringSliceFlag{Name: "edge", Usage: "existing edge base URL (repeatable): no PoP is launched"},
+			&cli.StringFlag{Name: "rate", Usage: "open loop instead: offered `RATES` per second, comma-separated; N% is N percent of the capacity measured first (e.g. 25%,50%,75%, the default of --open)"},
+			&cli.BoolFlag{Name: "open", Usage: "open loop at --rate (default 25%,50%,75% of the measured capacity)"},
+			&cli.StringFlag{Name: "paths", Usage: "open loop: comma-separated paths (generator, floor, nutcracker, mcproxy, pop-gomemcache, pop-pipe)", Value: "all"},
+			&cli.StringFlag{Name: "mcproxy", Usage: "open loop: mcproxy binary (default: go build ./cmd/mcproxy)"},
 		),
 		Action: func(c *cli.Context) error {
+			if c.IsSet("rate") || c.Bool("open") {
+				return runOpenLoad(c)
+			}
 			algs, err := algorithms(c.String("algorithm"))
 			if err != nil {
 				return err

@@ -14,6 +14,7 @@
 //	popbench faults                    # shard kill/hang/slow, reload, mcproxy restart
 //	popbench pops                      # one client over 3 PoPs
 //	popbench central --rtt 80ms        # per-PoP vs central store latency
+//	popbench global                    # one limit across 3 PoPs (scope: global)
 //	popbench memory                    # bytes per limiter (memcached's stats slabs)
 //	popbench memory --limiters 1000000 --algorithm sliding --precision 1
 //	popbench proxy --compare           # memcached vs nutcracker vs mcproxy
@@ -57,7 +58,7 @@ func main() {
 // commands lists the subcommands (proxy is in proxy.go).
 func commands() []*cli.Command {
 	return []*cli.Command{demoCommand(), loadCommand(), accuracyCommand(), faultsCommand(),
-		popsCommand(), centralCommand(), memoryCommand(), proxyCommand(), soakCommand(), rlsCommand()}
+		popsCommand(), centralCommand(), globalCommand(), memoryCommand(), proxyCommand(), soakCommand(), rlsCommand()}
 }
 
 // commonFlags are accepted by every subcommand.

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/pop/global"
 )
@@ -172,10 +174,13 @@ func TestHomeDownFallsBackToShareAndRecovers(t *testing.T) {
 	}
 	home.down.Store(false)
 	// Recovery: the next claims of PoPs 0 and 1 charge their fallback
-	// debts (25 each) to the global count: 50 are left for the window.
-	more := driveFrom(t, base.Add(time.Second), hs, as, []int{10, 10, 10, 10}, 30)
-	if sum := more[0] + more[1] + more[2] + more[3]; sum != 50 {
-		t.Errorf("after recovery the PoPs admitted %v = %d, want 50 (100 − the 50 admitted on shares)", more, sum)
+	// debts (25 each) to the global count, so 50 are left for the window.
+	// (A debt charged once the count is used up no longer reduces the
+	// others: the bound's Σ S term. Here PoPs 0 and 1 claim first.)
+	more := driveFrom(t, base.Add(time.Second), hs[:2], as[:2], []int{1, 1}, 1)
+	rest := driveFrom(t, base.Add(2*time.Second), hs, as, []int{10, 10, 10, 10}, 30)
+	if sum := more[0] + more[1] + rest[0] + rest[1] + rest[2] + rest[3]; sum != 50 {
+		t.Errorf("after recovery the PoPs admitted %v then %v = %d, want 50 (100 − the shares)", more, rest, sum)
 	}
 	if s := hs[2].Status(); !s.Up {
 		t.Errorf("status %+v after recovery", s)
@@ -200,15 +205,32 @@ func TestFallbackOpenAndClosed(t *testing.T) {
 	}
 }
 
+// gated is a home Store whose Incr waits until open is closed.
+type gated struct {
+	counter.Store
+	open chan struct{}
+}
+
+func (g *gated) Incr(ctx context.Context, k string, d uint64) (uint64, error) {
+	<-g.open
+	return g.Store.Incr(ctx, k, d)
+}
+
 func TestOverdraftAdmitsWhilePoolIsEmpty(t *testing.T) {
-	hs, as := newPoPs(t, counter.NewMemoryStore(), 1, global.Config{Overdraft: 3}, global.FallbackShare)
+	home := &gated{Store: counter.NewMemoryStore(), open: make(chan struct{})}
+	hs, as := newPoPs(t, home, 1, global.Config{Overdraft: 3}, global.FallbackShare)
 	ctx := context.Background()
 	n := 0
-	for i := 0; i < 5; i++ { // no refill has completed yet: only the overdraft
-		if r, _ := as[0].AllowN(ctx, "r{x}", base, 1); r.Allowed {
+	for i := 0; i < 5; i++ { // the refill waits on the gate: only the overdraft
+		r, err := as[0].AllowN(ctx, "r{x}", base, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed {
 			n++
 		}
 	}
+	close(home.open)
 	hs[0].Wait()
 	if n != 3 {
 		t.Fatalf("admitted %d on an empty pool, want the overdraft 3", n)
@@ -260,5 +282,85 @@ func TestBadConfigAndLimits(t *testing.T) {
 	}
 	if r, err := a.AllowN(context.Background(), "r{x}", base, 101); err != nil || r.Allowed || r.RetryAfter != counter.Never {
 		t.Errorf("n above the limit: %+v %v", r, err)
+	}
+}
+
+// TestClockSkewStaysWithinTheBound: PoP 1's clock runs skew ahead; per
+// window of true time the PoPs admit at most L + Σ rate_p·|skew_p| (the
+// package doc's bound). The figures are logged for each skew.
+func TestClockSkewStaysWithinTheBound(t *testing.T) {
+	lim := counter.Limit{Name: "s", Algorithm: counter.FixedWindow, Quantity: 100, Window: 10 * time.Second}
+	start := time.UnixMilli((time.Now().UnixMilli()/10000 + 1) * 10000) // a window boundary
+	for _, skew := range []time.Duration{0, 100 * time.Millisecond, time.Second} {
+		home := counter.NewMemoryStore()
+		var hs []*global.Home
+		var as []*global.Allower
+		for p := 0; p < 2; p++ {
+			h, err := global.NewHome(global.Config{Local: counter.NewMemoryStore(), Home: home, PoPs: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := h.New(lim, global.FallbackShare)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hs, as = append(hs, h), append(as, a)
+		}
+		const perStep, step = 2, 100 * time.Millisecond // 20/s at each PoP: 400 per window for 100
+		admitted := make([]int64, 4)
+		for s := 0; s < 300; s++ {
+			now := start.Add(time.Duration(s) * step)
+			for p, a := range as {
+				clock := now
+				if p == 1 {
+					clock = now.Add(skew)
+				}
+				for i := 0; i < perStep; i++ {
+					r, err := a.AllowN(context.Background(), "r{c}", clock, 1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if r.Allowed {
+						admitted[now.Sub(start)/lim.Window]++
+					}
+				}
+			}
+			for _, h := range hs {
+				h.Wait()
+			}
+		}
+		bound := lim.Quantity + int64(20*skew.Seconds()+0.5)
+		t.Logf("skew %v: admitted per true window %v (bound %d)", skew, admitted[:3], bound)
+		for w, n := range admitted[:3] {
+			if n > bound {
+				t.Errorf("skew %v: window %d admitted %d, bound L + rate·skew = %d", skew, w, n, bound)
+			}
+		}
+	}
+}
+
+func TestMetricsCountClaims(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := global.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := global.NewMetrics(reg); err == nil {
+		t.Error("a second registration in one registry succeeded")
+	}
+	hs, as := newPoPs(t, counter.NewMemoryStore(), 1, global.Config{Metrics: m}, global.FallbackShare)
+	drive(t, hs, as, []int{5}, 5)
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, mm := range mf.GetMetric() {
+			got[mf.GetName()] += mm.GetCounter().GetValue() + mm.GetGauge().GetValue()
+		}
+	}
+	if got["poplimit_global_tokens_claimed_total"] == 0 || got["poplimit_global_home_up"] != 1 || got["poplimit_global_decisions_total"] != 25 {
+		t.Errorf("metrics %v", got)
 	}
 }

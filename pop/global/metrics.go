@@ -33,24 +33,22 @@ type Metrics struct {
 
 // NewMetrics registers the collectors in reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poplimit_global_" + name, Help: help}, append([]string{"limit"}, labels...))
+	cv := func(o prometheus.CounterOpts, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(o, append([]string{"limit"}, labels...))
 	}
 	m := &Metrics{
-		claimed:        cv("tokens_claimed_total", "Tokens granted to this PoP's pool by the home store's global count."),
-		returned:       cv("tokens_returned_total", "Tokens given back to the PoP's pool (a compound rule's other limit refused the request)."),
-		expired:        cv("tokens_expired_total", "Tokens left in a PoP pool when its window ended (counted by the worker that creates the pool two windows later): under-admission."),
-		fallback:       cv("tokens_fallback_total", "Tokens the PoP credited itself (its share) while the home store was unreachable; owed to the global count."),
-		refillFailures: cv("refill_failures_total", "Claims on the home store that failed (unreachable, timeout)."),
-		localOps:       cv("pop_store_ops_total", "Operations on the PoP's store (pool, lock, credited, overdraft) for global limits."),
-		homeOps:        cv("home_store_ops_total", "Claims on the home store (one incr, or incr + add when the window's count is new)."),
-		decisionsVec:   cv("decisions_total", "Decisions of global limits by path: pool, empty (refill in flight), exhausted, overdraft, open/closed (home store down).", "path"),
-		pool: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "poplimit_global_pool_tokens",
-			Help: "Tokens in the PoP's pool at the last decision of this worker."}, []string{"limit"}),
-		refill: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "poplimit_global_refill_seconds",
-			Help: "Duration of a successful refill: PoP lock, claim on the home store, credit.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
-		up: prometheus.NewGauge(prometheus.GaugeOpts{Name: "poplimit_global_home_up",
-			Help: "1 while the home store answers claims, 0 after a failed claim (until one succeeds)."}),
+		claimed:        cv(prometheus.CounterOpts{Name: "poplimit_global_tokens_claimed_total", Help: "Tokens granted to this PoP's pool by the home store's global count."}),
+		returned:       cv(prometheus.CounterOpts{Name: "poplimit_global_tokens_returned_total", Help: "Tokens given back to the PoP's pool (a compound rule's other limit refused the request)."}),
+		expired:        cv(prometheus.CounterOpts{Name: "poplimit_global_tokens_expired_total", Help: "Tokens left in a PoP pool when its window ended (counted by the worker that creates the pool two windows later): under-admission."}),
+		fallback:       cv(prometheus.CounterOpts{Name: "poplimit_global_tokens_fallback_total", Help: "Tokens the PoP credited itself (its share) while the home store was unreachable; owed to the global count."}),
+		refillFailures: cv(prometheus.CounterOpts{Name: "poplimit_global_refill_failures_total", Help: "Claims on the home store that failed (unreachable, timeout)."}),
+		localOps:       cv(prometheus.CounterOpts{Name: "poplimit_global_pop_store_ops_total", Help: "Operations on the PoP's store (pool, lock, credited, overdraft) for global limits."}),
+		homeOps:        cv(prometheus.CounterOpts{Name: "poplimit_global_home_store_ops_total", Help: "Claims on the home store (one round trip with a pipelined client)."}),
+		decisionsVec:   cv(prometheus.CounterOpts{Name: "poplimit_global_decisions_total", Help: "Decisions of global limits by path: pool, empty (refill in flight), exhausted, overdraft, open/closed (home store down)."}, "path"),
+		pool:           prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "poplimit_global_pool_tokens", Help: "Tokens in the PoP's pool at the last decision of this worker."}, []string{"limit"}),
+		refill: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "poplimit_global_refill_seconds", Help: "Duration of a successful refill: PoP lock, claim on the home store, credit.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		up: prometheus.NewGauge(prometheus.GaugeOpts{Name: "poplimit_global_home_up", Help: "1 while the home store answers claims, 0 after a failed claim (until one succeeds)."}),
 	}
 	for _, c := range []prometheus.Collector{m.claimed, m.returned, m.expired, m.fallback, m.refillFailures, m.localOps, m.homeOps, m.decisionsVec, m.pool, m.refill, m.up} {
 		if err := reg.Register(c); err != nil {

@@ -27,10 +27,12 @@ type keyState struct {
 	arrivals   int64     // units asked in the current bucket
 	rate       float64   // smoothed units per second asked of this worker
 	lastSeen   time.Time
-	inflight   map[int64]bool // windows with a refill in flight
-	exhausted  int64          // window id + 1 whose home count is used up
-	prefetched int64          // window id + 1 whose pool this worker prefetched
-	nextTry    time.Time      // while the home store is down: next claim
+	inflight   map[int64]time.Time // windows with a refill in flight: since (decision clock)
+	claimWin   int64               // window id + 1 of claimed
+	claimed    int64               // the window's home count after this worker's last claim
+	exhausted  int64               // window id + 1 whose home count is used up
+	prefetched int64               // window id + 1 whose pool this worker prefetched
+	nextTry    time.Time           // while the home store is down: next claim
 }
 
 // rateBucket is the period over which arrivals are averaged.
@@ -41,7 +43,7 @@ func (a *Allower) state(key string, now time.Time, n int64) *keyState {
 	s.mu.Lock()
 	ks, ok := s.m[key]
 	if !ok {
-		ks = &keyState{bucketAt: now, inflight: map[int64]bool{}}
+		ks = &keyState{bucketAt: now, inflight: map[int64]time.Time{}}
 		s.m[key] = ks
 	}
 	s.mu.Unlock()
@@ -60,12 +62,28 @@ func (a *Allower) state(key string, now time.Time, n int64) *keyState {
 	return ks
 }
 
-// popRate estimates the PoP's arrival rate at the key: this worker's ×
-// workers.
-func (ks *keyState) popRate(workers int) float64 {
+// popRate estimates the PoP's arrival rate at the key at now: this
+// worker's (the smoothed rate, or the current bucket's when higher, so a
+// burst is seen at once) × workers.
+func (ks *keyState) popRate(now time.Time, workers int) float64 {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	return ks.rate * float64(workers)
+	inst := float64(ks.arrivals) / max(now.Sub(ks.bucketAt), rateBucket/5).Seconds()
+	return max(ks.rate, inst) * float64(workers)
+}
+
+// retryAfter is when the refill of win in flight here should be done
+// (its start + one refill latency, at least 1ms); at most 100ms when none
+// is (another worker of the PoP refills). Kept short: a rejection with it
+// blocks the key in pop's mitigation cache, which hides demand from the
+// rate estimate.
+func (ks *keyState) retryAfter(win int64, now time.Time, lat time.Duration) time.Duration {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if since, ok := ks.inflight[win]; ok {
+		return min(max(since.Add(lat).Sub(now), time.Millisecond), lat)
+	}
+	return max(min(lat, 100*time.Millisecond), time.Millisecond)
 }
 
 func (ks *keyState) isExhausted(win int64) bool {
@@ -97,14 +115,14 @@ func (a *Allower) Sweep(now time.Time) {
 // down and the key's retry time has not come.
 func (a *Allower) refill(key string, ks *keyState, win int64, now time.Time, rate float64, prefetch bool) {
 	ks.mu.Lock()
-	if ks.inflight[win] || ks.exhausted == win+1 || (a.h.down.Load() && now.Before(ks.nextTry)) || (prefetch && ks.prefetched == win+1) {
+	if _, busy := ks.inflight[win]; busy || ks.exhausted == win+1 || (a.h.down.Load() && now.Before(ks.nextTry)) || (prefetch && ks.prefetched == win+1) {
 		ks.mu.Unlock()
 		return
 	}
 	if prefetch {
 		ks.prefetched = win + 1
 	}
-	ks.inflight[win] = true
+	ks.inflight[win] = now
 	ks.mu.Unlock()
 	a.h.wg.Add(1)
 	go func() {
@@ -118,11 +136,19 @@ func (a *Allower) refill(key string, ks *keyState, win int64, now time.Time, rat
 
 // batch is the units one claim asks for at rate (units/s of the PoP): the
 // rate over max(Horizon, 3 latencies) plus the low-water mark, at least 1,
-// at most the limit.
-func (a *Allower) batch(rate float64, lat time.Duration) int64 {
+// at most half of what the window had left at this worker's last claim
+// (the whole limit at its first), so that one PoP's burst does not take
+// the whole window's count.
+func (a *Allower) batch(ks *keyState, win int64, rate float64, lat time.Duration) int64 {
 	h := max(a.h.cfg.Horizon, 3*lat)
 	b := int64(math.Ceil(rate*h.Seconds())) + lowWater(rate, lat, 1)
-	return min(max(b, 1), a.lim.Quantity)
+	left := a.lim.Quantity
+	ks.mu.Lock()
+	if ks.claimWin == win+1 {
+		left -= ks.claimed
+	}
+	ks.mu.Unlock()
+	return min(max(b, 1), max(left/2, 1))
 }
 
 // doRefill is one refill of key's pool for window win: take the PoP's
@@ -164,11 +190,10 @@ func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, r
 		return // another worker refilled meanwhile
 	}
 	credited, debt := number(vals[ck]), number(vals[dk])
-	b := a.batch(rate, lat)
+	b := a.batch(ks, win, rate, lat)
 	hctx, hcancel := context.WithTimeout(ctx, a.h.cfg.HomeTimeout)
-	c, err := incrCreate(hctx, a.h.cfg.Home, a.key(key, win, 'h'), uint64(b+debt), 0, a.ttl())
+	c, err := a.claim(hctx, a.key(key, win, 'h'), uint64(b+debt))
 	hcancel()
-	a.m.homeOps.Inc()
 	if err != nil {
 		a.m.refillFailures.Inc()
 		a.h.setDown(true, err)
@@ -185,6 +210,9 @@ func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, r
 		_, _ = local.Decr(ctx, dk, uint64(debt))
 		a.m.localOps.Inc()
 	}
+	ks.mu.Lock()
+	ks.claimWin, ks.claimed = win+1, int64(c)
+	ks.mu.Unlock()
 	prior := int64(c) - b - debt // claimed by all PoPs before this claim
 	grant := min(max(a.lim.Quantity-prior-debt, 0), b)
 	if grant > 0 {
@@ -200,6 +228,21 @@ func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, r
 		ks.mu.Unlock()
 		held = a.hold(ctx, lk, until, end)
 	}
+}
+
+// claim adds delta to the home count hk and returns its new value: one
+// round trip when the home store is a counter.Batcher (add-if-absent and
+// incr written together), else incr, then add and incr when the count is
+// new.
+func (a *Allower) claim(ctx context.Context, hk string, delta uint64) (uint64, error) {
+	a.m.homeOps.Inc()
+	if b, ok := a.h.cfg.Home.(counter.Batcher); ok {
+		_, v, err := b.GetMultiIncr(ctx, nil, hk, delta, a.ttl())
+		if !errors.Is(err, counter.ErrNotSupported) {
+			return v, err
+		}
+	}
+	return incrCreate(ctx, a.h.cfg.Home, hk, delta, 0, a.ttl())
 }
 
 // credit adds grant tokens to the pool of key's window (creating it) and
