@@ -96,7 +96,12 @@ func (rep *OpenLoopReport) targets() []string {
 	return notes
 }
 
-// abs: bench/global.go.
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
 
 // Tables returns the summary per rate and path, the per-request costs,
 // and every run.

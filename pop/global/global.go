@@ -29,8 +29,9 @@
 //   - close to a window's end the next window's pool is claimed ahead
 //     (prefetch), so a new window does not start empty;
 //   - an empty pool with a refill in flight rejects with a Retry-After of
-//     the refill latency, or admits within Config.Overdraft units per PoP
-//     and window;
+//     the refill's remaining time (its start + the smoothed refill latency;
+//     at most 100ms when another worker refills), or admits within
+//     Config.Overdraft units per PoP and window;
 //   - tokens left in a pool when its window ends are not returned: the
 //     window is over, they expire with the pool's TTL (three windows) and are
 //     counted as expired (under-admission, never over).
@@ -192,7 +193,6 @@ func NewHome(cfg Config) (*Home, error) {
 		cfg.Clock = time.Now
 	}
 	h := &Home{cfg: cfg, clock: cfg.Clock}
-	h.lat.Store(int64(200 * time.Millisecond))
 	h.since.Store(cfg.Clock().UnixNano())
 	cfg.Metrics.homeUp(true)
 	return h, nil
@@ -232,12 +232,23 @@ func (h *Home) HealthReasons() []string {
 // Wait waits for the refills in flight (tests, shutdown).
 func (h *Home) Wait() { h.wg.Wait() }
 
-func (h *Home) latency() time.Duration { return time.Duration(h.lat.Load()) }
+// latency is the smoothed refill latency; 100ms before the first refill.
+func (h *Home) latency() time.Duration {
+	if l := h.lat.Load(); l > 0 {
+		return time.Duration(l)
+	}
+	return 100 * time.Millisecond
+}
 
+// observe adds one refill's duration to the smoothed latency (the first
+// one sets it).
 func (h *Home) observe(d time.Duration) {
-	old := h.lat.Load()
-	h.lat.Store(old - old/4 + int64(d)/4)
 	h.cfg.Metrics.refillLatency(d)
+	s := int64(max(d, time.Microsecond))
+	if old := h.lat.Load(); old > 0 {
+		s = old - old/4 + s/4
+	}
+	h.lat.Store(s)
 }
 
 func (h *Home) setDown(down bool, err error) {
@@ -374,7 +385,7 @@ func (a *Allower) AllowN(ctx context.Context, key string, now time.Time, n int64
 			return res, nil
 		}
 	}
-	res.RetryAfter = min(max(lat, time.Millisecond), res.Reset)
+	res.RetryAfter = min(ks.retryAfter(win, now, lat), res.Reset)
 	a.m.decisions(pathEmpty).Inc()
 	return res, nil
 }
