@@ -2,7 +2,7 @@
 // consistent-hashing memcached proxy. It only wires flags or a nutcracker
 // YAML file to package proxy.
 //
-//	mcproxy --listen 127.0.0.1:22121 --shard 127.0.0.1:11211 --shard 127.0.0.1:11212
+//	mcproxy --listen 127.0.0.1:7411 --shard 127.0.0.1:11211 --shard 127.0.0.1:11212
 //	mcproxy --config testdata/mcproxy.yml            (several pools; SIGHUP or a file change reloads)
 //	mcproxy --listen unix:/run/mcproxy.sock --embedded 3
 //
@@ -36,11 +36,14 @@ import (
 	"github.com/poplimit/poplimit/shard"
 )
 
-// version is the mcproxy release.
-const version = "0.3.0"
+// version is the build's module version (daemon.Build): what the
+// memcached "version" command, the stats JSON and /healthz report.
+var version = daemon.Build().Version
 
-// DefaultAdmin is the default admin (metrics, health, stats) address.
-const DefaultAdmin = "127.0.0.1:22222"
+// DefaultAdmin is the default admin (metrics, health, stats) address: HTTP,
+// so not nutcracker's raw stats port 22222 (--stats-port serves that
+// protocol); next to the listener's default 7411.
+const DefaultAdmin = "127.0.0.1:7412"
 
 // poolFlags are the flags that describe the one pool built from flags;
 // with --config the file sets them per pool.
@@ -57,7 +60,7 @@ func newApp() *cli.App {
 	return &cli.App{
 		Name:    "mcproxy",
 		Usage:   "consistent-hashing memcached proxy (Twemproxy compatible)",
-		Version: version,
+		Version: daemon.Version(),
 		Description: "Serves the memcached text and meta protocols and forwards each key to its shard.\n" +
 			"Pools come from --shard flags (one pool) or a nutcracker YAML file (--config, any number of pools).\n" +
 			"With --config, SIGHUP and changes of the file reload it without dropping client connections:\n" +
@@ -70,7 +73,7 @@ func newApp() *cli.App {
 			&cli.StringFlag{Name: "hash-tag", Value: "{}", Usage: "two-character hash tag; \"\" hashes whole keys"},
 			&cli.StringFlag{Name: "distribution", Value: shard.DistConsistent, Usage: "consistent (xxhash), or Twemproxy's ketama, modula or random"},
 			&cli.StringFlag{Name: "hash", Usage: "ketama hash (fnv1a_64 default)"},
-			&cli.DurationFlag{Name: "timeout", Value: 400 * time.Millisecond, Usage: "per request and connect timeout"},
+			&cli.DurationFlag{Name: "timeout", Value: 400 * time.Millisecond, Usage: "per request and connect timeout to a shard (400ms: Twemproxy's documented example; under edge's 1s store-deadline ceiling, so a stuck shard answers SERVER_ERROR, a hard failure edge's breaker counts, before the worker gives up)"},
 			&cli.IntFlag{Name: "server-connections", Value: 1, Usage: "pipelined connections per shard"},
 			&cli.BoolFlag{Name: "auto-eject", Usage: "eject failing shards (auto_eject_hosts)"},
 			&cli.IntFlag{Name: "failure-limit", Value: 2, Usage: "consecutive failures that eject a shard"},
