@@ -89,16 +89,16 @@ func main() {
 			&cli.DurationFlag{Name: "global-horizon", Value: 250 * time.Millisecond, Usage: "how much of the PoP's arrival rate one batch claimed from the home store covers (at least 1.5 refill latencies); a PoP holds about rate × (this + 1.5 refill latencies) tokens, which it strands when its traffic moves away late in a window"},
 			&cli.StringFlag{Name: "events", Usage: "write rejection events as JSON lines to `FILE` ('-' for stderr); empty disables"},
 			// The upstream exchange (pop.ForwardConfig): 504 when a timeout expires, 413 over the body limit.
-			&cli.DurationFlag{Name: "upstream-dial-timeout", Value: 5 * time.Second, Usage: "connecting to the upstream (504 on expiry)"},
-			&cli.DurationFlag{Name: "upstream-header-timeout", Value: 30 * time.Second, Usage: "waiting for the upstream's response headers once the request is sent (504 on expiry)"},
-			&cli.DurationFlag{Name: "upstream-timeout", Value: 60 * time.Second, Usage: "one whole upstream exchange, response body included (504 when no response started, else the response is cut)"},
+			&cli.DurationFlag{Name: "upstream-dial-timeout", Value: 5 * time.Second, Usage: "connecting to the upstream (504 on expiry; 5s: a LAN upstream connects in milliseconds, 5s rides out two lost SYNs)"},
+			&cli.DurationFlag{Name: "upstream-header-timeout", Value: 30 * time.Second, Usage: "waiting for the upstream's response headers once the request is sent (504 on expiry; 30s: the slowest API answer worth waiting for, as Envoy's and nginx's defaults are 15-60s)"},
+			&cli.DurationFlag{Name: "upstream-timeout", Value: 60 * time.Second, Usage: "one whole upstream exchange, response body included (504 when no response started, else the response is cut; 60s bounds what one request can hold; raise it for long downloads)"},
 			&cli.Int64Flag{Name: "max-body-bytes", Value: 10 << 20, Usage: "largest request body forwarded; longer ones get 413; negative = no limit"},
 			// The client side (http.Server): slow clients are cut off.
 			&cli.IntFlag{Name: "max-header-bytes", Value: 64 << 10, Usage: "largest request line + headers accepted (431 beyond)"},
-			&cli.DurationFlag{Name: "read-header-timeout", Value: 10 * time.Second, Usage: "time a client has to send its request headers"},
-			&cli.DurationFlag{Name: "read-timeout", Value: 60 * time.Second, Usage: "time a client has to send a whole request, body included"},
+			&cli.DurationFlag{Name: "read-header-timeout", Value: 10 * time.Second, Usage: "time a client has to send its request headers (10s: one round trip for a real client, a slowloris client is cut)"},
+			&cli.DurationFlag{Name: "read-timeout", Value: 60 * time.Second, Usage: "time a client has to send a whole request, body included (60s: a 10 MiB body at ~170 KB/s)"},
 			&cli.DurationFlag{Name: "write-timeout", Value: 90 * time.Second, Usage: "time to write a response, from the end of the request headers (keep it above --upstream-timeout)"},
-			&cli.DurationFlag{Name: "idle-timeout", Value: 60 * time.Second, Usage: "how long an idle keep-alive connection is kept"},
+			&cli.DurationFlag{Name: "idle-timeout", Value: 60 * time.Second, Usage: "how long an idle keep-alive connection is kept (60s: above the 30-55s idle timeouts of common load balancers, so they close first)"},
 			// Admin listener.
 			&cli.StringFlag{Name: "reload-token", EnvVars: []string{"EDGE_RELOAD_TOKEN"}, Usage: "POST /reload requires 'Authorization: Bearer TOKEN' (env EDGE_RELOAD_TOKEN); empty = no token"},
 			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof under /debug/pprof/ on the admin listener"},
