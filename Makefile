@@ -10,8 +10,12 @@ export POPLIMIT_REQUIRE_MEMCACHED = 1
 deps:
 	@bash .ci/deps
 
+# build: every package, then the commands into bin/ (GOBIN=bin go install;
+# -buildvcs=auto so --version names the clone's commit even where the go
+# environment turns VCS stamping off).
 build:
 	$(GO) build ./...
+	GOBIN=$(CURDIR)/bin $(GO) install -buildvcs=auto ./cmd/...
 
 vet:
 	$(GO) vet ./...
@@ -33,7 +37,11 @@ cross:
 
 # test: vet, staticcheck and cross builds, then every test with the race detector,
 # including the integration suite against real memcached, memccapable and
-# nutcracker, then every fuzz target for a few seconds (fuzz-short).
+# nutcracker and cmd/deploy's checks (systemd-analyze verify on the units,
+# promtool check/test rules on the alerts, the dashboard's and alerts'
+# metrics and METRICS.md against the binaries' live /metrics, a clean
+# install printing its commit, a demo log without carriage returns), then
+# every fuzz target for a few seconds (fuzz-short).
 test: deps vet lint cross
 	$(GO) test -race -count=1 -timeout 15m ./...
 	@$(MAKE) --no-print-directory fuzz-short
@@ -60,4 +68,4 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 clean:
-	rm -rf out
+	rm -rf out bin

@@ -19,11 +19,17 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // one suite, every backend).
 type backend struct {
 	name  string
-	store func() counter.Store // nil: NewLocal
+	store func() counter.Store // nil: NewLocal (or allow)
+	// allow, when set, builds the Allower itself (a store that runs the
+	// algorithm, e.g. counter/redis).
+	allow func(testing.TB, counter.Limit) counter.Allower
 }
 
 func (b backend) allower(t testing.TB, l counter.Limit) counter.Allower {
 	t.Helper()
+	if b.allow != nil {
+		return b.allow(t, l)
+	}
 	if b.store == nil {
 		lo, err := counter.NewLocal(l)
 		if err != nil {
@@ -56,7 +62,7 @@ func backends(t *testing.T) []backend {
 		bs = append(bs, backend{name: "memcached", store: func() counter.Store { return st }},
 			backend{name: "memcached-pipe", store: func() counter.Store { return pipe }})
 	}
-	return bs
+	return append(bs, redisBackends(t)...)
 }
 
 // uniqueKey returns an identity key no other test uses on a shared store.

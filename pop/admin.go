@@ -42,6 +42,9 @@ func (l *Limiter) Health() HealthReport {
 	if st := l.breaker.State(); st != BreakerClosed {
 		h.Reasons = append(h.Reasons, "store breaker "+st.String())
 	}
+	if l.cfg.HealthReasons != nil {
+		h.Reasons = append(h.Reasons, l.cfg.HealthReasons()...)
+	}
 	switch {
 	case !l.Loaded():
 		h.Status = HealthFailing

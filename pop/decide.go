@@ -138,12 +138,19 @@ func (l *Limiter) finish(d *Decision, now time.Time, ip netip.Addr, id Identity)
 		d.Status = rejectStatus(d.Reason)
 	}
 	l.cfg.Metrics.decision(d)
-	if !d.Allowed && d.Reason != ReasonCanceled && l.cfg.Events != nil {
-		l.cfg.Events.Emit(Event{
+	if d.Shadow != "" {
+		l.cfg.Metrics.shadowReject(d.Policy, d.Shadow)
+	}
+	if (!d.Allowed && d.Reason != ReasonCanceled || d.Shadow != "") && l.cfg.Events != nil {
+		ev := Event{
 			Time: now, Policy: d.Policy, Tier: d.Tier, Reason: d.Reason, Status: d.Status,
 			Limit: d.Binding.Limit.Name, IP: ip.String(), KeyID: id.KeyID, Tenant: id.Tenant, Route: id.Route,
 			RetryAfter: d.RetryAfter().Seconds(),
-		})
+		}
+		if d.Allowed { // a dry run's would-be rejection
+			ev.Shadow, ev.Limit, ev.Status, ev.RetryAfter = true, d.Shadow, http.StatusTooManyRequests, 0
+		}
+		l.cfg.Events.Emit(ev)
 	}
 }
 
@@ -166,14 +173,28 @@ func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []stri
 		}
 	}
 	if e, ok := p.mit.get(mitKey, now); ok && e.tier == rs.tier {
-		// Replay the rejection, aged by the time since it was made.
-		age := time.Duration(now.UnixNano() - e.at)
-		b := e.binding
-		b.Result.Allowed = false
-		b.Result.Remaining = 0
-		b.Result.RetryAfter = time.Duration(e.until - now.UnixNano())
-		b.Result.Reset = max(b.Result.Reset-age, b.Result.RetryAfter)
-		return Decision{Reason: ReasonMitigated, Binding: b, All: e.all}
+		return e.replay(now)
+	}
+	var fl flags
+	if rs.flagged {
+		// Mitigation timeouts and exhausted response-counted limits are
+		// shared: a worker that never saw the identity blocks it too.
+		if fl = l.readFlags(ctx, p, rs, mitKey, now); fl.block != nil {
+			return *fl.block
+		}
+	}
+	d := l.decideCount(ctx, p, rs, keys, mitKey, fl, now)
+	if d.Allowed {
+		l.admitted(ctx, p, rs, parts, keys, &d, now)
+	}
+	return d
+}
+
+// decideCount runs breaker → leases → shared count → fail mode, the dry
+// run beside, and remembers a rejection (mitigation cache and flags).
+func (l *Limiter) decideCount(ctx context.Context, p *policy, rs *rules, keys []string, mitKey string, fl flags, now time.Time) Decision {
+	if !rs.countsAtAdmission() {
+		return Decision{Allowed: true, Reason: ReasonStore}
 	}
 	if !l.breaker.Allow(now) {
 		return l.fallback(ctx, p, rs, keys, now)
@@ -187,7 +208,10 @@ func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []stri
 	}
 	start := time.Now() // real time: see Decide
 	sctx := newStoreCtx(ctx, start.Add(l.dl.Current()))
-	d, err := l.count(sctx, rs, keys, now)
+	d, err := l.count(sctx, rs, keys, now, false)
+	if err == nil && rs.shadow {
+		l.shadowPass(sctx, p, rs, keys, mitKey, fl, &d, now)
+	}
 	sctx.release()
 	<-l.slots
 	lat := time.Since(start)
@@ -216,8 +240,7 @@ func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []stri
 		return l.fallback(ctx, p, rs, keys, now)
 	}
 	if !d.Allowed && d.Binding.Result.RetryAfter > 0 {
-		p.mit.put(mitKey, now, now.Add(d.Binding.Result.RetryAfter), mitEntry{at: now.UnixNano(), binding: d.Binding, all: d.All, tier: rs.tier})
-		l.cfg.Metrics.mitigationInsert(p.spec.Name)
+		d = l.remember(ctx, p, rs, mitKey, "", d, now)
 	}
 	return d
 }
@@ -240,20 +263,32 @@ func contended(rs *rules) Decision {
 	}
 }
 
-// count asks the shared count (and the leases) about every limit.
-func (l *Limiter) count(ctx context.Context, rs *rules, keys []string, now time.Time) (Decision, error) {
-	all := make([]LimitResult, len(rs.limits))
+// count asks the shared count (and the leases) about every limit counted
+// at admission that is a dry run (shadow) or not (!shadow). The
+// Decision's All holds those limits only, in policy order.
+func (l *Limiter) count(ctx context.Context, rs *rules, keys []string, now time.Time, shadow bool) (Decision, error) {
+	n := 0
+	for _, r := range rs.limits {
+		if r.shadow == shadow && !r.after {
+			n++
+		}
+	}
+	all := make([]LimitResult, 0, n)
 	// Stack buffers: most rules have few limits.
 	var cbuf [4]counter.Check
 	var ibuf, lbuf [4]int
 	checks, idx, leased := cbuf[:0], ibuf[:0], lbuf[:0]
 	leasedAll := true
 	for i, r := range rs.limits {
-		all[i].Limit = r.spec.Limit
+		if r.shadow != shadow || r.after {
+			continue
+		}
+		j := len(all) // r's index in all
+		all = append(all, LimitResult{Limit: r.spec.Limit})
 		if r.lease == nil {
 			leasedAll = false
 			checks = append(checks, r.check(keys[i]))
-			idx = append(idx, i)
+			idx = append(idx, j)
 			continue
 		}
 		res, served, err := r.lease.take(ctx, keys[i], now, 1)
@@ -261,13 +296,13 @@ func (l *Limiter) count(ctx context.Context, rs *rules, keys []string, now time.
 			l.giveBack(rs, keys, leased, now)
 			return Decision{}, err
 		}
-		all[i].Result = res
+		all[j].Result = res
 		if !served {
 			leasedAll = false
 		}
 		if !res.Allowed {
 			l.giveBack(rs, keys, leased, now)
-			return verdict(all, i+1, ReasonStore), nil // the limits after i were not consulted
+			return verdict(all, j+1, ReasonStore), nil // the limits after j were not consulted
 		}
 		leased = append(leased, i)
 	}
@@ -302,7 +337,7 @@ func (l *Limiter) count(ctx context.Context, rs *rules, keys []string, now time.
 		}
 	}
 	reason := ReasonStore
-	if leasedAll {
+	if leasedAll && len(all) > 0 {
 		reason = ReasonLease
 	}
 	return verdict(all, len(all), reason), nil

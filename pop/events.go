@@ -24,6 +24,9 @@ type Event struct {
 	Tenant     string    `json:"tenant,omitempty"`
 	Route      string    `json:"route,omitempty"`
 	RetryAfter float64   `json:"retry_after_s,omitempty"`
+	// Shadow: a dry-run limit (Limit) would have rejected this request,
+	// which was admitted (Status is the 429 it would have had).
+	Shadow bool `json:"shadow,omitempty"`
 }
 
 // EventsConfig configures an event queue. Zero means default.

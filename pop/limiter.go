@@ -2,6 +2,7 @@ package pop
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -18,9 +19,26 @@ type Config struct {
 	// counter.New over one in-process counter.MemoryStore (this process
 	// only: nothing is shared with other workers).
 	NewShared func(counter.Limit) (counter.Allower, error)
+	// Store is the PoP-wide store concurrency limits and mitigation flags
+	// use directly (the one NewShared counts in). Default: the in-process
+	// MemoryStore of the default NewShared, or, when NewShared is set, a
+	// MemoryStore of this process only.
+	Store counter.Store
+	// Shadow makes every limit a dry run (edge --shadow): it counts and
+	// decides as usual, but a request it would reject is admitted and
+	// reported (metrics, events). Default false.
+	Shadow bool
 	// NewLocal builds an in-process limiter (pre-filter and the local fail
 	// mode); default counter.NewLocal.
 	NewLocal func(counter.Limit) (counter.Allower, error)
+	// NewGlobal builds the allower of a "scope: global" limit (package
+	// pop/global), given the policy's fail mode for when the global store
+	// is unreachable. Default nil: a policy with a global limit is
+	// rejected.
+	NewGlobal func(counter.Limit, FailMode) (counter.Allower, error)
+	// HealthReasons, if not nil, adds reasons to Health (e.g. the global
+	// store's state); any reason makes the health degraded.
+	HealthReasons func() []string
 	// StoreDeadline, if positive, fixes the deadline of one decision's
 	// store calls (Deadline.Fixed); default 0: the deadline adapts to the
 	// observed store latency (see DeadlineConfig). It is passed down as a
@@ -111,6 +129,7 @@ type Limiter struct {
 	breaker *Breaker
 	dl      *deadline
 	slots   chan struct{} // one token per store call in flight
+	store   counter.Store // Config.Store resolved
 	loadMu  sync.Mutex    // serialises reloads (not decisions)
 	lastErr atomic.Pointer[error]
 }
@@ -119,8 +138,14 @@ type Limiter struct {
 // is loaded (LoadFile, LoadBytes).
 func New(cfg Config) (*Limiter, error) {
 	if cfg.NewShared == nil {
-		store := counter.NewMemoryStore()
+		if cfg.Store == nil {
+			cfg.Store = counter.NewMemoryStore()
+		}
+		store := cfg.Store
 		cfg.NewShared = func(l counter.Limit) (counter.Allower, error) { return counter.New(store, l) }
+	}
+	if cfg.Store == nil {
+		cfg.Store = counter.NewMemoryStore()
 	}
 	if cfg.NewLocal == nil {
 		cfg.NewLocal = func(l counter.Limit) (counter.Allower, error) { return counter.NewLocal(l) }
@@ -131,7 +156,7 @@ func New(cfg Config) (*Limiter, error) {
 	if d := cfg.Deadline; d.Fixed < 0 || d.Floor < 0 || d.Ceiling < 0 || d.Multiple < 0 || (d.Ceiling > 0 && d.Ceiling < d.floor()) {
 		return nil, fmt.Errorf("%w: deadline floor %v, ceiling %v, multiple %v: want non-negative, floor ≤ ceiling", ErrConfig, d.Floor, d.Ceiling, d.Multiple)
 	}
-	l := &Limiter{cfg: cfg, clock: cfg.clock(), slots: make(chan struct{}, cfg.maxInFlight())}
+	l := &Limiter{cfg: cfg, clock: cfg.clock(), slots: make(chan struct{}, cfg.maxInFlight()), store: cfg.Store}
 	l.dl = newDeadline(cfg.deadline(), cfg.Metrics.storeDeadline)
 	cfg.Metrics.storeDeadline(l.dl.Current())
 	logger := cfg.logger()
@@ -144,6 +169,22 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	return l, nil
 }
+
+// sharedAllower builds the PoP-wide allower of ls: NewShared, or NewGlobal
+// for a global limit.
+func (l *Limiter) sharedAllower(ls LimitSpec, fm FailMode) (counter.Allower, error) {
+	if !ls.Global {
+		return l.cfg.NewShared(ls.Limit)
+	}
+	if l.cfg.NewGlobal == nil {
+		return nil, ErrNoGlobal
+	}
+	return l.cfg.NewGlobal(ls.Limit, fm)
+}
+
+// ErrNoGlobal: a policy has a "scope: global" limit but the Limiter has no
+// Config.NewGlobal (edge: no --global-memcached).
+var ErrNoGlobal = errors.New("pop: scope: global limit without a global store (edge --global-memcached)")
 
 // sweeper is implemented by counter's limiters: drop state idle for a
 // whole window.

@@ -26,6 +26,7 @@ type Metrics struct {
 	eventsDrop  prometheus.Counter     //
 	eventsOut   prometheus.Counter     //
 	leaseServed *prometheus.CounterVec // policy
+	lim         limitMetrics           // metrics_limits.go
 
 	// resolved memoises the children of the counter vectors touched per
 	// decision: WithLabelValues hashes and validates every label on each
@@ -118,7 +119,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "poplimit_lease_served_total", Help: "Decisions served from a local token lease (no store call).",
 		}, []string{"policy"}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.nearLimit, m.storeLat, m.storeErrors, m.contention, m.deadline, m.slow, m.breaker, m.fallback, m.mitigation, m.reloads, m.eventsDrop, m.eventsOut, m.leaseServed} {
+	var more []prometheus.Collector
+	m.lim, more = newLimitMetrics()
+	for _, c := range append([]prometheus.Collector{m.decisions, m.nearLimit, m.storeLat, m.storeErrors, m.contention, m.deadline, m.slow, m.breaker, m.fallback, m.mitigation, m.reloads, m.eventsDrop, m.eventsOut, m.leaseServed}, more...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -12,7 +12,13 @@ import (
 // is answered here (429 for a quota, 503 when the limiter is unhealthy and
 // the policy fails closed) and never reaches next. next receives the
 // request with its path in the canonical form it was matched by
-// (Normalize): the upstream reads the path that was limited.
+// (Normalize): the upstream reads the path that was limited. When next
+// returns (response written, client gone, upstream failed, or a panic),
+// the decision is finished (Limiter.Finish) with the status written (499
+// if the client went away before any), which
+// releases concurrency slots and counts by response. A request a dry-run
+// limit would have rejected gets X-RateLimit-Shadow with the policy
+// file's shadow_header.
 func (l *Limiter) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r = l.Normalize(r)
@@ -22,8 +28,69 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 			WriteRejection(w, d)
 			return
 		}
-		next.ServeHTTP(w, r)
+		if d.Shadow != "" && l.shadowHeader() {
+			w.Header().Set(ShadowHeader, d.Shadow)
+		}
+		if d.done == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() { l.Finish(r.Context(), d, l.clock(), sw.finalStatus(r), sw.Header()) }()
+		next.ServeHTTP(sw, r)
 	})
+}
+
+// shadowHeader reports the current policy file's shadow_header.
+func (l *Limiter) shadowHeader() bool {
+	s := l.snap.Load()
+	return s != nil && s.file.ShadowHeader
+}
+
+// statusWriter remembers the status written through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush passes through (streaming responses), as does Unwrap for
+// http.ResponseController.
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		if w.status == 0 {
+			w.status = http.StatusOK
+		}
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// finalStatus is the status the request ended with: the one written, 499
+// when the client went away before any, else 200 (net/http's implicit
+// answer to a handler that wrote nothing).
+func (w *statusWriter) finalStatus(r *http.Request) int {
+	switch {
+	case w.status != 0:
+		return w.status
+	case r.Context().Err() != nil:
+		return statusClientClosed
+	}
+	return http.StatusOK
 }
 
 // ceilSeconds rounds a duration up to whole seconds (a client that waits

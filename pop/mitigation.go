@@ -1,10 +1,16 @@
 package pop
 
 import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/poplimit/poplimit/counter"
 )
 
 const mitShards = 32
@@ -115,4 +121,189 @@ func (c *mitigationCache) len() int {
 		c.shards[i].mu.RUnlock()
 	}
 	return n
+}
+
+// replay is the rejection e remembers, aged to now.
+func (e mitEntry) replay(now time.Time) Decision {
+	age := time.Duration(now.UnixNano() - e.at)
+	b := e.binding
+	b.Result.Allowed = false
+	b.Result.Remaining = 0
+	b.Result.RetryAfter = time.Duration(e.until - now.UnixNano())
+	b.Result.Reset = max(b.Result.Reset-age, b.Result.RetryAfter)
+	return Decision{Reason: ReasonMitigated, Binding: b, All: e.all}
+}
+
+// Shared mitigation flags. A limit with a mitigation_timeout that rejects
+// an identity, and a limit counted by response that the identity
+// exhausted, raise a flag: the store key mitKey+flagEnforce (mitKey+
+// flagShadow for a dry-run limit) holding "<until unix ns> <limit>",
+// added with a TTL reaching until. Every worker reads the identity's two
+// flags (one multi-get, on the identity's shard) before counting it, so a
+// worker that never saw the identity blocks it as well; a flag found is
+// kept in the local mitigation cache until it ends, so an identity being
+// blocked costs the store nothing more. A flag that cannot be read (store
+// trouble) blocks nothing: the count decides.
+const (
+	flagEnforce = "m"
+	flagShadow  = "n"
+)
+
+// flags is what readFlags found: a rejection to answer (block), and until
+// when a dry-run flag would have blocked (zero when none).
+type flags struct {
+	block       *Decision
+	shadowUntil time.Time
+	shadowLimit string
+}
+
+// readFlags reads the identity's shared flags.
+func (l *Limiter) readFlags(ctx context.Context, p *policy, rs *rules, mitKey string, now time.Time) flags {
+	var fl flags
+	if e, ok := p.mit.get(mitKey+flagShadow, now); ok && e.tier == rs.tier {
+		fl.shadowUntil, fl.shadowLimit = time.Unix(0, e.until), e.binding.Limit.Name
+	}
+	if l.breaker.State() == BreakerOpen {
+		return fl // the store is down: the fail mode decides
+	}
+	sctx := newStoreCtx(ctx, time.Now().Add(l.dl.Current()))
+	vals, err := l.store.GetMulti(sctx, []string{mitKey + flagEnforce, mitKey + flagShadow})
+	sctx.release()
+	if err != nil {
+		l.cfg.Metrics.flag(p.spec.Name, "read_error")
+		return fl
+	}
+	for _, suffix := range []string{flagEnforce, flagShadow} {
+		until, name, ok := parseFlag(vals[mitKey+suffix])
+		if !ok || !until.After(now) {
+			continue
+		}
+		r := rs.rule(name)
+		if r == nil {
+			continue // a limit this tier no longer has
+		}
+		l.cfg.Metrics.flag(p.spec.Name, "hit")
+		d := flagDecision(r.spec.Limit, now, until)
+		if suffix == flagEnforce {
+			p.mit.put(mitKey, now, until, mitEntry{at: now.UnixNano(), binding: d.Binding, tier: rs.tier})
+			fl.block = &d
+			return fl
+		}
+		p.mit.put(mitKey+flagShadow, now, until, mitEntry{at: now.UnixNano(), binding: d.Binding, tier: rs.tier})
+		fl.shadowUntil, fl.shadowLimit = until, name
+	}
+	return fl
+}
+
+// flagDecision is the rejection of an identity flagged by lim until until.
+func flagDecision(lim counter.Limit, now, until time.Time) Decision {
+	ra := until.Sub(now)
+	return Decision{Reason: ReasonMitigated, Binding: LimitResult{Limit: lim,
+		Result: counter.Result{Limit: allowanceOf(lim), Reset: ra, RetryAfter: ra}}}
+}
+
+// remember keeps rejection d of the identity at mitKey (suffix "" for the
+// enforcing count, flagShadow for the dry run) in the local mitigation
+// cache until it ends, and for the binding limit's mitigation_timeout
+// when that is longer; a timeout is also raised as the shared flag. It
+// returns d with the Retry-After of that timeout.
+func (l *Limiter) remember(ctx context.Context, p *policy, rs *rules, mitKey, suffix string, d Decision, now time.Time) Decision {
+	until := now.Add(d.Binding.Result.RetryAfter)
+	r := rs.rule(d.Binding.Limit.Name)
+	shared := r != nil && r.spec.MitigationTimeout > 0
+	if shared {
+		until = maxTime(until, now.Add(r.spec.MitigationTimeout))
+		d.Binding.Result.RetryAfter = until.Sub(now)
+	}
+	local := mitKey
+	if suffix == flagShadow {
+		local = mitKey + flagShadow
+	}
+	p.mit.put(local, now, until, mitEntry{at: now.UnixNano(), binding: d.Binding, all: d.All, tier: rs.tier})
+	l.cfg.Metrics.mitigationInsert(p.spec.Name)
+	if shared {
+		if suffix == "" {
+			suffix = flagEnforce
+		}
+		l.raiseFlag(ctx, p, mitKey+suffix, r.spec.Limit.Name, now, until)
+	}
+	return d
+}
+
+// raiseFlag stores the flag key (limit name, until) with a TTL reaching
+// until, or lengthens a shorter one already there.
+func (l *Limiter) raiseFlag(ctx context.Context, p *policy, key, limit string, now, until time.Time) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.dl.Current())
+	defer cancel()
+	val := []byte(strconv.FormatInt(until.UnixNano(), 10) + " " + limit)
+	// memcached TTLs are whole seconds: round up, so the flag never ends
+	// before until (its value says exactly when it does).
+	ttl := until.Sub(now).Truncate(time.Second) + time.Second
+	for range 3 {
+		err := l.store.Add(rctx, key, val, ttl)
+		if err == nil {
+			l.cfg.Metrics.flag(p.spec.Name, "raised")
+			return
+		}
+		if !errors.Is(err, counter.ErrNotStored) {
+			break
+		}
+		old, cas, err := l.store.Gets(rctx, key)
+		if errors.Is(err, counter.ErrNotFound) {
+			continue // expired meanwhile: add again
+		}
+		if err != nil {
+			break
+		}
+		if prev, _, ok := parseFlag(old); ok && !prev.Before(until) {
+			return // a flag at least as long is up
+		}
+		err = l.store.CompareAndSwap(rctx, key, val, cas, ttl)
+		if err == nil {
+			l.cfg.Metrics.flag(p.spec.Name, "raised")
+			return
+		}
+		if !errors.Is(err, counter.ErrCASConflict) && !errors.Is(err, counter.ErrNotFound) {
+			break
+		}
+	}
+	l.cfg.Metrics.flag(p.spec.Name, "write_error")
+}
+
+// parseFlag reads "<until unix ns> <limit>".
+func parseFlag(b []byte) (until time.Time, limit string, ok bool) {
+	ns, name, found := strings.Cut(strings.TrimSpace(string(b)), " ")
+	v, err := strconv.ParseInt(ns, 10, 64)
+	if !found || err != nil || v <= 0 {
+		return time.Time{}, "", false
+	}
+	return time.Unix(0, v), name, true
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// rule is the limit of rs named name, nil if none.
+func (rs *rules) rule(name string) *rule {
+	for _, r := range rs.limits {
+		if r.spec.Limit.Name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+// countsAtAdmission reports whether some limit of rs is counted before
+// the request goes upstream (not all count by response).
+func (rs *rules) countsAtAdmission() bool {
+	for _, r := range rs.limits {
+		if !r.after {
+			return true
+		}
+	}
+	return false
 }

@@ -72,6 +72,7 @@ func Open(ctx context.Context, o Options) (*Limiter, error) {
 	}
 	cfg := o.Config
 	cfg.NewShared = func(lim counter.Limit) (counter.Allower, error) { return counter.New(store, lim) }
+	cfg.Store = store
 	l, err := New(cfg)
 	if err == nil {
 		if o.PolicyDoc != nil {

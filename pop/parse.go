@@ -206,7 +206,7 @@ func (p *parser) file_(n *yaml.Node) *File {
 	var tiersNode, keysNode, policiesNode *yaml.Node
 	var defaultNode, unmatchedNode *yaml.Node
 	p.fields(n, "", []string{"version", "headers", "trusted_proxies", "api_key", "user_header", "prefilter", "keys", "tiers", "policies",
-		"default_policy", "unmatched", "case_insensitive_paths", "max_forwarded_hops", "ip_prefix"}, func(k string, v *yaml.Node) {
+		"default_policy", "unmatched", "case_insensitive_paths", "max_forwarded_hops", "ip_prefix", "shadow_header", "shadow"}, func(k string, v *yaml.Node) {
 		switch k {
 		case "default_policy":
 			f.DefaultPolicy, defaultNode = p.str(v, k), v
@@ -244,6 +244,10 @@ func (p *parser) file_(n *yaml.Node) *File {
 // prefixes) and the pre-filter.
 func (p *parser) setting(f *File, k string, v *yaml.Node) {
 	switch k {
+	case "shadow_header":
+		f.ShadowHeader = p.bool(v, k)
+	case "shadow":
+		f.Shadow = p.bool(v, k)
 	case "case_insensitive_paths":
 		f.CaseInsensitivePaths = p.bool(v, k)
 	case "max_forwarded_hops":
@@ -345,6 +349,7 @@ func (p *parser) policies(root, policiesNode *yaml.Node, f *File) {
 	names := map[string]bool{}
 	p.list(policiesNode, "policies", func(i int, e *yaml.Node) {
 		ps := p.policy(e, fmt.Sprintf("policies[%d]", i), f)
+		ps.Shadow = ps.Shadow || f.Shadow // the file's dry run is every policy's
 		if ps.Name != "" && names[ps.Name] {
 			p.errf(e, fmt.Sprintf("policies[%d].name", i), "duplicate policy name %q", ps.Name)
 		}

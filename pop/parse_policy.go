@@ -65,9 +65,13 @@ func (p *parser) limits(n *yaml.Node, path string) []LimitSpec {
 		ls := LimitSpec{Cost: 1}
 		l := &ls.Limit
 		seen := map[string]bool{}
-		p.fields(e, lp, []string{"name", "algorithm", "quantity", "window", "burst", "cost", "on_reject", "precision"}, func(k string, v *yaml.Node) {
+		p.fields(e, lp, []string{"name", "algorithm", "quantity", "window", "burst", "cost", "on_reject", "precision", "scope",
+			"shadow", "mitigation_timeout", "count_if", "cost_header", "max_request_time", "retry_after"}, func(k string, v *yaml.Node) {
 			fp := join(lp, k)
 			seen[k] = true
+			if p.limitExtra(k, v, fp, &ls) { // shadow, concurrency, count by response: parse_limits.go
+				return
+			}
 			switch k {
 			case "name":
 				l.Name = p.str(v, fp)
@@ -75,7 +79,7 @@ func (p *parser) limits(n *yaml.Node, path string) []LimitSpec {
 					p.errf(v, fp, "limit names use letters, digits, '-' and '_'")
 				}
 			case "algorithm":
-				l.Algorithm = oneOf(p, v, fp, "sliding_window, fixed_window or token_bucket",
+				l.Algorithm = oneOf(p, v, fp, "sliding_window, fixed_window, token_bucket or concurrency",
 					choice[counter.Algorithm]{"sliding_window", counter.SlidingWindow}, choice[counter.Algorithm]{"fixed_window", counter.FixedWindow},
 					choice[counter.Algorithm]{"token_bucket", counter.TokenBucket})
 			case "quantity":
@@ -91,8 +95,13 @@ func (p *parser) limits(n *yaml.Node, path string) []LimitSpec {
 					choice[counter.OnReject]{"count", counter.Count}, choice[counter.OnReject]{"refund", counter.Refund})
 			case "precision":
 				l.Precision = int(p.int(v, fp, 0))
+			case "scope":
+				ls.Global = oneOf(p, v, fp, "pop or global", choice[bool]{"pop", false}, choice[bool]{"global", true})
 			}
 		})
+		if ls.Global && l.Algorithm != counter.FixedWindow {
+			p.errf(e, join(lp, "scope"), "a global limit counts epoch-aligned fixed windows: set algorithm: fixed_window")
+		}
 		if l.Name == "" {
 			l.Name = fmt.Sprintf("limit%d", i)
 		}
@@ -102,6 +111,10 @@ func (p *parser) limits(n *yaml.Node, path string) []LimitSpec {
 		names[l.Name] = true
 		if !seen["quantity"] {
 			p.errf(e, join(lp, "quantity"), "required")
+		}
+		if p.checkLimitExtra(e, lp, &ls, seen) {
+			out = append(out, ls)
+			return // a concurrency limit: no window, no algorithm
 		}
 		if !seen["window"] {
 			p.errf(e, join(lp, "window"), "required")
@@ -134,9 +147,11 @@ func validName(s string) bool {
 func (p *parser) policy(n *yaml.Node, path string, f *File) PolicySpec {
 	ps := PolicySpec{TierSource: "api_key"}
 	var maxBatchNode *yaml.Node
-	p.fields(n, path, []string{"name", "routes", "identity", "tier", "default_tier", "overrides", "fail_mode", "lease"}, func(k string, v *yaml.Node) {
+	p.fields(n, path, []string{"name", "routes", "identity", "tier", "default_tier", "overrides", "fail_mode", "lease", "shadow"}, func(k string, v *yaml.Node) {
 		fp := join(path, k)
 		switch k {
+		case "shadow":
+			ps.Shadow = p.bool(v, fp)
 		case "name":
 			ps.Name = p.str(v, fp)
 			if !validName(ps.Name) {
@@ -258,7 +273,7 @@ func (p *parser) checkMaxBatch(n *yaml.Node, path string, ps PolicySpec, f *File
 			limits = f.Tiers[tier].Limits
 		}
 		for _, ls := range limits {
-			if ls.Cost < 1 {
+			if ls.Cost < 1 || ls.Concurrency.MaxRequestTime > 0 || ls.Response.Set() { // never leased
 				continue
 			}
 			if c := allowanceOf(ls.Limit) / ls.Cost; ps.Lease.MaxBatch > c && c > 0 {

@@ -78,6 +78,27 @@ type LimitSpec struct {
 	Limit counter.Limit
 	// Cost is the number of units one request consumes; default 1.
 	Cost int64
+	// Shadow (`shadow: true`) makes the limit a dry run: it counts and
+	// decides as usual, but a request only shadow limits would reject is
+	// admitted, and metrics and events say it would have been (shadow.go).
+	Shadow bool
+	// MitigationTimeout (`mitigation_timeout:`), if positive, keeps an
+	// identity this limit rejected rejected for that long, on every worker
+	// of the PoP (a flag key in the store: mitigation.go).
+	MitigationTimeout time.Duration
+	// Response, when set (Response.Set), counts the request after the
+	// upstream answered (`count_if:`, `cost_header:`): response_count.go.
+	// Values, not pointers: a policy's fingerprint prints its spec.
+	Response ResponseCount
+	// Concurrency, when set (MaxRequestTime > 0), makes this a concurrency
+	// limit (`algorithm: concurrency`): at most Limit.Quantity requests of
+	// one identity in flight across the PoP (concurrency.go).
+	// Limit.Algorithm, Window and OnReject are then unused.
+	Concurrency ConcurrencySpec
+	// Global (YAML "scope: global") counts the limit across every PoP
+	// through Config.NewGlobal (package pop/global) instead of per PoP;
+	// it must be a fixed window. Default false: "scope: pop".
+	Global bool
 }
 
 // TierSpec is a named set of limits, all enforced together (compound rule).
@@ -120,6 +141,9 @@ type PolicySpec struct {
 	Overrides map[string][]LimitSpec
 	FailMode  FailMode
 	Lease     LeaseSpec
+	// Shadow (`shadow: true`) makes every limit of the policy a dry run
+	// (LimitSpec.Shadow).
+	Shadow bool
 }
 
 // PrefilterSpec is the coarse per-IP token bucket run before any identity
@@ -173,6 +197,13 @@ type File struct {
 	// ipv6: 64}`): every address of one IPv6 /64 shares one count by
 	// default. Zero means the default (32, 64).
 	IPv4Prefix, IPv6Prefix int
+	// ShadowHeader (`shadow_header: true`) makes the middleware answer a
+	// request a shadow limit would have rejected with
+	// `X-RateLimit-Shadow: <limit>`.
+	ShadowHeader bool
+	// Shadow (`shadow: true`) makes every policy of the file a dry run
+	// (PolicySpec.Shadow is set on each); a reload without it enforces.
+	Shadow bool
 }
 
 // maxHops is MaxForwardedHops resolved.

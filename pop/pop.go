@@ -65,6 +65,9 @@ const (
 	// not a store failure (no fail-open count, no rejection event); Status
 	// is 499 (client closed request).
 	ReasonCanceled Reason = "canceled"
+	// ReasonConcurrency: a concurrency limit had every slot of the
+	// identity in flight (concurrency.go); 429.
+	ReasonConcurrency Reason = "concurrency"
 )
 
 // LimitResult is the answer of one limit of a compound rule.
@@ -93,9 +96,16 @@ type Decision struct {
 	// RateLimit-Policy field). It may be nil.
 	All []LimitResult
 
+	// Shadow names the dry-run limit that would have rejected this
+	// admitted request ("" when none would have): shadow.go.
+	Shadow string
+
 	// policyField, when set, is the precomputed RateLimit-Policy value
 	// matching All.
 	policyField string
+	// done, when not nil, is what Limiter.Finish owes the request once its
+	// response is known: concurrency slots, counting by response.
+	done *completion
 }
 
 // RetryAfter is the binding limit's RetryAfter (zero when admitted).

@@ -51,9 +51,17 @@ func (l *Limiter) acquire(ctx context.Context) bool {
 // not answer in time while alive. The mitigation cache was consulted
 // before: an identity known to be over its limit never gets here.
 func (l *Limiter) local(ctx context.Context, rs *rules, keys []string, now time.Time, reason Reason) Decision {
-	checks := make([]counter.Check, len(rs.limits))
+	checks := make([]counter.Check, 0, len(rs.limits))
+	var lims []counter.Limit
 	for i, r := range rs.limits {
-		checks[i] = counter.Check{Allower: r.local, Key: keys[i], Cost: r.cost}
+		if r.shadow || r.after {
+			continue // a dry run never rejects; response counting needs the store
+		}
+		checks = append(checks, counter.Check{Allower: r.local, Key: keys[i], Cost: r.cost})
+		lims = append(lims, r.local.Limit())
+	}
+	if len(checks) == 0 {
+		return Decision{Allowed: true, Reason: reason}
 	}
 	_, results, err := counter.AllowAll(ctx, now, 1, checks...)
 	if err != nil {
@@ -65,7 +73,7 @@ func (l *Limiter) local(ctx context.Context, rs *rules, keys []string, now time.
 	}
 	all := make([]LimitResult, len(results))
 	for i, res := range results {
-		all[i] = LimitResult{Limit: rs.limits[i].local.Limit(), Result: res}
+		all[i] = LimitResult{Limit: lims[i], Result: res}
 	}
 	return verdict(all, len(all), reason)
 }

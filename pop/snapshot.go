@@ -41,6 +41,13 @@ type rules struct {
 	// policyField is the draft-11 RateLimit-Policy value of the shared
 	// limits, built once.
 	policyField string
+	// conc are the concurrency limits (concurrency.go), taken after the
+	// rate limits admitted.
+	conc []*concRule
+	// shadow: some limit is a dry run; flagged: some limit has a
+	// mitigation timeout or counts by response, so a decision first reads
+	// the identity's shared flags (mitigation.go).
+	shadow, flagged bool
 }
 
 // rule is one limit, with the allowers that enforce it.
@@ -56,6 +63,9 @@ type rule struct {
 	// cost is the units one request takes from shared, local and lease
 	// (LimitSpec.Cost, at least 1): counter.Check.Cost.
 	cost int64
+	// shadow: a dry run (the limit's, its policy's or Config.Shadow);
+	// after: counted once the response is known (response_count.go).
+	shadow, after bool
 }
 
 // check is the counter.Check of r's shared count for key.
@@ -141,13 +151,19 @@ func (l *Limiter) compilePolicy(ps PolicySpec, f *File, fp uint64) (*policy, err
 		}
 		rs := &rules{tier: name}
 		for _, ls := range specs {
-			r := &rule{spec: ls, cost: max(1, ls.Cost)}
+			if ls.Concurrency.MaxRequestTime > 0 {
+				rs.conc = append(rs.conc, newConcRule(ls))
+				continue
+			}
+			r := &rule{spec: ls, cost: max(1, ls.Cost), shadow: ls.Shadow || ps.Shadow || l.cfg.Shadow, after: ls.Response.Set()}
+			rs.shadow = rs.shadow || r.shadow
+			rs.flagged = rs.flagged || r.after || ls.MitigationTimeout > 0
 			for _, o := range specs {
 				if o.Limit.Name != ls.Limit.Name && o.Limit.Algorithm == ls.Limit.Algorithm && o.Limit.Window == ls.Limit.Window {
 					r.distinct = true
 				}
 			}
-			a, err := l.cfg.NewShared(ls.Limit)
+			a, err := l.sharedAllower(ls, ps.FailMode)
 			if err != nil {
 				return nil, fmt.Errorf("pop: policy %s tier %s limit %s: %w", ps.Name, name, ls.Limit.Name, err)
 			}
@@ -160,7 +176,7 @@ func (l *Limiter) compilePolicy(ps PolicySpec, f *File, fp uint64) (*policy, err
 				return nil, fmt.Errorf("pop: policy %s tier %s limit %s local: %w", ps.Name, name, ls.Limit.Name, err)
 			}
 			r.local = la
-			if ps.Lease.Enabled {
+			if ps.Lease.Enabled && !r.after {
 				mb := ps.Lease.MaxBatch
 				if mb <= 0 {
 					// Default: a quarter of each worker's share of the
@@ -188,9 +204,13 @@ func (l *Limiter) compilePolicy(ps PolicySpec, f *File, fp uint64) (*policy, err
 			}
 			rs.limits = append(rs.limits, r)
 		}
-		lrs := make([]LimitResult, len(rs.limits))
-		for i, r := range rs.limits {
-			lrs[i].Limit = r.spec.Limit
+		// Dry-run limits stay out of the headers: clients see what is
+		// enforced.
+		var lrs []LimitResult
+		for _, r := range rs.limits {
+			if !r.shadow {
+				lrs = append(lrs, LimitResult{Limit: r.spec.Limit})
+			}
 		}
 		rs.policyField = string(appendPolicyField(nil, lrs))
 		p.tiers[name] = rs

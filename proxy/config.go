@@ -17,8 +17,10 @@ import (
 // ErrConfig reports a configuration the proxy cannot run.
 var ErrConfig = errors.New("proxy: bad config")
 
-// DefaultListen is the default listen address: loopback only.
-const DefaultListen = "127.0.0.1:22121"
+// DefaultListen is the default listen address: loopback only, on a port
+// no Twemproxy (22121), memcached (11211) or Prometheus exporter default
+// takes, so mcproxy can run beside them.
+const DefaultListen = "127.0.0.1:7411"
 
 // PoolSpec is one Twemproxy pool: a listen address and its shards. The
 // zero values of optional fields mean Twemproxy's defaults, except two:

@@ -45,7 +45,7 @@ func TestParseConfigNutcracker(t *testing.T) {
 	}
 	p := pools[0]
 	want := PoolSpec{
-		Name: "alpha", Listen: "127.0.0.1:22121", Hash: "fnv1a_64", Distribution: shard.DistKetama,
+		Name: "alpha", Listen: "127.0.0.1:7411", Hash: "fnv1a_64", Distribution: shard.DistKetama,
 		HashTag: "{}", Timeout: 400 * time.Millisecond, ServerConnections: 1, AutoEjectHosts: true,
 		ServerRetryTimeout: 2 * time.Second, ServerFailureLimit: 2,
 		Servers: []shard.Server{

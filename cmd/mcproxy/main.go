@@ -2,7 +2,7 @@
 // consistent-hashing memcached proxy. It only wires flags or a nutcracker
 // YAML file to package proxy.
 //
-//	mcproxy --listen 127.0.0.1:22121 --shard 127.0.0.1:11211 --shard 127.0.0.1:11212
+//	mcproxy --listen 127.0.0.1:7411 --shard 127.0.0.1:11211 --shard 127.0.0.1:11212
 //	mcproxy --config testdata/mcproxy.yml            (several pools; SIGHUP or a file change reloads)
 //	mcproxy --listen unix:/run/mcproxy.sock --embedded 3
 //
@@ -36,11 +36,14 @@ import (
 	"github.com/poplimit/poplimit/shard"
 )
 
-// version is the mcproxy release.
-const version = "0.3.0"
+// version is the build's module version (daemon.Build): what the
+// memcached "version" command, the stats JSON and /healthz report.
+var version = daemon.Build().Version
 
-// DefaultAdmin is the default admin (metrics, health, stats) address.
-const DefaultAdmin = "127.0.0.1:22222"
+// DefaultAdmin is the default admin (metrics, health, stats) address: HTTP,
+// so not nutcracker's raw stats port 22222 (--stats-port serves that
+// protocol); next to the listener's default 7411.
+const DefaultAdmin = "127.0.0.1:7412"
 
 // poolFlags are the flags that describe the one pool built from flags;
 // with --config the file sets them per pool.
@@ -57,7 +60,7 @@ func newApp() *cli.App {
 	return &cli.App{
 		Name:    "mcproxy",
 		Usage:   "consistent-hashing memcached proxy (Twemproxy compatible)",
-		Version: version,
+		Version: daemon.Version(),
 		Description: "Serves the memcached text and meta protocols and forwards each key to its shard.\n" +
 			"Pools come from --shard flags (one pool) or a nutcracker YAML file (--config, any number of pools).\n" +
 			"With --config, SIGHUP and changes of the file reload it without dropping client connections:\n" +
@@ -70,18 +73,18 @@ func newApp() *cli.App {
 			&cli.StringFlag{Name: "hash-tag", Value: "{}", Usage: "two-character hash tag; \"\" hashes whole keys"},
 			&cli.StringFlag{Name: "distribution", Value: shard.DistConsistent, Usage: "consistent (xxhash), or Twemproxy's ketama, modula or random"},
 			&cli.StringFlag{Name: "hash", Usage: "ketama hash (fnv1a_64 default)"},
-			&cli.DurationFlag{Name: "timeout", Value: 400 * time.Millisecond, Usage: "per request and connect timeout"},
+			&cli.DurationFlag{Name: "timeout", Value: 400 * time.Millisecond, Usage: "per request and connect timeout to a shard (400ms: Twemproxy's documented example; under edge's 1s store-deadline ceiling, so a stuck shard answers SERVER_ERROR, a hard failure edge's breaker counts, before the worker gives up)"},
 			&cli.IntFlag{Name: "server-connections", Value: 1, Usage: "pipelined connections per shard"},
 			&cli.BoolFlag{Name: "auto-eject", Usage: "eject failing shards (auto_eject_hosts)"},
 			&cli.IntFlag{Name: "failure-limit", Value: 2, Usage: "consecutive failures that eject a shard"},
-			&cli.DurationFlag{Name: "retry-timeout", Value: 30 * time.Second, Usage: "time an ejected shard stays out before a probe"},
+			&cli.DurationFlag{Name: "retry-timeout", Value: 30 * time.Second, Usage: "time an ejected shard stays out before a probe (30s: Twemproxy's example; each return moves keys, so not sooner)"},
 			&cli.StringFlag{Name: "config", Usage: "Twemproxy nutcracker.yml file (instead of --shard); reloaded on SIGHUP and on change"},
 			&cli.BoolFlag{Name: "watch", Value: true, Usage: "with --config, reload when the file changes (SIGHUP always reloads)"},
 			&cli.IntFlag{Name: "embedded", Usage: "serve N in-process memory shards instead of memcached"},
 			&cli.IntFlag{Name: "max-item-size", Value: 1 << 20, Usage: "largest value in bytes"},
 			&cli.IntFlag{Name: "client-connections", Usage: "most concurrent clients per pool, beyond: SERVER_ERROR and close (0: no limit; with --config, for pools without client_connections)"},
 			&cli.DurationFlag{Name: "client-idle-timeout", Usage: "close clients idle this long (0: never; with --config, for pools without client_timeout)"},
-			&cli.DurationFlag{Name: "client-request-timeout", Value: proxy.DefaultRequestTimeout, Usage: "close a client whose command line or data block is not complete this long after its first byte (slow clients); replies already due are written first (negative: never)"},
+			&cli.DurationFlag{Name: "client-request-timeout", Value: proxy.DefaultRequestTimeout, Usage: "close a client whose command line or data block is not complete this long after its first byte (slow clients; 10s: a real client completes a request in one round trip, an attacker trickling bytes is cut); replies already due are written first (negative: never)"},
 			&cli.StringFlag{Name: "admin", Value: DefaultAdmin, Usage: "HTTP address of /metrics (Prometheus), /healthz and /stats.json (Twemproxy stats); \"\" disables"},
 			&cli.BoolFlag{Name: "pprof", Usage: "also serve net/http/pprof under /debug/pprof/ on --admin (off: profiles expose memory and cost CPU)"},
 			&cli.IntFlag{Name: "stats-port", Usage: "also serve the Twemproxy stats JSON on this raw TCP port, like nutcracker -s (0: off)"},
@@ -128,20 +131,21 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	// Signals are caught, and the admin endpoint serves, before the
+	// memcached listeners open: once the proxy answers, a SIGTERM is a
+	// graceful stop (not the default death) and /metrics is up.
+	ctx, stop := daemon.StopContext(context.Background())
+	defer stop()
 	p := proxy.NewProxy(proxyConfig(c, log))
+	stopOps, err := serveOps(c, p, log)
+	defer stopOps()
+	if err != nil {
+		return err
+	}
 	if err := p.Reload(pools); err != nil {
 		return err
 	}
 	shutdown := func() error { return shutdownProxy(p, c.Duration("shutdown-timeout"), log) }
-
-	ctx, stop := daemon.StopContext(context.Background())
-	defer stop()
-	stopOps, err := serveOps(c, p, log)
-	defer stopOps()
-	if err != nil {
-		_ = shutdown()
-		return err
-	}
 	watched := watchConfig(ctx, c.String("config"), c.Bool("watch"), p, log)
 	defer func() { stop(); <-watched }()
 

@@ -17,7 +17,7 @@ func centralCommand() *cli.Command {
 			&cli.DurationFlag{Name: "rtt", Usage: "injected round trip to the central store", Value: 80 * time.Millisecond},
 			&cli.DurationFlag{Name: "duration", Usage: "length of each run", Value: 5 * time.Second},
 			&cli.IntFlag{Name: "rounds", Usage: "interleaved rounds (per-PoP, central, …)", Value: 2},
-			&cli.IntFlag{Name: "users", Value: 20},
+			&cli.IntFlag{Name: "users", Usage: "legitimate users of the Poisson workload (Zipf rates under a 50/s limit each)", Value: 20},
 			&cli.IntFlag{Name: "workers", Usage: "workers per PoP", Value: 4},
 			inprocessFlag(),
 			seedFlag(),

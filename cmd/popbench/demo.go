@@ -16,9 +16,9 @@ func demoCommand() *cli.Command {
 		Flags: commonFlags(
 			&cli.DurationFlag{Name: "duration", Usage: "traffic duration", Value: 20 * time.Second},
 			seedFlag(),
-			&cli.IntFlag{Name: "shards", Value: 3},
-			&cli.IntFlag{Name: "proxies", Value: 1},
-			&cli.IntFlag{Name: "workers", Value: 4},
+			&cli.IntFlag{Name: "shards", Usage: "memcached shards (or in-process shards) behind the proxies", Value: 3},
+			&cli.IntFlag{Name: "proxies", Usage: "mcproxy processes, each in front of every shard (edges spread over them)", Value: 1},
+			&cli.IntFlag{Name: "workers", Usage: "edge worker processes sharing one count per key", Value: 4},
 			&cli.StringFlag{Name: "algorithm", Usage: "sliding, fixed or token", Value: "sliding"},
 			&cli.StringFlag{Name: "arrivals", Usage: "poisson or bursty (on/off) arrivals", Value: "poisson"},
 		),

@@ -10,23 +10,31 @@ import (
 
 func loadCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "load",
-		Usage: "decisions/s and latency by algorithm (closed loop, Zipf identities) through a launched or existing PoP",
+		Name:        "load",
+		Usage:       "decisions/s and latency by algorithm (closed loop, Zipf identities) through a launched or existing PoP; --rate: open loop by path",
+		Description: openLoadDescription,
 		Flags: commonFlags(
 			&cli.DurationFlag{Name: "duration", Usage: "length of each run", Value: 5 * time.Second},
 			&cli.IntFlag{Name: "conns", Usage: "closed-loop clients", Value: 32},
 			&cli.Uint64Flag{Name: "keys", Usage: "Zipf identity space", Value: 10000},
 			&cli.Float64Flag{Name: "zipf", Usage: "Zipf exponent (> 1)", Value: 1.1},
 			&cli.Int64Flag{Name: "quantity", Usage: "limit per window per identity", Value: 100},
-			&cli.DurationFlag{Name: "window", Value: time.Second},
+			&cli.DurationFlag{Name: "window", Usage: "limit window", Value: time.Second},
 			&cli.StringFlag{Name: "algorithm", Usage: "sliding, fixed, token (comma-separated, run interleaved)", Value: "sliding,fixed,token"},
 			&cli.IntFlag{Name: "rounds", Usage: "interleaved rounds (A B C A B C …)", Value: 1},
 			&cli.BoolFlag{Name: "http", Usage: "drive edge worker processes over HTTP instead of in-process workers"},
 			&cli.IntFlag{Name: "workers", Usage: "workers (in-process or edges)", Value: 4},
 			&cli.StringSliceFlag{Name: "proxy", Usage: "existing mcproxy/memcached address (repeatable): no PoP is launched"},
 			&cli.StringSliceFlag{Name: "edge", Usage: "existing edge base URL (repeatable): no PoP is launched"},
+			&cli.StringFlag{Name: "rate", Usage: "open loop instead: offered `RATES` per second, comma-separated; N% is N percent of the capacity measured first (e.g. 25%,50%,75%, the default of --open)"},
+			&cli.BoolFlag{Name: "open", Usage: "open loop at --rate (default 25%,50%,75% of the measured capacity)"},
+			&cli.StringFlag{Name: "paths", Usage: "open loop: comma-separated paths (generator, floor, nutcracker, mcproxy, pop-gomemcache, pop-pipe)", Value: "all"},
+			&cli.StringFlag{Name: "mcproxy", Usage: "open loop: mcproxy binary (default: go build ./cmd/mcproxy)"},
 		),
 		Action: func(c *cli.Context) error {
+			if c.IsSet("rate") || c.Bool("open") {
+				return runOpenLoad(c)
+			}
 			algs, err := algorithms(c.String("algorithm"))
 			if err != nil {
 				return err

@@ -14,6 +14,7 @@
 //	popbench faults                    # shard kill/hang/slow, reload, mcproxy restart
 //	popbench pops                      # one client over 3 PoPs
 //	popbench central --rtt 80ms        # per-PoP vs central store latency
+//	popbench global                    # one limit across 3 PoPs (scope: global)
 //	popbench memory                    # bytes per limiter (memcached's stats slabs)
 //	popbench memory --limiters 1000000 --algorithm sliding --precision 1
 //	popbench proxy --compare           # memcached vs nutcracker vs mcproxy
@@ -31,12 +32,11 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/cmd/internal/daemon"
 )
 
 func main() {
@@ -44,6 +44,7 @@ func main() {
 	defer stop()
 	app := &cli.App{
 		Name:     "popbench",
+		Version:  daemon.Version(),
 		Usage:    "run a whole PoP on loopback, show it working, measure it",
 		Commands: commands(),
 	}
@@ -57,7 +58,7 @@ func main() {
 // commands lists the subcommands (proxy is in proxy.go).
 func commands() []*cli.Command {
 	return []*cli.Command{demoCommand(), loadCommand(), accuracyCommand(), faultsCommand(),
-		popsCommand(), centralCommand(), memoryCommand(), proxyCommand(), soakCommand()}
+		popsCommand(), centralCommand(), globalCommand(), memoryCommand(), proxyCommand(), soakCommand(), rlsCommand()}
 }
 
 // commonFlags are accepted by every subcommand.
@@ -99,30 +100,6 @@ func newEnv(c *cli.Context, edge bool) (*bench.Env, error) {
 		return nil, err
 	}
 	return bench.NewEnv(c.Context, bench.EnvConfig{Edge: edge, Log: logOut(c), Store: kind})
-}
-
-// progress returns a progress callback drawing a bar on the app's error
-// writer (stderr), and a
-// function to finish it.
-func progress(c *cli.Context, what string) (func(done, total int), func()) {
-	if c.Bool("quiet") {
-		return nil, func() {}
-	}
-	var bar *progressbar.ProgressBar
-	return func(done, total int) {
-			if bar == nil {
-				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(c.App.ErrWriter),
-					progressbar.OptionSetDescription(what), progressbar.OptionShowCount(),
-					progressbar.OptionShowIts(), progressbar.OptionSetItsString("req"),
-					progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionSetWidth(30))
-			}
-			_ = bar.Set(done)
-		}, func() {
-			if bar != nil {
-				_ = bar.Finish()
-				fmt.Fprintln(c.App.ErrWriter)
-			}
-		}
 }
 
 // output prints v as JSON with --json, else its tables.

@@ -24,7 +24,7 @@ reports ops/s, p50/p99/p999 latency (HDR histogram) and errors.
 Mixes: incr (incr, add on NOT_FOUND), getset (90% get / 10% set, 16-byte values),
 mget (4-key gets).
 
-  popbench proxy --addr 127.0.0.1:22121 --mix incr --conns 64 --duration 10s
+  popbench proxy --addr 127.0.0.1:7411 --mix incr --conns 64 --duration 10s
   popbench proxy --compare --mix incr,getset,mget --conns 64 --duration 5s --rounds 2
 
 --compare starts 3 memcached shards, Debian's nutcracker (ketama, the --hash)

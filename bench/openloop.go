@@ -1,0 +1,293 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/poplimit/poplimit/bench/fixture/procs"
+)
+
+// OpenLoopConfig configures RunOpenLoop. Zero means default.
+type OpenLoopConfig struct {
+	// Rates are the offered loads in requests/s; default 25%, 50% and 75%
+	// of the capacity measured first.
+	Rates []float64
+	// Fractions of the measured capacity when Rates is empty; default
+	// 0.25, 0.5, 0.75.
+	Fractions []float64
+	// Duration of each run (one path at one rate); default 2s.
+	Duration time.Duration
+	// Rounds of the interleaved sequence of paths per rate; default 3.
+	Rounds int
+	// Workers is the number of sending goroutines (each sends its share
+	// of the schedule, and at most one request at a time); default 32.
+	Workers int
+	// Keys and ZipfS: the identity space, Zipf-drawn; default 10,000 and
+	// 1.1.
+	Keys  uint64
+	ZipfS float64
+	// Quantity per second per identity of the decision paths; default
+	// 1<<30 (every decision admitted and counted in the store).
+	Quantity int64
+	// Paths to measure, in order; default AllOpenPaths.
+	Paths []string
+	// CapacityPath is the path whose closed-loop throughput is the
+	// capacity (default PathPopGomemcache); CapacityDuration its run
+	// (default 2s).
+	CapacityPath     string
+	CapacityDuration time.Duration
+	// McproxyBin is the mcproxy binary; default built from ./cmd/mcproxy.
+	// McproxyArgs are extra arguments.
+	McproxyBin  string
+	McproxyArgs []string
+	// Progress receives one line per run; nil is silent.
+	Progress io.Writer
+}
+
+func (c OpenLoopConfig) withDefaults() OpenLoopConfig {
+	if len(c.Fractions) == 0 {
+		c.Fractions = []float64{0.25, 0.5, 0.75}
+	}
+	defaultTo(&c.Duration, 2*time.Second)
+	defaultTo(&c.Rounds, 3)
+	defaultTo(&c.Workers, 32)
+	defaultTo(&c.Keys, 10000)
+	if c.ZipfS <= 1 {
+		c.ZipfS = 1.1
+	}
+	defaultTo(&c.Quantity, 1<<30)
+	if len(c.Paths) == 0 {
+		c.Paths = AllOpenPaths
+	}
+	if c.CapacityPath == "" {
+		c.CapacityPath = PathPopGomemcache
+	}
+	defaultTo(&c.CapacityDuration, 2*time.Second)
+	return c
+}
+
+// OpenRun is one open-loop run: one path at one rate.
+type OpenRun struct {
+	Path  string  `json:"path"`
+	Rate  float64 `json:"rate"`
+	Round int     `json:"round"`
+	// Latency from the intended send time, Service from the actual one,
+	// Lateness the generator's wake-up error (see openCounts).
+	Latency  Summary `json:"latency"`
+	Service  Summary `json:"service"`
+	Lateness Summary `json:"lateness"`
+	Sent     int64   `json:"sent"`
+	Errors   int64   `json:"errors"`
+	Queued   int64   `json:"queued"`
+	Unsent   int64   `json:"unsent"`
+	// Client is this process (generator and client library), Proxy the
+	// proxy's process, Shards the memcached processes, per request.
+	Client ProcPerRequest `json:"client"`
+	Proxy  ProcPerRequest `json:"proxy"`
+	Shards ProcPerRequest `json:"shards"`
+
+	counts               *openCounts
+	client, proxy, shard procSample
+}
+
+// OpenSummary is one path at one rate over every round: histograms
+// merged, CPU summed.
+type OpenSummary struct {
+	OpenRun
+	// P99Ratio and P50Ratio are this path's over the floor's at the same
+	// rate; AddedP99MS its p99 minus the floor's (0 without a floor).
+	P50Ratio   float64 `json:"p50_ratio_to_floor"`
+	P99Ratio   float64 `json:"p99_ratio_to_floor"`
+	AddedP99MS float64 `json:"added_p99_ms"`
+}
+
+// OpenLoopReport is RunOpenLoop's result.
+type OpenLoopReport struct {
+	Date     string  `json:"date"`
+	NumCPU   int     `json:"num_cpu"`
+	LoadAvg  string  `json:"load_average"`
+	Capacity float64 `json:"capacity_per_s"`
+	// CapacityPath is the path measured closed loop for Capacity.
+	CapacityPath string         `json:"capacity_path"`
+	Workers      int            `json:"workers"`
+	Keys         uint64         `json:"keys"`
+	Seconds      float64        `json:"seconds_per_run"`
+	Rounds       int            `json:"rounds"`
+	Paths        []PathInfo     `json:"paths"`
+	Runs         []*OpenRun     `json:"runs"`
+	Summary      []*OpenSummary `json:"summary"`
+	Notes        []string       `json:"notes,omitempty"`
+}
+
+// PathInfo describes a measured path.
+type PathInfo struct {
+	Name   string `json:"name"`
+	Detail string `json:"detail"`
+}
+
+// RunOpenLoop starts 3 memcached shards, nutcracker and mcproxy over them
+// (the same pool YAML), measures the capacity of cfg.CapacityPath closed
+// loop, then runs every path at every rate open loop, the paths
+// interleaved round by round, and summarises each path per rate with its
+// ratios to the floor.
+func RunOpenLoop(ctx context.Context, cfg OpenLoopConfig) (*OpenLoopReport, error) {
+	cfg = cfg.withDefaults()
+	if _, err := NewZipf(1, cfg.ZipfS, cfg.Keys); err != nil {
+		return nil, err
+	}
+	for _, p := range append(cfg.Paths, cfg.CapacityPath) {
+		if !slices.Contains(AllOpenPaths, p) || p == PathGenerator && p == cfg.CapacityPath {
+			return nil, fmt.Errorf("%w: path %q: want one of %v (the capacity path not %s)", ErrOpenLoop, p, AllOpenPaths, PathGenerator)
+		}
+	}
+	for _, r := range cfg.Rates {
+		if r <= 0 {
+			return nil, fmt.Errorf("%w: rate %v: want > 0", ErrOpenLoop, r)
+		}
+	}
+	dir, err := os.MkdirTemp("", "popbench-openloop-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	t, stop, err := startOpenTargets(ctx, cfg, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	names := append([]string{}, cfg.Paths...)
+	paths, err := openPaths(append(names, cfg.CapacityPath), t)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, p := range paths {
+			p.close()
+		}
+	}()
+	capPath, paths := paths[len(paths)-1], paths[:len(paths)-1]
+	rep := &OpenLoopReport{Date: time.Now().UTC().Format(time.RFC3339), NumCPU: runtime.NumCPU(),
+		CapacityPath: cfg.CapacityPath, Workers: cfg.Workers, Keys: cfg.Keys,
+		Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, LoadAvg: loadAvg()}
+	for _, p := range paths {
+		rep.Paths = append(rep.Paths, PathInfo{p.Name, p.Detail})
+	}
+	if rep.Capacity, err = runClosed(ctx, cfg.CapacityDuration, cfg.Workers, cfg.Keys, cfg.ZipfS, capPath.Op); err != nil {
+		return nil, fmt.Errorf("%w: capacity of %s: no request answered", ErrOpenLoop, cfg.CapacityPath)
+	}
+	rates := cfg.Rates
+	if len(rates) == 0 {
+		for _, f := range cfg.Fractions {
+			rates = append(rates, float64(int(f*rep.Capacity)))
+		}
+	}
+	logf := func(format string, args ...any) {
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, format+"\n", args...)
+		}
+	}
+	logf("capacity (%s, closed loop, %d conns, %v): %.0f/s; rates %v", cfg.CapacityPath, cfg.Workers, cfg.CapacityDuration, rep.Capacity, rates)
+	for ri, rate := range rates {
+		for round := 1; round <= cfg.Rounds; round++ {
+			for _, p := range paths {
+				s := openSchedule{Rate: rate, Duration: cfg.Duration, Workers: cfg.Workers, Keys: cfg.Keys,
+					ZipfS: cfg.ZipfS, Seed: uint64(ri*100 + round)}
+				run, err := measureOpen(ctx, s, p)
+				if err != nil {
+					return nil, err
+				}
+				run.Round = round
+				rep.Runs = append(rep.Runs, run)
+				logf("%-14s %6.0f/s round %d: p50 %.3f p99 %.3f p999 %.3f ms (service p99 %.3f, late p99 %.3f) errors %d queued %d unsent %d",
+					p.Name, rate, round, run.Latency.P50, run.Latency.P99, run.Latency.P999, run.Service.P99,
+					run.Lateness.P99, run.Errors, run.Queued, run.Unsent)
+			}
+		}
+	}
+	rep.summarise(rates, paths)
+	rep.Notes = append(rep.Notes, rep.targets()...)
+	return rep, nil
+}
+
+// measureOpen runs s on p and charges it the CPU and context switches of
+// this process, p's proxy and p's shards.
+func measureOpen(ctx context.Context, s openSchedule, p *openPath) (*OpenRun, error) {
+	var proxy []int
+	if p.Proxy != 0 {
+		proxy = []int{p.Proxy}
+	}
+	self0, px0, sh0 := sampleSelf(), sampleProcs(proxy), sampleProcs(p.Shards)
+	c, err := runOpen(ctx, s, p.Op)
+	if err != nil {
+		return nil, err
+	}
+	run := &OpenRun{Path: p.Name, Rate: s.Rate, counts: c,
+		client: sampleSelf().sub(self0), proxy: sampleProcs(proxy).sub(px0), shard: sampleProcs(p.Shards).sub(sh0)}
+	run.fill()
+	return run, nil
+}
+
+// fill derives the summaries and per-request figures from the raw counts.
+func (r *OpenRun) fill() {
+	c := r.counts
+	r.Latency, r.Service, r.Lateness = c.Latency.Summary(), c.Service.Summary(), c.Lateness.Summary()
+	r.Sent, r.Errors, r.Queued, r.Unsent = c.Sent, c.Errors, c.Queued, c.Unsent
+	r.Client, r.Proxy, r.Shards = r.client.per(c.Sent), r.proxy.per(c.Sent), r.shard.per(c.Sent)
+}
+
+// startOpenTargets starts the shards, nutcracker and mcproxy; stop stops
+// them.
+func startOpenTargets(ctx context.Context, cfg OpenLoopConfig, dir string) (*openTargets, func(), error) {
+	var stops []func()
+	stop := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	t := &openTargets{quantity: cfg.Quantity, keys: openKeys(cfg.Keys), popWorkers: cfg.Workers}
+	pool := procs.TwemproxyPool{Hash: "fnv1a_64", Distribution: "ketama", HashTag: "{}", TimeoutMS: 2000, ServerConnections: 1}
+	for i := 0; i < 3; i++ {
+		m, err := procs.StartMemcached(ctx, procs.MemcachedConfig{})
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		stops = append(stops, m.Stop)
+		t.shardPids = append(t.shardPids, m.Pid())
+		pool.Servers = append(pool.Servers, m.Addr+":1")
+		if i == 0 {
+			t.shardAddr = m.Addr
+		}
+	}
+	nc, err := procs.StartNutcracker(ctx, dir, pool)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	stops = append(stops, nc.Stop)
+	t.ncAddr, t.ncPid = nc.Addr, nc.Pid()
+	mc, _, detail, err := startMcproxyAdmin(ctx, ProxyCompareConfig{McproxyBin: cfg.McproxyBin, McproxyArgs: cfg.McproxyArgs}, dir, pool)
+	if err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("%w: mcproxy: %v", ErrOpenLoop, err)
+	}
+	stops = append(stops, func() { mc.Stop(2 * time.Second) })
+	t.mcAddr, t.mcPid, t.mcDetail = mc.Addr, mc.Pid(), detail
+	return t, stop, nil
+}
+
+// loadAvg is /proc/loadavg's first three fields ("" if unreadable).
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	var a, b5, c string
+	fmt.Sscan(string(b), &a, &b5, &c)
+	return a + " " + b5 + " " + c
+}

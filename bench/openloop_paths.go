@@ -1,0 +1,178 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memcached"
+	"github.com/poplimit/poplimit/pop"
+)
+
+// Paths of RunOpenLoop, in the order they run each round.
+const (
+	// PathGenerator sends to nothing (the op returns at once): its CPU
+	// per request is the generator's own cost, its lateness the
+	// schedule's error.
+	PathGenerator = "generator"
+	// PathFloor is the client's bare incr to one memcached shard: the
+	// round trip no design avoids.
+	PathFloor = "floor"
+	// PathNutcracker and PathMcproxy are the same incr through Debian's
+	// Twemproxy and through mcproxy, over the same 3 shards.
+	PathNutcracker = "nutcracker"
+	PathMcproxy    = "mcproxy"
+	// PathPopGomemcache and PathPopPipe are a full pop decision (policy
+	// match, identity, sliding window in the store) through mcproxy, over
+	// gomemcache and over the pipelining PipeStore.
+	PathPopGomemcache = "pop-gomemcache"
+	PathPopPipe       = "pop-pipe"
+)
+
+// AllOpenPaths is every path, in run order.
+var AllOpenPaths = []string{PathGenerator, PathFloor, PathNutcracker, PathMcproxy, PathPopGomemcache, PathPopPipe}
+
+// ErrOpenLoop reports an open-loop run that could not be made.
+var ErrOpenLoop = errors.New("bench: open loop")
+
+// openPath is one measured path: its request, the processes serving it
+// (their CPU and context switches are charged to it), and what to close.
+type openPath struct {
+	Name, Detail string
+	Op           openOp
+	// Proxy is the proxy's pid (0 for none); Shards the memcached pids
+	// the path's keys reach.
+	Proxy  int
+	Shards []int
+	close  func()
+}
+
+// openTargets are the processes RunOpenLoop started.
+type openTargets struct {
+	shardAddr  string // shard 1 of 3
+	ncAddr     string
+	mcAddr     string
+	shardPids  []int
+	ncPid      int
+	mcPid      int
+	mcDetail   string
+	quantity   int64
+	keys       []string
+	popWorkers int
+}
+
+// incrOp is one gomemcache incr of a Zipf key (created on its first miss,
+// as a counter does): the raw request of the floor and proxy paths.
+func incrOp(st *memcached.Store, keys []string) openOp {
+	return func(ctx context.Context, _ int, k uint64) error {
+		key := keys[k%uint64(len(keys))]
+		_, err := st.Incr(ctx, key, 1)
+		if errors.Is(err, counter.ErrNotFound) {
+			if err = st.Add(ctx, key, []byte("1"), time.Hour); errors.Is(err, counter.ErrNotStored) {
+				err = nil // another worker created it meanwhile
+			}
+		}
+		return err
+	}
+}
+
+// openPolicy is the pop policy of the decision paths: one sliding window
+// per API key, quantity per second.
+const openPolicy = `version: 1
+headers: both
+api_key: {header: X-API-Key}
+tiers:
+  t: {limits: [{name: burst, algorithm: sliding_window, quantity: %d, window: 1s}]}
+policies:
+  - {name: api, routes: ["/"], identity: [api_key, route], tier: t}
+`
+
+// popOp is a full pop decision over store: every worker has its own
+// request (its header rewritten per decision). A fail-open decision (the
+// store did not answer) is an error.
+func popOp(store counter.Store, quantity int64, keys []string, workers int) (openOp, error) {
+	l, err := pop.New(pop.Config{
+		NewShared:     func(lim counter.Limit) (counter.Allower, error) { return counter.New(store, lim) },
+		NewLocal:      func(lim counter.Limit) (counter.Allower, error) { return counter.NewLocal(lim) },
+		StoreDeadline: time.Second,
+		Logger:        slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := l.LoadBytes("openloop.yml", fmt.Appendf(nil, openPolicy, quantity)); err != nil {
+		return nil, err
+	}
+	u := &url.URL{Path: "/items"}
+	reqs := make([]*http.Request, workers)
+	for i := range reqs {
+		reqs[i] = &http.Request{Method: "GET", URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Host: "edge.test", RemoteAddr: "192.0.2.1:1000", Header: http.Header{"X-Api-Key": {""}}}
+	}
+	return func(ctx context.Context, w int, k uint64) error {
+		r := reqs[w%len(reqs)]
+		r.Header["X-Api-Key"][0] = keys[k%uint64(len(keys))]
+		if d := l.Decide(ctx, r, time.Now()); d.Reason == pop.ReasonFailOpen {
+			return ErrOpenLoop
+		}
+		return nil
+	}, nil
+}
+
+// openPaths builds the named paths over t. The closed-loop capacity
+// probe uses one path more, as many workers as the schedule's.
+func openPaths(names []string, t *openTargets) ([]*openPath, error) {
+	gomc := func(addr string) *memcached.Store {
+		return memcached.NewStore(memcached.NewClient(memcached.Config{Servers: []string{addr}, Timeout: time.Second}))
+	}
+	var out []*openPath
+	for _, name := range names {
+		p := &openPath{Name: name, close: func() {}}
+		switch name {
+		case PathGenerator:
+			p.Detail = "no request: the generator alone"
+			p.Op = func(context.Context, int, uint64) error { return nil }
+		case PathFloor:
+			p.Detail, p.Shards = "gomemcache incr to memcached shard 1 of 3, no proxy", t.shardPids[:1]
+			p.Op = incrOp(gomc(t.shardAddr), t.keys)
+		case PathNutcracker:
+			p.Detail, p.Proxy, p.Shards = "gomemcache incr through nutcracker 0.5.0 (3 shards)", t.ncPid, t.shardPids
+			p.Op = incrOp(gomc(t.ncAddr), t.keys)
+		case PathMcproxy:
+			p.Detail, p.Proxy, p.Shards = "gomemcache incr through "+t.mcDetail, t.mcPid, t.shardPids
+			p.Op = incrOp(gomc(t.mcAddr), t.keys)
+		case PathPopGomemcache, PathPopPipe:
+			var st counter.Store = gomc(t.mcAddr)
+			p.Detail = "pop decision (sliding window) over gomemcache through mcproxy"
+			if name == PathPopPipe {
+				ps := memcached.NewPipeStore(memcached.PipeConfig{Addr: t.mcAddr, Timeout: time.Second})
+				st, p.close = ps, func() { ps.Close() }
+				p.Detail = "pop decision (sliding window) over PipeStore through mcproxy"
+			}
+			op, err := popOp(st, t.quantity, t.keys, t.popWorkers)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: %v", ErrOpenLoop, name, err)
+			}
+			p.Op, p.Proxy, p.Shards = op, t.mcPid, t.shardPids
+		default:
+			return nil, fmt.Errorf("%w: unknown path %q (want one of %v)", ErrOpenLoop, name, AllOpenPaths)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// openKeys returns the n identity strings of the Zipf key space.
+func openKeys(n uint64) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "ol:k" + strconv.Itoa(i)
+	}
+	return keys
+}

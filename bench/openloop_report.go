@@ -1,0 +1,134 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+)
+
+// summarise folds the runs into one OpenSummary per rate and path (runs
+// of every round merged) and the ratios to the floor at that rate.
+func (rep *OpenLoopReport) summarise(rates []float64, paths []*openPath) {
+	for _, rate := range rates {
+		var floor *OpenSummary
+		var group []*OpenSummary
+		for _, p := range paths {
+			s := &OpenSummary{OpenRun: OpenRun{Path: p.Name, Rate: rate, Round: rep.Rounds, counts: newOpenCounts()}}
+			for _, r := range rep.Runs {
+				if r.Path == p.Name && r.Rate == rate {
+					s.counts.merge(r.counts)
+					s.client = addSample(s.client, r.client)
+					s.proxy = addSample(s.proxy, r.proxy)
+					s.shard = addSample(s.shard, r.shard)
+				}
+			}
+			s.fill()
+			if p.Name == PathFloor {
+				floor = s
+			}
+			group = append(group, s)
+		}
+		for _, s := range group {
+			if floor != nil && floor.Latency.P99 > 0 && floor.Latency.P50 > 0 {
+				s.P50Ratio = s.Latency.P50 / floor.Latency.P50
+				s.P99Ratio = s.Latency.P99 / floor.Latency.P99
+				s.AddedP99MS = s.Latency.P99 - floor.Latency.P99
+			}
+		}
+		rep.Summary = append(rep.Summary, group...)
+	}
+}
+
+func addSample(a, b procSample) procSample {
+	return procSample{a.User + b.User, a.System + b.System, a.Voluntary + b.Voluntary, a.Preempted + b.Preempted}
+}
+
+// summary returns the summary of path at rate, nil if not measured.
+func (rep *OpenLoopReport) summary(path string, rate float64) *OpenSummary {
+	for _, s := range rep.Summary {
+		if s.Path == path && s.Rate == rate {
+			return s
+		}
+	}
+	return nil
+}
+
+// targets checks the latency targets at the rate nearest 50% of
+// capacity: the full decision's p99 at most 1.5× the floor's, mcproxy's
+// added p99 at most nutcracker's.
+func (rep *OpenLoopReport) targets() []string {
+	var rates []float64
+	for _, s := range rep.Summary {
+		if !slices.Contains(rates, s.Rate) {
+			rates = append(rates, s.Rate)
+		}
+	}
+	if len(rates) == 0 || rep.Capacity <= 0 {
+		return nil
+	}
+	half := rates[0]
+	for _, r := range rates {
+		if abs(r-rep.Capacity/2) < abs(half-rep.Capacity/2) {
+			half = r
+		}
+	}
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "NOT met"
+	}
+	var notes []string
+	floor := rep.summary(PathFloor, half)
+	if floor == nil {
+		return nil
+	}
+	for _, p := range []string{PathPopGomemcache, PathPopPipe} {
+		if s := rep.summary(p, half); s != nil {
+			notes = append(notes, fmt.Sprintf("at %.0f/s (%.0f%% of capacity): %s p99 %.3f ms = %.2f× the floor's %.3f ms (target ≤ 1.5×: %s)",
+				half, 100*half/rep.Capacity, p, s.Latency.P99, s.P99Ratio, floor.Latency.P99, verdict(s.P99Ratio <= 1.5)))
+		}
+	}
+	mc, nc := rep.summary(PathMcproxy, half), rep.summary(PathNutcracker, half)
+	if mc != nil && nc != nil {
+		notes = append(notes, fmt.Sprintf("at %.0f/s: mcproxy adds %.3f ms p99 over the floor, nutcracker %.3f ms (target mcproxy ≤ nutcracker: %s)",
+			half, mc.AddedP99MS, nc.AddedP99MS, verdict(mc.AddedP99MS <= nc.AddedP99MS)))
+	}
+	return notes
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// Tables returns the summary per rate and path, the per-request costs,
+// and every run.
+func (rep *OpenLoopReport) Tables() []*Table {
+	head := fmt.Sprintf("capacity %.0f/s (%s closed loop, %d conns), %d workers, %d Zipf keys, %d rounds × %.0fs per run, load average %s, %d CPUs",
+		rep.Capacity, rep.CapacityPath, rep.Workers, rep.Workers, rep.Keys, rep.Rounds, rep.Seconds, rep.LoadAvg, rep.NumCPU)
+	lat := &Table{Title: "Open loop: latency from the intended send time, ms (" + head + ")",
+		Header: []string{"rate/s", "path", "sent", "p50", "p99", "p999", "p50 ÷ floor", "p99 ÷ floor", "p99 − floor", "service p50", "service p99", "late p99", "queued", "errors", "unsent"}}
+	cost := &Table{Title: "Open loop: cost per request (µs CPU user/system; context switches voluntary/involuntary)",
+		Header: []string{"rate/s", "path", "client µs usr", "client µs sys", "proxy µs usr", "proxy µs sys", "proxy cs vol", "proxy cs invol", "shards µs usr", "shards µs sys", "shards cs vol"}}
+	for _, s := range rep.Summary {
+		lat.Add(s.Rate, s.Path, s.Sent, s.Latency.P50, s.Latency.P99, s.Latency.P999, s.P50Ratio, s.P99Ratio, s.AddedP99MS,
+			s.Service.P50, s.Service.P99, s.Lateness.P99, s.Queued, s.Errors, s.Unsent)
+		cost.Add(s.Rate, s.Path, s.Client.UserUS, s.Client.SystemUS, s.Proxy.UserUS, s.Proxy.SystemUS, s.Proxy.Voluntary,
+			s.Proxy.Involuntary, s.Shards.UserUS, s.Shards.SystemUS, s.Shards.Voluntary)
+	}
+	runs := &Table{Title: "Open loop: every run (interleaved in this order)",
+		Header: []string{"rate/s", "round", "path", "sent", "p50", "p99", "p999", "service p99", "late p99", "errors"}}
+	for _, r := range rep.Runs {
+		runs.Add(r.Rate, r.Round, r.Path, r.Sent, r.Latency.P50, r.Latency.P99, r.Latency.P999, r.Service.P99, r.Lateness.P99, r.Errors)
+	}
+	notes := &Table{Title: "Targets (at the rate nearest 50% of capacity) and paths", Header: []string{"note"}}
+	for _, n := range rep.Notes {
+		notes.Add(n)
+	}
+	for _, p := range rep.Paths {
+		notes.Add(p.Name + ": " + p.Detail)
+	}
+	return []*Table{lat, cost, notes, runs}
+}

@@ -1,0 +1,37 @@
+package counter_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
+	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/redis"
+)
+
+// redisBackends is the Redis Cluster store (counter/redis: the algorithm
+// in one Lua script per decision) on the test binary's shared cluster,
+// with the worker's clock, when redis-server is installed or required.
+// Tests that need a counter.Store see it as having none (store nil) and
+// skip it, like local.
+func redisBackends(t *testing.T) []backend {
+	t.Helper()
+	if !procs.RedisInstalled() && !fixture.Required() {
+		return nil
+	}
+	c := fixture.SharedRedisCluster(t)
+	st, err := redis.New(redis.Config{Addrs: c.Addrs(), Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return []backend{{name: "redis", allow: func(t testing.TB, l counter.Limit) counter.Allower {
+		t.Helper()
+		a, err := st.NewAllower(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}}}
+}

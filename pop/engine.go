@@ -1,0 +1,272 @@
+package pop
+
+// The limit engine without HTTP: named rules compiled from limit specs
+// and decided in batches (cmd/rls decides Envoy's descriptors with it).
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/poplimit/poplimit/counter"
+)
+
+// RuleSpec is one named rule of a RuleSet: a compound of limits (all must
+// admit) with the fail mode and leasing of a policy.
+type RuleSpec struct {
+	// Name identifies the rule within its set and prefixes every key it
+	// counts, so two rules never share a count. It must not be empty.
+	Name string
+	// Limits are enforced together; at least one. Limit names must be
+	// unique within the rule.
+	Limits []LimitSpec
+	// FailMode applies when the store cannot be consulted.
+	FailMode FailMode
+	// Lease enables token leasing (requests of one unit only).
+	Lease LeaseSpec
+}
+
+// RuleSet is an immutable set of compiled rules. Build it with
+// Limiter.CompileRules; look rules up with Rule.
+type RuleSet struct {
+	rules map[string]*Rule
+}
+
+// Rule is one compiled rule: the same limits, mitigation cache, fail mode
+// and leases the HTTP path uses for a policy.
+type Rule struct {
+	p  *policy
+	rs *rules
+	// variants holds the rule compiled for a cost of hits × LimitSpec.Cost
+	// per request, by hits (hits ≥ 2), built on first use.
+	variants sync.Map // int64 → *rules
+}
+
+// ruleTier is the tier name of every compiled rule.
+const ruleTier = "rule"
+
+// maxRuleVariants bounds the per-hits compilations kept by a rule; beyond
+// it a variant is built for the one call.
+const maxRuleVariants = 64
+
+// Rule is the rule named name, nil when the set has none (or s is nil).
+func (s *RuleSet) Rule(name string) *Rule {
+	if s == nil {
+		return nil
+	}
+	return s.rules[name]
+}
+
+// Len is the number of rules in s.
+func (s *RuleSet) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.rules)
+}
+
+// Spec is the definition r was compiled from.
+func (r *Rule) Spec() RuleSpec {
+	t := r.p.spec
+	specs := make([]LimitSpec, len(r.rs.limits))
+	for i, l := range r.rs.limits {
+		specs[i] = l.spec
+	}
+	return RuleSpec{Name: t.Name, Limits: specs, FailMode: t.FailMode, Lease: t.Lease}
+}
+
+// CompileRules compiles specs into a RuleSet. A rule of old whose
+// definition is unchanged is reused as it is (its mitigation cache and
+// leases survive the reload); every other rule starts afresh. On error
+// nothing is returned and old stays valid.
+func (l *Limiter) CompileRules(specs []RuleSpec, old *RuleSet) (*RuleSet, error) {
+	s := &RuleSet{rules: make(map[string]*Rule, len(specs))}
+	for _, spec := range specs {
+		switch {
+		case spec.Name == "":
+			return nil, fmt.Errorf("%w: rule with an empty name", ErrConfig)
+		case len(spec.Limits) == 0:
+			return nil, fmt.Errorf("%w: rule %q has no limits", ErrConfig, spec.Name)
+		case s.rules[spec.Name] != nil:
+			return nil, fmt.Errorf("%w: rule %q defined twice", ErrConfig, spec.Name)
+		}
+		seen := map[string]bool{}
+		for _, ls := range spec.Limits {
+			if seen[ls.Limit.Name] {
+				return nil, fmt.Errorf("%w: rule %q: limit name %q used twice", ErrConfig, spec.Name, ls.Limit.Name)
+			}
+			seen[ls.Limit.Name] = true
+			if err := ls.Limit.Validate(); err != nil {
+				return nil, fmt.Errorf("%w: rule %q limit %q: %w", ErrConfig, spec.Name, ls.Limit.Name, err)
+			}
+		}
+		ps := PolicySpec{Name: spec.Name, FailMode: spec.FailMode, Lease: spec.Lease}
+		f := &File{Tiers: map[string]TierSpec{ruleTier: {Name: ruleTier, Limits: spec.Limits}}}
+		fp := fingerprint(ps, f)
+		if o := old.Rule(spec.Name); o != nil && o.p.fingerprint == fp {
+			s.rules[spec.Name] = o
+			continue
+		}
+		p, err := l.compilePolicy(ps, f, fp)
+		if err != nil {
+			return nil, err
+		}
+		s.rules[spec.Name] = &Rule{p: p, rs: p.tiers[ruleTier]}
+	}
+	return s, nil
+}
+
+// forHits is r's rules for requests of hits units (hits ≥ 1). Hits above
+// one never lease. Each hits value counts under its own tier name, so the
+// mitigation cache replays a rejection only to requests of the same size.
+func (r *Rule) forHits(hits int64) *rules {
+	if hits == 1 {
+		return r.rs
+	}
+	if v, ok := r.variants.Load(hits); ok {
+		return v.(*rules)
+	}
+	v := &rules{tier: fmt.Sprintf("%s×%d", ruleTier, hits), policyField: r.rs.policyField, limits: make([]*rule, len(r.rs.limits))}
+	for i, l := range r.rs.limits {
+		c := *l
+		c.cost, c.lease = l.cost*hits, nil
+		v.limits[i] = &c
+	}
+	n := 0
+	r.variants.Range(func(any, any) bool { n++; return n < maxRuleVariants })
+	if n < maxRuleVariants {
+		r.variants.Store(hits, v)
+	}
+	return v
+}
+
+// Check is one question of a batch: may Hits units pass Rule for the
+// identity Parts?
+type Check struct {
+	Rule *Rule
+	// Parts are the identity's key parts (e.g. an Envoy descriptor's
+	// domain, keys and values); the rule's name is put in front of them.
+	Parts []string
+	// Hits is the number of units the request takes, each costing the
+	// limits' LimitSpec.Cost. 0 checks without counting: the answer is
+	// whether the identity is within every limit now (counter.Peeker);
+	// with the store unavailable it is admitted except under FailClosed.
+	Hits int64
+}
+
+// DecideAll decides every check at now, into out (len(out) must be
+// len(checks); out[i] answers checks[i]). Each check runs the same stages
+// as Decide (mitigation cache, breaker, in-flight slot, leases, shared
+// count, fail mode, metrics under the rule's name as the policy); the
+// checks run concurrently so that their store calls meet in the store's
+// pipeline (memcached.PipeStore with Multiplex writes them in one batch).
+// A check with a nil Rule is admitted with ReasonNoPolicy; a negative Hits
+// is refused (Status 400, ReasonNoPolicy is not used: Reason "bad_input").
+func (l *Limiter) DecideAll(ctx context.Context, checks []Check, now time.Time, out []Decision) {
+	if len(out) != len(checks) {
+		panic("pop: DecideAll: len(out) != len(checks)")
+	}
+	if len(checks) == 1 {
+		out[0] = l.decideCheck(ctx, checks[0], now)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range checks {
+		if checks[i].Rule == nil {
+			out[i] = Decision{Allowed: true, Reason: ReasonNoPolicy}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = l.decideCheck(ctx, checks[i], now)
+		}()
+	}
+	wg.Wait()
+}
+
+// ReasonBadInput is the Reason of a check DecideAll refused as malformed.
+const ReasonBadInput Reason = "bad_input"
+
+func (l *Limiter) decideCheck(ctx context.Context, c Check, now time.Time) Decision {
+	if c.Rule == nil {
+		return Decision{Allowed: true, Reason: ReasonNoPolicy}
+	}
+	if c.Hits < 0 {
+		return Decision{Status: http.StatusBadRequest, Reason: ReasonBadInput}
+	}
+	var buf [16]string
+	parts := append(append(buf[:0], c.Rule.p.spec.Name), c.Parts...)
+	var d Decision
+	if c.Hits == 0 {
+		d = l.peekRule(ctx, c.Rule, parts, now)
+	} else {
+		rs := c.Rule.forHits(c.Hits)
+		d = l.decide(ctx, c.Rule.p, rs, parts, now)
+		if d.Reason != ReasonFailLocal && d.Reason != ReasonStoreSlow && d.Reason != ReasonStoreBusy {
+			d.policyField = rs.policyField
+		}
+	}
+	d.Policy, d.Tier = c.Rule.p.spec.Name, ruleTier
+	if !d.Allowed && d.Status == 0 {
+		d.Status = rejectStatus(d.Reason)
+	}
+	l.cfg.Metrics.decision(&d)
+	return d
+}
+
+// peekRule answers a check of zero hits: every limit is read (never
+// counted) through the breaker and the store deadline; a store failure
+// answers by the fail mode (FailLocal admits: there is nothing to count).
+func (l *Limiter) peekRule(ctx context.Context, r *Rule, parts []string, now time.Time) Decision {
+	rs := r.rs
+	if !l.breaker.Allow(now) {
+		return l.peekFallback(r)
+	}
+	start := time.Now() // real time: see Decide
+	sctx := newStoreCtx(ctx, start.Add(l.dl.Current()))
+	all := make([]LimitResult, len(rs.limits))
+	var err error
+	for i, lim := range rs.limits {
+		key := counter.Key(parts...)
+		if lim.distinct {
+			key = counter.Key(append(parts[:len(parts):len(parts)], "l", lim.spec.Limit.Name)...)
+		}
+		all[i].Limit = lim.spec.Limit
+		pk, ok := lim.shared.(counter.Peeker)
+		if !ok {
+			err = fmt.Errorf("%w: limit %q cannot be read without counting", ErrConfig, lim.spec.Limit.Name)
+			break
+		}
+		if all[i].Result, err = pk.Peek(sctx, key, now); err != nil {
+			break
+		}
+	}
+	sctx.release()
+	lat := time.Since(start)
+	l.dl.Observe(start, lat)
+	l.cfg.Metrics.store(lat, err, false)
+	if err != nil && ctx.Err() != nil {
+		l.breaker.Release()
+		return Decision{Reason: ReasonCanceled}
+	}
+	l.breaker.Observe(now, err)
+	if err != nil {
+		return l.peekFallback(r)
+	}
+	return verdict(all, len(all), ReasonStore)
+}
+
+func (l *Limiter) peekFallback(r *Rule) Decision {
+	if r.p.spec.FailMode == FailClosed {
+		return Decision{Reason: ReasonFailClosed, Status: http.StatusServiceUnavailable,
+			Binding: LimitResult{Result: counter.Result{RetryAfter: l.cfg.Breaker.openFor()}}}
+	}
+	reason := ReasonFailOpen
+	if r.p.spec.FailMode == FailLocal {
+		reason = ReasonFailLocal
+	}
+	return Decision{Allowed: true, Reason: reason}
+}
