@@ -86,7 +86,7 @@ func main() {
 			&cli.StringFlag{Name: "global-memcached", Usage: "home region's memcached or mcproxy `ADDR` holding the global counts of scope: global limits (pipelined client: one round trip per claim); empty: policies with global limits are rejected"},
 			&cli.IntFlag{Name: "pops", Value: 1, Usage: "number of PoPs sharing the global limits: with the home store unreachable, fail_mode local credits limit ÷ this per window"},
 			&cli.Int64Flag{Name: "global-overdraft", Value: 0, Usage: "units per global key and window this PoP admits while its pool is empty and a refill is in flight (each adds to the over-admission bound); 0 = reject with Retry-After"},
-			&cli.DurationFlag{Name: "global-horizon", Value: 500 * time.Millisecond, Usage: "how much of the PoP's arrival rate one batch claimed from the home store covers (at least 3 refill latencies)"},
+			&cli.DurationFlag{Name: "global-horizon", Value: 250 * time.Millisecond, Usage: "how much of the PoP's arrival rate one batch claimed from the home store covers (at least 1.5 refill latencies); a PoP holds about rate × (this + 1.5 refill latencies) tokens, which it strands when its traffic moves away late in a window"},
 			&cli.StringFlag{Name: "events", Usage: "write rejection events as JSON lines to `FILE` ('-' for stderr); empty disables"},
 			// The upstream exchange (pop.ForwardConfig): 504 when a timeout expires, 413 over the body limit.
 			&cli.DurationFlag{Name: "upstream-dial-timeout", Value: 5 * time.Second, Usage: "connecting to the upstream (504 on expiry; 5s: a LAN upstream connects in milliseconds, 5s rides out two lost SYNs)"},

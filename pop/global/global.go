@@ -20,7 +20,7 @@
 //     compare-and-swap, abandoned after Config.LockTTL), claims the next
 //     batch with one incr on the home counter and credits the pool;
 //   - the batch covers the PoP's observed arrival rate over
-//     max(Config.Horizon, 3 refill latencies): a PoP with 1% of the traffic
+//     max(Config.Horizon, 1.5 refill latencies): a PoP with 1% of the traffic
 //     claims 1% of the batches' volume; a worker estimates its PoP's rate as
 //     its own arrival rate × Config.Workers;
 //   - a claim that overshoots the limit is granted only what was left
@@ -138,7 +138,9 @@ type Config struct {
 	// Retry-After of the refill latency). Each unit adds to the bound.
 	Overdraft int64
 	// Horizon is how much of the PoP's arrival rate one batch covers
-	// (at least 3 refill latencies are used); default 500ms.
+	// (at least 1.5 refill latencies are used); default 250ms. The
+	// tokens a PoP holds, about rate × (Horizon + 1.5 latencies), are
+	// what it can strand when its traffic moves away late in a window.
 	Horizon time.Duration
 	// LockTTL is the longest a refiller holds a key's lock (a crashed one
 	// blocks its key's refills that long); default 2s.
@@ -185,7 +187,7 @@ func NewHome(cfg Config) (*Home, error) {
 	}
 	cfg.PoPs = max(1, cfg.PoPs)
 	cfg.Workers = max(1, cfg.Workers)
-	cfg.Horizon = dur(cfg.Horizon, 500*time.Millisecond)
+	cfg.Horizon = dur(cfg.Horizon, 250*time.Millisecond)
 	cfg.LockTTL = dur(cfg.LockTTL, 2*time.Second)
 	cfg.HomeTimeout = dur(cfg.HomeTimeout, time.Second)
 	cfg.RetryEvery = dur(cfg.RetryEvery, time.Second)

@@ -135,12 +135,12 @@ func (a *Allower) refill(key string, ks *keyState, win int64, now time.Time, rat
 }
 
 // batch is the units one claim asks for at rate (units/s of the PoP): the
-// rate over max(Horizon, 3 latencies) plus the low-water mark, at least 1,
+// rate over max(Horizon, 1.5 latencies) plus the low-water mark, at least 1,
 // at most half of what the window had left at this worker's last claim
 // (the whole limit at its first), so that one PoP's burst does not take
 // the whole window's count.
 func (a *Allower) batch(ks *keyState, win int64, rate float64, lat time.Duration) int64 {
-	h := max(a.h.cfg.Horizon, 3*lat)
+	h := max(a.h.cfg.Horizon, lat+lat/2)
 	b := int64(math.Ceil(rate*h.Seconds())) + lowWater(rate, lat, 1)
 	left := a.lim.Quantity
 	ks.mu.Lock()
