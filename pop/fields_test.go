@@ -52,6 +52,12 @@ func TestHeadersTrue(t *testing.T) {
 			// 1.1 s: estimate 2 × 0.9 = 1.8: one more unit at 1.5 s.
 			{1100 * ms, false, "2", "0", "1", `"s";q=2;w=1`, `"s";r=0;t=1`},
 		}},
+		{"sliding 10s", counter.Limit{Name: "s10", Quantity: 2, Window: 10 * time.Second}, []fieldStep{
+			// The count slides out at 20 s: t stops at the window.
+			{time.Second, true, "2", "1", "10", `"s10";q=2;w=10`, `"s10";r=1;t=10`},
+			// 11 s: estimate 1 × 0.9 + 1 = 1.9; a third unit at 20 s, capped at 10.
+			{11 * time.Second, true, "2", "0", "9", `"s10";q=2;w=10`, `"s10";r=0;t=9`},
+		}},
 		{"calendar month", counter.Limit{Name: "m", Algorithm: counter.FixedWindow, Quantity: 2,
 			Calendar: counter.Calendar{Unit: counter.Month}}, []fieldStep{
 			{0, true, "2", "1", "2678400", `"m";q=2;w=2678400`, `"m";r=1;t=2678400`},
