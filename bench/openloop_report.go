@@ -96,8 +96,6 @@ func (rep *OpenLoopReport) targets() []string {
 	return notes
 }
 
-// abs is |x| (global.go uses it too: 01f75b1 and 172687a each dropped
-// the other file's copy, leaving none).
 func abs(x float64) float64 {
 	if x < 0 {
 		return -x

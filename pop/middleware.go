@@ -248,8 +248,13 @@ func WriteRejection(w http.ResponseWriter, d Decision) {
 		status = http.StatusTooManyRequests
 	}
 	msg := "rate_limit_exceeded"
-	if status == http.StatusServiceUnavailable {
+	switch status {
+	case http.StatusServiceUnavailable:
 		msg = "rate_limiter_unavailable"
+	case http.StatusForbidden, http.StatusUnauthorized:
+		// Not a quota answer: retrying will not help, no Retry-After.
+		writeKeyRejection(w, status)
+		return
 	}
 	n := strconv.FormatInt(ra, 10)
 	h := w.Header()

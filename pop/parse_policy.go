@@ -278,7 +278,7 @@ func (p *parser) checkMaxBatch(n *yaml.Node, path string, ps PolicySpec, f *File
 			limits = f.Tiers[tier].Limits
 		}
 		for _, ls := range limits {
-			if ls.Cost < 1 {
+			if ls.Cost < 1 || ls.Concurrency.MaxRequestTime > 0 || ls.Response.Set() { // never leased
 				continue
 			}
 			if c := allowanceOf(ls.Limit) / ls.Cost; ps.Lease.MaxBatch > c && c > 0 {
