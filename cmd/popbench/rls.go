@@ -34,7 +34,7 @@ func rlsCommand() *cli.Command {
 descriptors {user: V}, V Zipf-distributed over --keys values; reports requests/s, decisions/s
 (descriptors answered per second), p50/p99/p999, overall codes and errors.
 
-  popbench rls --target 127.0.0.1:8081 --duration 10s
+  popbench rls --target 127.0.0.1:7491 --duration 10s
   popbench rls --rls 4 --duration 10s                      # launch 3 memcached + mcproxy + 4 rls
   popbench rls --rls 4 --peer /tmp/peer/ratelimit-bin --rounds 3
 

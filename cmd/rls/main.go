@@ -7,9 +7,9 @@
 //
 // Usage:
 //
-//	rls --grpc 127.0.0.1:8081 --http 127.0.0.1:8080 \
+//	rls --grpc 127.0.0.1:7491 --http 127.0.0.1:7490 \
 //	    --config-dir /srv/runtime_data/current/ratelimit/config \
-//	    --memcached 127.0.0.1:22121 --workers-per-pop 4
+//	    --memcached 127.0.0.1:7411 --workers-per-pop 4
 //
 // The config directory is reloaded when a file in it changes and on
 // SIGHUP; an invalid file keeps the previous config (logged with file,
@@ -45,24 +45,25 @@ import (
 
 func main() {
 	app := &cli.App{
-		Name:  "rls",
-		Usage: "Envoy rate limit service (envoyproxy/ratelimit's API and config) over poplimit's PoP-shared counts",
+		Name:    "rls",
+		Version: daemon.Version(),
+		Usage:   "Envoy rate limit service (envoyproxy/ratelimit's API and config) over poplimit's PoP-shared counts",
 		Description: "Answers envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit on --grpc (with the gRPC\n" +
 			"health service) and serves /json, /healthcheck and /metrics on --http. The config is every *.yaml\n" +
 			"and *.yml of --config-dir, else of RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY (the\n" +
 			"envoyproxy/ratelimit layout). Counts live in memcached behind --memcached (normally the host's\n" +
 			"mcproxy); without it, an in-process store (one process, no sharing).",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "grpc", Value: "127.0.0.1:8081", Usage: "gRPC listener (ShouldRateLimit, grpc.health.v1)"},
-			&cli.StringFlag{Name: "http", Value: "127.0.0.1:8080", Usage: "HTTP listener (/json, /healthcheck, /metrics); empty disables"},
+			&cli.StringFlag{Name: "grpc", Value: "127.0.0.1:7491", Usage: "gRPC listener (ShouldRateLimit, grpc.health.v1; 7491: not envoyproxy/ratelimit's 8081, so both can run while migrating)"},
+			&cli.StringFlag{Name: "http", Value: "127.0.0.1:7490", Usage: "HTTP listener (/json, /healthcheck, /metrics); empty disables (7490: not envoyproxy/ratelimit's 8080)"},
 			&cli.StringFlag{Name: "config-dir", Usage: "directory of the YAML config files (default: $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY)"},
 			&cli.StringSliceFlag{Name: "memcached", Usage: "memcached or mcproxy `ADDR`; repeatable with --store-client gomemcache; empty = in-process store"},
 			&cli.StringFlag{Name: "store-client", Value: "pipe", Usage: "'pipe' (memcached.PipeStore, pipelined: all descriptors of one request in one write; one --memcached, normally mcproxy) or 'gomemcache'"},
 			&cli.IntFlag{Name: "store-multiplex", Value: 4, Usage: "with --store-client pipe: connections shared by all requests (concurrent store calls are written together); 0 = one pooled connection per call"},
 			&cli.IntFlag{Name: "workers-per-pop", Value: 1, Usage: "rls processes in the PoP: the local fail mode enforces limit ÷ this"},
 			&cli.DurationFlag{Name: "store-deadline", Usage: "fixed deadline of one decision's store calls; 0 = adaptive within [--store-deadline-floor, --store-deadline-ceiling]"},
-			&cli.DurationFlag{Name: "store-deadline-floor", Value: 250 * time.Millisecond, Usage: "shortest adaptive store deadline"},
-			&cli.DurationFlag{Name: "store-deadline-ceiling", Value: time.Second, Usage: "longest adaptive store deadline (also the memcached socket timeout)"},
+			&cli.DurationFlag{Name: "store-deadline-floor", Value: 250 * time.Millisecond, Usage: "shortest adaptive store deadline (250ms, as edge's: a saturated host schedules a process hundreds of ms late, and a timeout on a store that answers costs exactness)"},
+			&cli.DurationFlag{Name: "store-deadline-ceiling", Value: time.Second, Usage: "longest adaptive store deadline (also the memcached socket timeout; 1s, as edge's: the most a call waits on a store that stopped answering, until the breaker opens)"},
 			&cli.IntFlag{Name: "breaker-failures", Value: 5, Usage: "consecutive hard store failures that open the circuit breaker"},
 			&cli.DurationFlag{Name: "breaker-window", Value: 2 * time.Second, Usage: "failing store calls with no success for this long open the breaker"},
 			&cli.DurationFlag{Name: "breaker-open", Value: 500 * time.Millisecond, Usage: "how long the breaker stays open before a half-open probe"},
