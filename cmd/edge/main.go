@@ -33,6 +33,7 @@ import (
 	"net/url"
 	"os"
 	"time"
+	_ "time/tzdata" // calendar windows' time zones on hosts without zoneinfo
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
