@@ -197,6 +197,9 @@ type File struct {
 	// ipv6: 64}`): every address of one IPv6 /64 shares one count by
 	// default. Zero means the default (32, 64).
 	IPv4Prefix, IPv6Prefix int
+	// RejectionBody (`rejection_body: json|problem`) is the body of a
+	// rejection: BodyJSON (default) or BodyProblem (application/problem+json).
+	RejectionBody BodyFormat
 	// ShadowHeader (`shadow_header: true`) makes the middleware answer a
 	// request a shadow limit would have rejected with
 	// `X-RateLimit-Shadow: <limit>`.
