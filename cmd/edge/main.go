@@ -19,8 +19,8 @@
 // --write-timeout, --idle-timeout, --max-header-bytes). Both listeners
 // default to loopback. Limits with scope: global count across PoPs through
 // --global-memcached (the home region's store; --pops, --global-overdraft,
-// --global-horizon; package pop/global). This file only wires flags to
-// packages pop, pop/global and counter.
+// --global-horizon; package pop/global, flags in cmd/internal/globalflags).
+// This file only wires flags to packages pop and counter.
 package main
 
 import (
@@ -41,10 +41,10 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/cmd/internal/daemon"
+	"github.com/poplimit/poplimit/cmd/internal/globalflags"
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/memcached"
 	"github.com/poplimit/poplimit/pop"
-	"github.com/poplimit/poplimit/pop/global"
 )
 
 func main() {
@@ -67,11 +67,14 @@ func main() {
 			"--write-timeout, --idle-timeout, --max-header-bytes. Failed accepts (EMFILE) back off and count in\n" +
 			"poplimit_edge_accept_errors_total. Both listeners default to loopback; a non-loopback --admin is\n" +
 			"logged as a warning.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7480", Usage: "address of the proxied HTTP listener (7480: clear of 8080, taken by envoyproxy/ratelimit and most dev servers)"},
 			&cli.StringFlag{Name: "upstream", Required: true, Usage: "upstream base `URL`, e.g. http://127.0.0.1:9000"},
 			&cli.StringSliceFlag{Name: "memcached", Usage: "memcached or mcproxy `ADDR` (host:port); repeatable; empty = in-process store"},
-			&cli.StringFlag{Name: "policy", Required: true, Usage: "policy YAML `FILE` (required: edge has no built-in policy, so it never enforces example limits by accident; reference pop/POLICY.md, example testdata/policies/example.yml)"},
+			&cli.StringFlag{Name: "policy", Usage: "policy YAML `FILE` (this or --policy-source is required: edge has no built-in policy, so it never enforces example limits by accident; reference pop/POLICY.md, example testdata/policies/example.yml)"},
+			&cli.StringFlag{Name: "policy-source", Usage: "policy from PostgreSQL, `postgres://...` (pop/pgpolicy: tiers and keys pushed by NOTIFY; instead of --policy; schema by popctl migrate)"},
+			&cli.StringFlag{Name: "policy-cache", Usage: "with --policy-source: snapshot cache `FILE`, written after each load and served at start while PostgreSQL is down"},
+			&cli.DurationFlag{Name: "policy-resync", Value: 30 * time.Second, Usage: "with --policy-source: period of the full re-read"},
 			&cli.StringFlag{Name: "admin", Value: "127.0.0.1:7481", Usage: "admin listener address (/metrics, /healthz, POST /reload); empty disables (7481: not Prometheus's 9090 or an exporter's 9091-9100)"},
 			&cli.IntFlag{Name: "workers-per-pop", Value: 1, Usage: "number of edge workers in the PoP: the local fail mode enforces limit ÷ this"},
 			&cli.DurationFlag{Name: "store-deadline", Value: 0, Usage: "fixed deadline of one decision's store calls; 0 = adaptive: 4x the recent p99 store latency, clamped to [--store-deadline-floor, --store-deadline-ceiling] (a burst on a healthy store raises it instead of timing out)"},
@@ -83,11 +86,6 @@ func main() {
 			&cli.DurationFlag{Name: "breaker-open", Value: 500 * time.Millisecond, Usage: "how long the breaker stays open before a half-open probe"},
 			&cli.StringFlag{Name: "store-client", Value: "gomemcache", Usage: "memcached client: 'gomemcache' (memcached.Store over bradfitz/gomemcache, the project's designated workers' client; several addresses are hashed by gomemcache) or 'pipe' (memcached.PipeStore: pipelined, one round trip per sliding-window decision and ~20% less CPU per decision; one --memcached address, normally mcproxy)"},
 			&cli.IntFlag{Name: "store-multiplex", Value: 0, Usage: "with --store-client pipe: number of connections shared by all requests (concurrent store calls are written together, replies read in order: fewer syscalls); 0 = one pooled connection per call"},
-			// Global limits (scope: global, package pop/global).
-			&cli.StringFlag{Name: "global-memcached", Usage: "home region's memcached or mcproxy `ADDR` holding the global counts of scope: global limits (pipelined client: one round trip per claim); empty: policies with global limits are rejected"},
-			&cli.IntFlag{Name: "pops", Value: 1, Usage: "number of PoPs sharing the global limits: with the home store unreachable, fail_mode local credits limit ÷ this per window"},
-			&cli.Int64Flag{Name: "global-overdraft", Value: 0, Usage: "units per global key and window this PoP admits while its pool is empty and a refill is in flight (each adds to the over-admission bound); 0 = reject with Retry-After"},
-			&cli.DurationFlag{Name: "global-horizon", Value: 250 * time.Millisecond, Usage: "how much of the PoP's arrival rate one batch claimed from the home store covers (at least 1.5 refill latencies); a PoP holds about rate × (this + 1.5 refill latencies) tokens, which it strands when its traffic moves away late in a window"},
 			&cli.StringFlag{Name: "events", Usage: "write rejection events as JSON lines to `FILE` ('-' for stderr); empty disables"},
 			// The upstream exchange (pop.ForwardConfig): 504 when a timeout expires, 413 over the body limit.
 			&cli.DurationFlag{Name: "upstream-dial-timeout", Value: 5 * time.Second, Usage: "connecting to the upstream (504 on expiry; 5s: a LAN upstream connects in milliseconds, 5s rides out two lost SYNs)"},
@@ -104,7 +102,7 @@ func main() {
 			&cli.StringFlag{Name: "reload-token", EnvVars: []string{"EDGE_RELOAD_TOKEN"}, Usage: "POST /reload requires 'Authorization: Bearer TOKEN' (env EDGE_RELOAD_TOKEN); empty = no token"},
 			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof under /debug/pprof/ on the admin listener"},
 			&cli.BoolFlag{Name: "shadow", Usage: "dry run: every limit counts and decides, but would-be rejections are admitted and reported (poplimit_shadow_rejections_total, events with \"shadow\": true, X-RateLimit-Shadow with the policy's shadow_header); enforce by restarting without it, or per limit/policy with shadow: in the policy file and a reload"},
-		},
+		}, globalflags.Flags()...),
 		Action: run,
 	}
 	if err := app.Run(os.Args); err != nil {
@@ -141,10 +139,12 @@ func run(c *cli.Context) error {
 	// or any early return below would wait forever.
 	defer func() { stop(); eventsDone() }()
 
-	newGlobal, healthReasons, err := globalLimits(c, store, reg)
+	newGlobal, healthReasons, err := globalflags.Wire(c, store, c.Int("workers-per-pop"), reg)
 	if err != nil {
 		return err
 	}
+	var src policySource
+	healthReasons = src.healthReasons(healthReasons)
 	limiter, err := pop.New(pop.Config{
 		NewShared:     func(l counter.Limit) (counter.Allower, error) { return counter.New(store, l) },
 		Store:         store,
@@ -164,14 +164,25 @@ func run(c *cli.Context) error {
 		return err
 	}
 	policy := c.String("policy")
-	if err := limiter.LoadFile(policy); err != nil {
-		return err
+	if policy == "" && c.String("policy-source") == "" {
+		return fmt.Errorf("--policy FILE or --policy-source postgres://... is required")
 	}
-	watched, err := daemon.Watch(ctx, daemon.WatchConfig{Path: policy, Load: func(string) error { return limiter.LoadFile(policy) }, Logger: logger})
-	if err != nil {
-		return err
+	if c.String("policy-source") != "" {
+		done, err := src.start(ctx, c, limiter, reg, logger)
+		if err != nil {
+			return err
+		}
+		defer func() { stop(); <-done }()
+	} else {
+		if err := limiter.LoadFile(policy); err != nil {
+			return err
+		}
+		watched, err := daemon.Watch(ctx, daemon.WatchConfig{Path: policy, Load: func(string) error { return limiter.LoadFile(policy) }, Logger: logger})
+		if err != nil {
+			return err
+		}
+		defer func() { stop(); <-watched }()
 	}
-	defer func() { stop(); <-watched }()
 	go limiter.Run(ctx, 0)
 
 	proxy, err := limiter.Forwarder(upstream, pop.ForwardConfig{
@@ -196,33 +207,6 @@ func run(c *cli.Context) error {
 		count := acceptErrors.WithLabelValues(name)
 		return pop.WatchAccept(ln, pop.AcceptWatch{Logger: logger, Count: func(error) { count.Inc() }})
 	}})
-}
-
-// globalLimits wires --global-memcached: the allowers of scope: global
-// limits over this PoP's store and the home store, their metrics in reg
-// and the home store's health. Without the flag both are nil.
-func globalLimits(c *cli.Context, local counter.Store, reg prometheus.Registerer) (func(counter.Limit, pop.FailMode) (counter.Allower, error), func() []string, error) {
-	addr := c.String("global-memcached")
-	if addr == "" {
-		return nil, nil, nil
-	}
-	cfg := global.Config{Local: local, PoPs: c.Int("pops"), Workers: c.Int("workers-per-pop"), Overdraft: c.Int64("global-overdraft"), Horizon: c.Duration("global-horizon")}
-	if cfg.PoPs < 1 || cfg.Overdraft < 0 {
-		return nil, nil, fmt.Errorf("--pops %d, --global-overdraft %d: want at least 1 and 0 or more", cfg.PoPs, cfg.Overdraft)
-	}
-	// The pipelined client: a claim (add-if-absent + incr) is one round
-	// trip across regions.
-	cfg.Home = memcached.NewPipeStore(memcached.PipeConfig{Addr: addr, Timeout: time.Second})
-	var err error
-	if cfg.Metrics, err = global.NewMetrics(reg); err != nil {
-		return nil, nil, err
-	}
-	h, err := global.NewHome(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	fallback := map[pop.FailMode]global.Fallback{pop.FailLocal: global.FallbackShare, pop.FailOpen: global.FallbackOpen, pop.FailClosed: global.FallbackClosed}
-	return func(l counter.Limit, fm pop.FailMode) (counter.Allower, error) { return h.New(l, fallback[fm]) }, h.HealthReasons, nil
 }
 
 // socketTimeout is the memcached socket timeout of a deadline config: the

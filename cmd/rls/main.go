@@ -37,6 +37,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/poplimit/poplimit/cmd/internal/daemon"
+	"github.com/poplimit/poplimit/cmd/internal/globalflags"
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/memcached"
 	"github.com/poplimit/poplimit/pop"
@@ -53,7 +54,7 @@ func main() {
 			"and *.yml of --config-dir, else of RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY (the\n" +
 			"envoyproxy/ratelimit layout). Counts live in memcached behind --memcached (normally the host's\n" +
 			"mcproxy); without it, an in-process store (one process, no sharing).",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "grpc", Value: "127.0.0.1:7491", Usage: "gRPC listener (ShouldRateLimit, grpc.health.v1; 7491: not envoyproxy/ratelimit's 8081, so both can run while migrating)"},
 			&cli.StringFlag{Name: "http", Value: "127.0.0.1:7490", Usage: "HTTP listener (/json, /healthcheck, /metrics); empty disables (7490: not envoyproxy/ratelimit's 8080)"},
 			&cli.StringFlag{Name: "config-dir", Usage: "directory of the YAML config files (default: $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY)"},
@@ -77,7 +78,7 @@ func main() {
 			&cli.BoolFlag{Name: "fail-closed-unavailable", Usage: "a descriptor failing closed answers gRPC UNAVAILABLE (Envoy's failure_mode_deny decides) instead of OVER_LIMIT"},
 			&cli.Float64Flag{Name: "near-limit-ratio", Value: 0.8, EnvVars: []string{"NEAR_LIMIT_RATIO"}, Usage: "share of a limit above which admissions count as near_limit"},
 			&cli.IntFlag{Name: "max-descriptors", Value: 256, Usage: "descriptors per request; more is INVALID_ARGUMENT"},
-		},
+		}, globalflags.Flags()...),
 		Action: run,
 	}
 	if err := app.Run(os.Args); err != nil {
@@ -128,8 +129,14 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	newGlobal, healthReasons, err := globalflags.Wire(c, store, c.Int("workers-per-pop"), reg)
+	if err != nil {
+		return err
+	}
 	limiter, err := pop.New(pop.Config{
 		NewShared:     func(l counter.Limit) (counter.Allower, error) { return counter.New(store, l) },
+		NewGlobal:     newGlobal,
+		HealthReasons: healthReasons,
 		Deadline:      dcfg,
 		WorkersPerPoP: c.Int("workers-per-pop"),
 		Breaker:       pop.BreakerConfig{Failures: c.Int("breaker-failures"), Window: c.Duration("breaker-window"), OpenFor: c.Duration("breaker-open")},

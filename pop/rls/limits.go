@@ -15,10 +15,10 @@ import (
 // limitFields are the keys of rate_limit: envoyproxy/ratelimit's, then
 // poplimit's extensions.
 var limitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
-	"algorithm", "window", "precision", "burst", "on_reject", "fail_mode", "limits"}
+	"algorithm", "window", "precision", "burst", "on_reject", "fail_mode", "limits", "scope"}
 
 // extraFields are the keys of one entry of rate_limit.limits.
-var extraFields = []string{"name", "unit", "requests_per_unit", "algorithm", "window", "precision", "burst", "on_reject"}
+var extraFields = []string{"name", "unit", "requests_per_unit", "algorithm", "window", "precision", "burst", "on_reject", "scope"}
 
 // limitDef is one limit as written: envoyproxy/ratelimit's unit and
 // requests_per_unit or poplimit's window, with the algorithm fields.
@@ -32,6 +32,7 @@ type limitDef struct {
 	precision int
 	burst     int64
 	onReject  counter.OnReject
+	global    bool // scope: global (package pop/global)
 	line      int
 }
 
@@ -87,6 +88,11 @@ func (p *parser) rateLimit(n *yaml.Node, fullKey string, shadow, detailed bool) 
 		}
 		specs = append(specs, p.limitSpec(n, x, "rate_limit.limits"))
 	}
+	for i := range specs {
+		// shadow_mode is pop's dry run: counted, decided, admitted, and
+		// reported in Decision.Shadow.
+		specs[i].Shadow = shadow
+	}
 	l.Unit, l.RequestsPerUnit = def.unit, uint32(def.rpu)
 	if def.window > 0 && def.window != def.unit.Duration() {
 		l.Unit = UnitUnknown
@@ -133,6 +139,8 @@ func (p *parser) limitField(d *limitDef, k string, v *yaml.Node) {
 		d.burst = int64(p.uint(v, k, 1<<40))
 	case "on_reject":
 		d.onReject = oneOf(p, v, k, map[string]counter.OnReject{"count": counter.Count, "refund": counter.Refund})
+	case "scope":
+		d.global = oneOf(p, v, k, map[string]bool{"pop": false, "global": true})
 	}
 }
 
@@ -156,7 +164,10 @@ func (p *parser) limitSpec(n *yaml.Node, d limitDef, what string) pop.LimitSpec 
 			p.errf(n, "%s: %v", what, err)
 		}
 	}
-	return pop.LimitSpec{Limit: lim}
+	if d.global && d.algorithm != counter.FixedWindow {
+		p.errf(n, "%s: scope: global counts epoch-aligned fixed windows: set algorithm: fixed_window", what)
+	}
+	return pop.LimitSpec{Limit: lim, Global: d.global}
 }
 
 // oneOf reads a string that must be one of choices' keys.
