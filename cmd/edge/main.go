@@ -42,8 +42,8 @@ import (
 
 	"github.com/poplimit/poplimit/cmd/internal/daemon"
 	"github.com/poplimit/poplimit/cmd/internal/globalflags"
+	"github.com/poplimit/poplimit/cmd/internal/storeflag"
 	"github.com/poplimit/poplimit/counter"
-	"github.com/poplimit/poplimit/counter/memcached"
 	"github.com/poplimit/poplimit/pop"
 )
 
@@ -295,21 +295,9 @@ func adminMux(c *cli.Context, logger *slog.Logger, reg *prometheus.Registry, lim
 	return mux
 }
 
-// newStore builds the shared count's store: an in-process one without
+// newStore is storeflag.New (kept for the tests): the shared count's store, in-process without
 // addresses, else the named memcached client with timeout as its socket
 // timeout (multiplex: memcached.PipeConfig.Multiplex).
 func newStore(client string, addrs []string, timeout time.Duration, multiplex int) (counter.Store, error) {
-	switch {
-	case client != "pipe" && client != "gomemcache":
-		return nil, fmt.Errorf("--store-client %q: want pipe or gomemcache", client)
-	case multiplex < 0:
-		return nil, fmt.Errorf("--store-multiplex %d: want 0 or more", multiplex)
-	case len(addrs) == 0:
-		return counter.NewMemoryStore(), nil
-	case client == "gomemcache":
-		return memcached.NewStore(memcached.NewClient(memcached.Config{Servers: addrs, Timeout: timeout})), nil
-	case len(addrs) > 1:
-		return nil, fmt.Errorf("--store-client pipe speaks to one address (the host's mcproxy), got %d --memcached; use --store-client gomemcache to hash over several", len(addrs))
-	}
-	return memcached.NewPipeStore(memcached.PipeConfig{Addr: addrs[0], Timeout: timeout, Multiplex: multiplex}), nil
+	return storeflag.New(client, addrs, timeout, multiplex)
 }

@@ -38,8 +38,8 @@ import (
 
 	"github.com/poplimit/poplimit/cmd/internal/daemon"
 	"github.com/poplimit/poplimit/cmd/internal/globalflags"
+	"github.com/poplimit/poplimit/cmd/internal/storeflag"
 	"github.com/poplimit/poplimit/counter"
-	"github.com/poplimit/poplimit/counter/memcached"
 	"github.com/poplimit/poplimit/pop"
 	"github.com/poplimit/poplimit/pop/rls"
 )
@@ -115,7 +115,7 @@ func run(c *cli.Context) error {
 		return err
 	}
 	dcfg := pop.DeadlineConfig{Fixed: c.Duration("store-deadline"), Floor: c.Duration("store-deadline-floor"), Ceiling: c.Duration("store-deadline-ceiling")}
-	store, err := newStore(c.String("store-client"), c.StringSlice("memcached"), max(dcfg.Fixed, dcfg.Ceiling, dcfg.Floor), c.Int("store-multiplex"))
+	store, err := storeflag.New(c.String("store-client"), c.StringSlice("memcached"), max(dcfg.Fixed, dcfg.Ceiling, dcfg.Floor), c.Int("store-multiplex"))
 	if err != nil {
 		return err
 	}
@@ -211,22 +211,4 @@ func serve(ctx context.Context, c *cli.Context, logger *slog.Logger, svc *rls.Se
 		gs.Stop()
 	}
 	return err
-}
-
-// newStore is the shared count's store: in-process without addresses,
-// else the named memcached client with timeout as its socket timeout.
-func newStore(client string, addrs []string, timeout time.Duration, multiplex int) (counter.Store, error) {
-	switch {
-	case client != "pipe" && client != "gomemcache":
-		return nil, fmt.Errorf("--store-client %q: want pipe or gomemcache", client)
-	case multiplex < 0:
-		return nil, fmt.Errorf("--store-multiplex %d: want 0 or more", multiplex)
-	case len(addrs) == 0:
-		return counter.NewMemoryStore(), nil
-	case client == "gomemcache":
-		return memcached.NewStore(memcached.NewClient(memcached.Config{Servers: addrs, Timeout: timeout})), nil
-	case len(addrs) > 1:
-		return nil, fmt.Errorf("--store-client pipe speaks to one address (the host's mcproxy), got %d --memcached", len(addrs))
-	}
-	return memcached.NewPipeStore(memcached.PipeConfig{Addr: addrs[0], Timeout: timeout, Multiplex: multiplex}), nil
 }
