@@ -13,8 +13,8 @@ import (
 // redisBackends is the Redis Cluster store (counter/redis: the algorithm
 // in one Lua script per decision) on the test binary's shared cluster,
 // with the worker's clock, when redis-server is installed or required.
-// Tests that need a counter.Store see it as having none (store nil) and
-// skip it, like local.
+// Its counter.Store (memcached's verbs over Redis) is the store of the
+// tests that need one.
 func redisBackends(t *testing.T) []backend {
 	t.Helper()
 	if !procs.RedisInstalled() && !fixture.Required() {
@@ -26,7 +26,7 @@ func redisBackends(t *testing.T) []backend {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return []backend{{name: "redis", allow: func(t testing.TB, l counter.Limit) counter.Allower {
+	return []backend{{name: "redis", store: func() counter.Store { return st }, allow: func(t testing.TB, l counter.Limit) counter.Allower {
 		t.Helper()
 		a, err := st.NewAllower(l)
 		if err != nil {
