@@ -1,6 +1,7 @@
 package counter_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -34,4 +35,42 @@ func redisBackends(t *testing.T) []backend {
 		}
 		return a
 	}}}
+}
+
+// TestRedisAgreesWithLocal is the accuracy replay on Redis: the Lua
+// sliding window (precision 1 and 4), fixed window and token bucket decide
+// exactly like the in-process reference (NewLocal) on the first 8k
+// requests of the accuracy trace, Result for Result.
+func TestRedisAgreesWithLocal(t *testing.T) {
+	bs := redisBackends(t)
+	if len(bs) == 0 {
+		fixture.RequireRedis(t)
+	}
+	s, tr := loadTrace(t, "../testdata/traces/sliding-accuracy.json")
+	tr = tr[:min(len(tr), 8000)]
+	w := time.Duration(s.WindowMs) * ms
+	for _, l := range []counter.Limit{
+		{Quantity: s.Quantity, Window: w},
+		{Quantity: s.Quantity, Window: w, Precision: 4},
+		{Algorithm: counter.FixedWindow, Quantity: s.Quantity, Window: w, OnReject: counter.Refund},
+		{Algorithm: counter.TokenBucket, Quantity: s.Quantity, Window: w},
+	} {
+		t.Run(l.String(), func(t *testing.T) {
+			lo, _ := counter.NewLocal(l)
+			rd := bs[0].allower(t, l)
+			run := uniqueKey(t)
+			for i, ev := range tr {
+				key := counter.Key("src", strconv.Itoa(int(ev.src)), run)
+				now := t0.Add(time.Duration(ev.ms) * ms)
+				a, _ := lo.AllowN(ctx, key, now, 1)
+				b, err := rd.AllowN(ctx, key, now, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if a != b {
+					t.Fatalf("request %d: local %+v, redis %+v", i, a, b)
+				}
+			}
+		})
+	}
 }
