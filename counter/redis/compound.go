@@ -111,7 +111,7 @@ func (s *Store) runKeys(ctx context.Context, keys []string, now time.Time, args 
 		}
 		head = []any{sec, ns - sec*1e9, len(keys)}
 	}
-	raw, err := decideScript.Run(ctx, s.c, keys, append(head, args...)...).Int64Slice()
+	raw, err := decideScript.Run(ctx, s.sc, keys, append(head, args...)...).Int64Slice()
 	if err != nil {
 		if errors.Is(err, goredis.Nil) {
 			err = ErrReply
