@@ -115,6 +115,11 @@ func (s *Store) runKeys(ctx context.Context, keys []string, now time.Time, args 
 	if err != nil {
 		if errors.Is(err, goredis.Nil) {
 			err = ErrReply
+		} else if ctx.Err() == nil {
+			// A dead master (refused, reset) or CLUSTERDOWN: re-read the
+			// slot map at once (coalesced by go-redis) instead of waiting
+			// for its periodic reload, so the promoted replica is found.
+			s.c.ReloadState(ctx)
 		}
 		return reply{}, fmt.Errorf("redis: decide %s: %w", keys[0], err)
 	}

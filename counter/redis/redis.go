@@ -74,7 +74,8 @@ type Config struct {
 	ServerTime bool
 	// NoPipeline turns off go-redis's autopipelining: by default the
 	// decisions in flight at once to one node are written together and
-	// their replies read in order (fewer syscalls on both sides).
+	// their replies read in order (fewer syscalls on both sides: about
+	// twice the decisions/s of popbench load).
 	NoPipeline bool
 }
 
