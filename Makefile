@@ -37,7 +37,11 @@ cross:
 
 # test: vet, staticcheck and cross builds, then every test with the race detector,
 # including the integration suite against real memcached, memccapable and
-# nutcracker, then every fuzz target for a few seconds (fuzz-short).
+# nutcracker and cmd/deploy's checks (systemd-analyze verify on the units,
+# promtool check/test rules on the alerts, the dashboard's and alerts'
+# metrics and METRICS.md against the binaries' live /metrics, a clean
+# install printing its commit, a demo log without carriage returns), then
+# every fuzz target for a few seconds (fuzz-short).
 test: deps vet lint cross
 	$(GO) test -race -count=1 -timeout 15m ./...
 	@$(MAKE) --no-print-directory fuzz-short

@@ -261,6 +261,15 @@ func TestFaultsEndToEnd(t *testing.T) {
 		if ms := num(t, m, "max_latency_ms"); ms > 1400 {
 			t.Errorf("%s: a request waited %.0f ms, past the 400ms store deadline + 1s", name, ms)
 		}
+		// Leaks: a connection or goroutine left behind per request would
+		// add about a thousand over a scenario; pools growing with the
+		// load add tens.
+		before, after := m["resources_before"].(map[string]any), m["resources_after"].(map[string]any)
+		for _, k := range []string{"fds", "tasks"} {
+			if b, a := before[k].(float64), after[k].(float64); b <= 0 || a > b+500 {
+				t.Errorf("%s: %s %v before, %v at the end of its settle time", name, k, b, a)
+			}
+		}
 		open := m["fail_open_route"].(map[string]any)
 		if open["admitted"] == nil || open["admitted"].(float64) < 10 {
 			t.Errorf("%s: fail-open route admitted %v", name, open["admitted"])

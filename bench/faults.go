@@ -12,16 +12,17 @@ import (
 
 // Fault scenarios.
 const (
-	FaultShardKill    = "shard-kill"    // a shard killed (SIGKILL), restarted empty
-	FaultShardHang    = "shard-hang"    // a shard hung (SIGSTOP), continued (SIGCONT)
-	FaultShardSlow    = "shard-slow"    // a shard behind a relay adding delay
-	FaultProxyRestart = "proxy-restart" // mcproxy killed, restarted
-	FaultReload       = "reload"        // a policy reload on every edge
-	FaultConnReset    = "conn-reset"    // every connection to a shard reset (RST)
+	FaultShardKill    = "shard-kill"       // a shard killed (SIGKILL), restarted empty
+	FaultShardHang    = "shard-hang"       // a shard hung (SIGSTOP), continued (SIGCONT)
+	FaultShardSlow    = "shard-slow"       // a shard behind a relay adding delay
+	FaultProxyRestart = "proxy-restart"    // mcproxy killed, restarted
+	FaultReload       = "reload"           // a policy reload on every edge
+	FaultConnReset    = "conn-reset"       // every connection to a shard reset (RST)
+	FaultReshard      = "shard-add-remove" // a fourth shard added to mcproxy's pool, then removed (SIGHUP reloads)
 )
 
 // FaultScenarios lists every scenario in the order they run.
-var FaultScenarios = []string{FaultShardKill, FaultShardHang, FaultShardSlow, FaultConnReset, FaultReload, FaultProxyRestart}
+var FaultScenarios = []string{FaultShardKill, FaultShardHang, FaultShardSlow, FaultConnReset, FaultReshard, FaultReload, FaultProxyRestart}
 
 // FaultsConfig configures RunFaults. Zero means default.
 type FaultsConfig struct {
@@ -99,6 +100,12 @@ type FaultResult struct {
 	// MaxLatencyMs is the longest client-observed latency of a request
 	// sent during the scenario (fault + settle).
 	MaxLatencyMs float64 `json:"max_latency_ms"`
+	// Before and After are the file descriptors and goroutines (edges;
+	// threads for mcproxy, which serves no metrics here) of the PoP's
+	// mcproxies and edges, summed, when the fault began and at the end of
+	// its settle time: a scenario that leaks shows After above Before.
+	Before PoPResources `json:"resources_before"`
+	After  PoPResources `json:"resources_after"`
 	// Note explains what happened in a sentence.
 	Note   string `json:"note,omitempty"`
 	errPct float64
@@ -265,7 +272,10 @@ func faultsTrace(cfg FaultsConfig, total time.Duration) (*Trace, error) {
 // the faults themselves exceed them.
 func faultsPoP(cfg FaultsConfig, env *Env, tr *Trace) PoPConfig {
 	pc := PoPConfig{Name: "faults", Shards: 3, Proxies: 1, RelayShards: true,
-		ProxyArgs: []string{"--auto-eject", "--failure-limit", "3", "--retry-timeout", "1s", "--timeout", "300ms"}}
+		// A Twemproxy pool file (so shard-add-remove can reload it):
+		// eject a shard after 3 failures, retry it after 1 s, 300 ms
+		// request timeout, mcproxy's own placement.
+		ProxyPool: "distribution: consistent\nhash_tag: \"{}\"\nauto_eject_hosts: true\nserver_failure_limit: 3\nserver_retry_timeout: 1000\ntimeout: 300"}
 	if !cfg.InProcess && env.HasEdge() {
 		pc.Edges, pc.WorkersPerPoP = 4, 4
 		pc.Policy = PolicyYAML(tr.Routes, 0, 1)
@@ -347,6 +357,19 @@ func runFault(ctx context.Context, p *PoP, name string, cfg FaultsConfig, start 
 		r.Note = "fault script failed: " + err.Error()
 		return r
 	}
+	r.Before = p.resources()
+	defer func() {
+		if r.Skipped != "" || r.RepairS == 0 {
+			return
+		}
+		// Measure at the end of the scenario's settle time.
+		end := start.Add(secondsDur(r.StartS) + cfg.Fault + cfg.Settle - 250*time.Millisecond)
+		select {
+		case <-time.After(time.Until(end)):
+		case <-ctx.Done():
+		}
+		r.After = p.resources()
+	}()
 	switch name {
 	case FaultShardKill:
 		s := p.Shards[0]
@@ -390,6 +413,20 @@ func runFault(ctx context.Context, p *PoP, name string, cfg FaultsConfig, start 
 		wait()
 		s.Relay.SetReset(false)
 		r.Note = "every connection between mcproxy and shard 0 reset (RST), open and new, for the fault period"
+	case FaultReshard:
+		if p.cfg.ProxyPool == "" {
+			r.Skipped = "mcproxy runs without a config file to reload"
+			return r
+		}
+		r.StartS = since()
+		if _, err := p.AddShard(ctx); err != nil {
+			return fail(err)
+		}
+		wait()
+		if err := p.RemoveShard(cfg.Settle / 8); err != nil {
+			return fail(err)
+		}
+		r.Note = "a fourth memcached added to mcproxy's pool (SIGHUP), then removed and stopped: a quarter of the keys move and back, their counts restart from zero"
 	case FaultProxyRestart:
 		if len(p.Proxies) == 0 {
 			r.Skipped = "no mcproxy in this PoP"
@@ -523,14 +560,15 @@ func (r *FaultsReport) Tables() []*Table {
 	}
 	t := &Table{Title: fmt.Sprintf("Faults under load (%s; errors before any fault: %.2f%%)", r.PoP, r.BaselineErrorPct),
 		Header: []string{"scenario", "fault s", "client errors", "store errors", "open: admitted", "closed: admitted",
-			"closed: 503", "fallback open", "fallback closed", "recover ms", "recovered", "max latency ms"}}
+			"closed: 503", "fallback open", "fallback closed", "recover ms", "recovered", "max latency ms", "fds before→after", "goroutines+threads before→after"}}
 	for _, x := range r.Results {
 		if x.Skipped != "" {
-			t.Add(x.Scenario, "skipped: "+x.Skipped, "", "", "", "", "", "", "", "", "", "")
+			t.Add(x.Scenario, "skipped: "+x.Skipped, "", "", "", "", "", "", "", "", "", "", "", "")
 			continue
 		}
 		t.Add(x.Scenario, x.RepairS-x.StartS, x.ClientErrors, x.StoreErrors, x.Open["admitted"], x.Closed["admitted"],
-			x.Closed["unavailable"], x.Fallback["open"], x.Fallback["closed"], x.RecoverMs, x.Recovered, x.MaxLatencyMs)
+			x.Closed["unavailable"], x.Fallback["open"], x.Fallback["closed"], x.RecoverMs, x.Recovered, x.MaxLatencyMs,
+			fmt.Sprintf("%d→%d", x.Before.FDs, x.After.FDs), fmt.Sprintf("%d→%d", x.Before.Tasks, x.After.Tasks))
 	}
 	return append(out, t)
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -180,7 +181,7 @@ func RunGlobal(ctx context.Context, env *Env, cfg GlobalConfig) (*GlobalReport, 
 		rep.Streams = append(rep.Streams, s.report(cfg))
 	}
 	for _, w := range rep.Streams[0].Windows {
-		rep.MaxAbsPct = max(rep.MaxAbsPct, abs(w.OverPct))
+		rep.MaxAbsPct = max(rep.MaxAbsPct, math.Abs(w.OverPct))
 	}
 	rep.AddedP99ms = rep.Streams[0].Latency.P99 - rep.Streams[1].Latency.P99
 	return rep, globalMetrics(rep, pops)
@@ -257,8 +258,9 @@ func (s *globalStream) report(cfg GlobalConfig) *GlobalStream {
 
 // sendGlobal sends the client's requests open-loop: request i is due at
 // start + i/rate, goes to the PoP the split in force picks (smooth weighted
-// round robin) and is sent to every stream at once; latency counts from
-// the due time. The run starts on a window boundary.
+// round robin) and is sent to every stream at once (/g and /p in
+// alternating order, to the same edge); latency counts from the due time.
+// The run starts on a window boundary.
 func sendGlobal(ctx context.Context, cfg GlobalConfig, rate float64, pops []*HTTPTarget, central *HTTPTarget, streams []*globalStream) {
 	wms := cfg.Window.Milliseconds()
 	start := time.UnixMilli((time.Now().UnixMilli()/wms + 1) * wms)
@@ -291,8 +293,12 @@ func sendGlobal(ctx context.Context, cfg GlobalConfig, rate float64, pops []*HTT
 		}
 		pop := pickWeighted(credit, split)
 		win := int(due.Sub(start) / cfg.Window)
-		for si, s := range streams {
-			target, worker := pops[pop], i
+		for k := range streams {
+			si := k
+			if i%2 == 1 && si < 2 {
+				si = 1 - si // alternate which of /g and /p is sent first
+			}
+			s, target, worker := streams[si], pops[pop], i
 			if si == 2 {
 				target = central
 			}

@@ -105,7 +105,7 @@ func TestGlobalBurstFromAllPoPs(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					for i := 0; i < 12; i++ {
+					for i := 0; i < 8; i++ {
 						switch get(ctx, target) {
 						case Admitted:
 							admitted.Add(1)
@@ -126,7 +126,7 @@ func TestGlobalBurstFromAllPoPs(t *testing.T) {
 		edges = append(edges, p.Edges...)
 	}
 	claimed := metric(t, "poplimit_global_tokens_claimed_total", edges...)
-	t.Logf("admitted %d, rejected %d, failed %d of %d; tokens claimed %v", admitted.Load(), rejected.Load(), failed.Load(), 8*32*12, claimed)
+	t.Logf("admitted %d, rejected %d, failed %d of %d; tokens claimed %v", admitted.Load(), rejected.Load(), failed.Load(), 8*32*8, claimed)
 	if n := admitted.Load(); n > limit || n == 0 {
 		t.Fatalf("admitted %d under a global limit of %d", n, limit)
 	}

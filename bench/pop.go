@@ -65,6 +65,11 @@ type PoPConfig struct {
 	ShardMemoryMB int
 	// ProxyArgs are extra mcproxy flags (e.g. --auto-eject).
 	ProxyArgs []string
+	// ProxyPool, when not "", has every mcproxy read a Twemproxy YAML
+	// pool the PoP writes instead of --shard flags: these pool lines
+	// (e.g. "timeout: 300"; not listen or servers, which the PoP fills
+	// in), so AddShard and RemoveShard can change its shards by SIGHUP.
+	ProxyPool string
 	// EdgeArgs are extra edge flags.
 	EdgeArgs []string
 	// Policy is the policy file content edges load; required with Edges.
@@ -312,36 +317,44 @@ func (p *PoP) logFile(name string) string {
 // startShards starts the shards (memcached or embedded mcproxy), each
 // behind a relay when the configuration delays or relays shards.
 func (p *PoP) startShards(ctx context.Context) error {
-	cfg := p.cfg
-	for i := 0; i < cfg.Shards; i++ {
-		s := &Shard{}
-		if cfg.Store == StoreMemcached {
-			m, err := procs.StartMemcached(ctx, procs.MemcachedConfig{Threads: 1, MemoryMB: cfg.ShardMemoryMB})
-			if err != nil {
-				return err
-			}
-			s.mc, s.Direct = m, m.Addr
-		} else {
-			name := fmt.Sprintf("shard-%d", i)
-			pr, err := startServing(ctx, name, cfg.Bins.MCProxy, p.logFile(name),
-				func(addr string) []string { return []string{"--listen", addr, "--embedded", "1", "--admin", ""} },
-				func(addr string) error { return procs.Ping(addr, 200*time.Millisecond) })
-			if err != nil {
-				return err
-			}
-			s.proc, s.Direct = pr, pr.Addr
-		}
-		s.Addr = s.Direct
-		p.Shards = append(p.Shards, s) // before the relay: Close must stop it
-		if cfg.ShardDelay > 0 || cfg.RelayShards {
-			r, err := StartRelay(s.Direct, cfg.ShardDelay)
-			if err != nil {
-				return err
-			}
-			s.Relay, s.Addr = r, r.Addr
+	for i := 0; i < p.cfg.Shards; i++ {
+		if _, err := p.startShard(ctx, i); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// startShard starts shard i and appends it to p.Shards.
+func (p *PoP) startShard(ctx context.Context, i int) (*Shard, error) {
+	cfg := p.cfg
+	s := &Shard{}
+	if cfg.Store == StoreMemcached {
+		m, err := procs.StartMemcached(ctx, procs.MemcachedConfig{Threads: 1, MemoryMB: cfg.ShardMemoryMB})
+		if err != nil {
+			return nil, err
+		}
+		s.mc, s.Direct = m, m.Addr
+	} else {
+		name := fmt.Sprintf("shard-%d", i)
+		pr, err := startServing(ctx, name, cfg.Bins.MCProxy, p.logFile(name),
+			func(addr string) []string { return []string{"--listen", addr, "--embedded", "1", "--admin", ""} },
+			func(addr string) error { return procs.Ping(addr, 200*time.Millisecond) })
+		if err != nil {
+			return nil, err
+		}
+		s.proc, s.Direct = pr, pr.Addr
+	}
+	s.Addr = s.Direct
+	p.Shards = append(p.Shards, s) // before the relay: Close must stop it
+	if cfg.ShardDelay > 0 || cfg.RelayShards {
+		r, err := StartRelay(s.Direct, cfg.ShardDelay)
+		if err != nil {
+			return nil, err
+		}
+		s.Relay, s.Addr = r, r.Addr
+	}
+	return s, nil
 }
 
 // startProxies starts the mcproxies over every shard, and their store
@@ -350,11 +363,19 @@ func (p *PoP) startProxies(ctx context.Context) error {
 	cfg := p.cfg
 	for i := 0; i < cfg.Proxies; i++ {
 		name := fmt.Sprintf("mcproxy-%d", i)
+		var werr error
 		pr, err := startServing(ctx, name, cfg.Bins.MCProxy, p.logFile(name),
 			func(addr string) []string {
 				args := []string{"--listen", addr}
-				for _, s := range p.Shards {
-					args = append(args, "--shard", s.Addr)
+				if cfg.ProxyPool != "" {
+					// The pool's listen address is in the file (a failed
+					// write leaves no file: mcproxy exits, the start fails).
+					werr = p.writeProxyConfig(i, addr)
+					args = []string{"--config", p.proxyConfigPath(i), "--watch=false"}
+				} else {
+					for _, s := range p.Shards {
+						args = append(args, "--shard", s.Addr)
+					}
 				}
 				if !slices.Contains(cfg.ProxyArgs, "--admin") {
 					// mcproxy's default admin address is fixed: two PoPs (or
@@ -365,7 +386,7 @@ func (p *PoP) startProxies(ctx context.Context) error {
 			},
 			func(addr string) error { return procs.Ping(addr, 200*time.Millisecond) })
 		if err != nil {
-			return err
+			return errors.Join(werr, err)
 		}
 		p.Proxies = append(p.Proxies, pr)
 	}

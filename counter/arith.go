@@ -31,22 +31,52 @@ func untilMs(t int64, now int64) time.Duration {
 
 // window is the geometry of a (sub-)windowed limit: counts[0..n] are the
 // sub-windows id−n … id, counts[n] the current one; counts[0] is the oldest,
-// only partly inside the window. A fixed window is n = 0.
+// only partly inside the window. A fixed window is n = 0. A calendar
+// window (cal set) is a fixed window whose id is its start in unix
+// seconds and whose length varies (sub is then 1: slack is in units).
 type window struct {
 	sub int64 // sub-window length in ms
 	n   int   // sub-windows per window (0 for a fixed window)
 	q   int64 // Quantity
+	cal *calendar
 }
 
 // windowOf returns the window arithmetic of a validated window limit: N
 // sub-windows for a sliding window, one window for a fixed window.
-func windowOf(l Limit) window {
+func windowOf(l Limit) (window, error) {
+	if l.Calendar.Unit != NoCalendar {
+		cal, err := newCalendar(l.Calendar)
+		if err != nil {
+			return window{}, err
+		}
+		return window{sub: 1, q: l.Quantity, cal: cal}, nil
+	}
 	if l.Algorithm == FixedWindow {
-		return window{sub: l.Window.Milliseconds(), q: l.Quantity}
+		return window{sub: l.Window.Milliseconds(), q: l.Quantity}, nil
 	}
 	n := l.precision()
-	return window{sub: l.Window.Milliseconds() / int64(n), n: n, q: l.Quantity}
+	return window{sub: l.Window.Milliseconds() / int64(n), n: n, q: l.Quantity}, nil
 }
+
+// locate returns the id of the (sub-)window holding the instant ms (unix
+// ms) and its first ms.
+func (w window) locate(ms int64) (id, start int64) {
+	if w.cal != nil {
+		s := w.cal.span(ms)
+		return floorDiv(s.start, 1000), s.start
+	}
+	id = floorDiv(ms, w.sub)
+	return id, id * w.sub
+}
+
+// id is locate's id alone.
+func (w window) id(ms int64) int64 {
+	id, _ := w.locate(ms)
+	return id
+}
+
+// calSpan is the calendar window of id (cal set).
+func (w window) calSpan(id int64) span { return w.cal.span(id * 1000) }
 
 // satSum returns the sum of c saturated at q+1 (anything above q is over).
 func satSum(c []int64, q int64) int64 {
@@ -105,6 +135,22 @@ func (w window) result(counts []int64, id, e int64, now int64, n int64, allowed 
 	} else {
 		r.Remaining = w.remaining(counts, e)
 	}
+	if w.cal != nil {
+		s := w.calSpan(id)
+		r.Window = time.Duration(s.end-s.start) * time.Millisecond
+		r.Next = max(0, untilMs(s.end, now))
+		if counts[0] > 0 {
+			r.Reset = r.Next
+		}
+		if !allowed {
+			r.RetryAfter = r.Next
+			if n > w.q {
+				r.RetryAfter = Never
+			}
+		}
+		return r
+	}
+	r.Window = time.Duration(w.sub*int64(max(w.n, 1))) * time.Millisecond
 	// Reset: the newest non-zero sub-window j has slid out entirely at the
 	// start of sub-window id−n+j+n+1.
 	for j := len(counts) - 1; j >= 0; j-- {
@@ -116,7 +162,27 @@ func (w window) result(counts []int64, id, e int64, now int64, n int64, allowed 
 	if !allowed {
 		r.RetryAfter = w.retryAfter(counts, id, e, now, n)
 	}
+	r.Next = w.next(counts, id, e, now, r)
 	return r
+}
+
+// maxExactNext bounds the sub-windows for which next searches the exact
+// instant (retryAfter costs O(n²) in the worst case); above, Next is the
+// Reset capped at the window: later than the truth, the safe side.
+const maxExactNext = 64
+
+// next is Result.Next of r: the time until Remaining+1 units would pass,
+// at most the window.
+func (w window) next(counts []int64, id, e int64, now int64, r Result) time.Duration {
+	switch {
+	case w.n == 0:
+		return max(0, untilMs((id+1)*w.sub, now))
+	case r.Remaining >= w.q:
+		return r.Window
+	case w.n > maxExactNext:
+		return min(r.Reset, r.Window)
+	}
+	return min(w.retryAfter(counts, id, e, now, r.Remaining+1), r.Window)
 }
 
 // retryAfter is the time until a lone client's request of n units is
@@ -196,10 +262,15 @@ func (g gcra) decide(tat, now, n int64) (int64, bool) {
 
 // result is the answer at now (unix ns) with the new tat.
 func (g gcra) result(tat, now, n int64, allowed bool) Result {
-	r := Result{Allowed: allowed, Limit: g.burst}
+	r := Result{Allowed: allowed, Limit: g.burst, Window: time.Duration(g.tau)}
 	used := max(tat, now) - now
 	r.Remaining = max(0, (g.tau-used)/g.t)
 	r.Reset = time.Duration(used)
+	// The next token: when used falls to tau − (Remaining+1)·t.
+	r.Next = time.Duration(g.tau)
+	if r.Remaining < g.burst {
+		r.Next = min(time.Duration(used-(g.tau-(r.Remaining+1)*g.t)), r.Next)
+	}
 	if !allowed {
 		if n > g.burst {
 			r.RetryAfter = Never

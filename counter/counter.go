@@ -115,6 +115,10 @@ type Limit struct {
 	// must then be a whole number of milliseconds divisible by Precision.
 	// Ignored by FixedWindow and TokenBucket.
 	Precision int
+	// Calendar, when its Unit is set, aligns a FixedWindow on the civil
+	// calendar (calendar.go): day, week, month or year windows in a time
+	// zone, of varying length. Window must then be zero.
+	Calendar Calendar
 }
 
 // precision returns the number of sub-windows (≥ 1).
@@ -136,6 +140,9 @@ func (l Limit) burst() int64 {
 // Validate reports whether the limit can be enforced; the error wraps
 // ErrBadLimit or ErrBadPrecision.
 func (l Limit) Validate() error {
+	if l.Calendar.Unit != NoCalendar {
+		return l.validateCalendar()
+	}
 	switch {
 	case l.Quantity <= 0:
 		return fmt.Errorf("%w: quantity %d must be positive", ErrBadLimit, l.Quantity)
@@ -180,6 +187,23 @@ func (l Limit) Validate() error {
 	return nil
 }
 
+// validateCalendar is Validate for a calendar window.
+func (l Limit) validateCalendar() error {
+	switch {
+	case l.Algorithm != FixedWindow:
+		return fmt.Errorf("%w: a calendar window counts fixed windows (algorithm fixed_window)", ErrBadCalendar)
+	case l.Window != 0:
+		return fmt.Errorf("%w: window %v is set by the calendar: leave it zero", ErrBadCalendar, l.Window)
+	case l.Quantity <= 0:
+		return fmt.Errorf("%w: quantity %d must be positive", ErrBadLimit, l.Quantity)
+	case l.Quantity > 1<<40:
+		return fmt.Errorf("%w: quantity above 2^40", ErrBadLimit)
+	case l.OnReject < Count || l.OnReject > Refund:
+		return fmt.Errorf("%w: unknown OnReject %d", ErrBadLimit, l.OnReject)
+	}
+	return l.Calendar.validate()
+}
+
 // String describes the limit, e.g. "100/1m0s sliding(p=4) count".
 func (l Limit) String() string {
 	alg := [...]string{"sliding", "fixed", "bucket"}
@@ -196,6 +220,9 @@ func (l Limit) String() string {
 	mode := "count"
 	if l.OnReject == Refund {
 		mode = "refund"
+	}
+	if l.Calendar.Unit != NoCalendar {
+		return fmt.Sprintf("%d/%v %s %s", l.Quantity, l.Calendar, a, mode)
 	}
 	return fmt.Sprintf("%d/%v %s %s", l.Quantity, l.Window, a, mode)
 }
@@ -215,6 +242,16 @@ type Result struct {
 	// RetryAfter is how long a lone client must wait before the same request
 	// is admitted; zero when Allowed.
 	RetryAfter time.Duration
+	// Window is the length of the window this answer is about: the
+	// limit's Window, a calendar window's true length (28 to 31 days, a
+	// 23 or 25 hour day), or for TokenBucket the time an empty bucket
+	// takes to refill Limit units (burst × Window/Quantity).
+	Window time.Duration
+	// Next is how long until more than Remaining units are available to a
+	// lone client, the counts staying as they are: the end of a fixed
+	// window, the next token of a bucket, the instant a sliding window's
+	// estimate lets one more unit in. Never more than Window.
+	Next time.Duration
 }
 
 // Allower is what callers (the pop package, the benchmark) use: one limit

@@ -144,35 +144,38 @@ func TestZeroOverAdmissionProcesses(t *testing.T) {
 				}
 				cmds, outs = append(cmds, cmd), append(outs, &out)
 			}
-			var admitted, contention int64
+			var admitted, contention, coalesced int64
 			for i, cmd := range cmds {
 				if err := cmd.Wait(); err != nil {
 					t.Fatalf("worker %d: %v\n%s", i, err, outs[i])
 				}
-				a, c, err := parseWorker(outs[i].String())
+				a, c, co, err := parseWorker(outs[i].String())
 				if err != nil {
 					t.Fatalf("worker %d: %v\n%s", i, err, outs[i])
 				}
 				admitted += a
 				contention += c
+				coalesced += co
 			}
 			if admitted != l.Quantity {
 				t.Fatalf("%d processes × %d goroutines, %d requests: admitted %d, want exactly %d",
 					workers, goroutines, total, admitted, l.Quantity)
 			}
-			t.Logf("%s: admitted exactly %d of %d; contention retries %d", el.name, admitted, total, contention)
+			t.Logf("%s: admitted exactly %d of %d; contention retries %d; decisions coalesced %d", el.name, admitted, total, contention, coalesced)
 		})
 	}
 }
 
-func parseWorker(out string) (admitted, contention int64, err error) {
+// parseWorker reads a worker's RESULT line; coalesced is how many of its
+// decisions shared another's store call (counter's coalescing, always on).
+func parseWorker(out string) (admitted, contention, coalesced int64, err error) {
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
-		if _, e := fmt.Sscanf(strings.TrimSpace(sc.Text()), "RESULT admitted=%d contention=%d", &admitted, &contention); e == nil {
-			return admitted, contention, nil
+		if _, e := fmt.Sscanf(strings.TrimSpace(sc.Text()), "RESULT admitted=%d contention=%d coalesced=%d", &admitted, &contention, &coalesced); e == nil {
+			return admitted, contention, coalesced, nil
 		}
 	}
-	return 0, 0, errors.New("no RESULT line")
+	return 0, 0, 0, errors.New("no RESULT line")
 }
 
 // TestWorkerProcess is the body of one worker process (skipped unless
@@ -204,7 +207,7 @@ func TestWorkerProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("RESULT admitted=%d contention=%d\n", admitted, cont)
+	fmt.Printf("RESULT admitted=%d contention=%d coalesced=%d\n", admitted, cont, lim.Coalesced())
 }
 
 // throughMcproxy starts cmd/mcproxy (built once per test binary by

@@ -58,6 +58,9 @@ const (
 //	f<win>.<id>         fixed window: id = floor(unix ms / win)
 //	b<win>.<q>.<burst>  token bucket: one item holding the GCRA
 //	                    theoretical arrival time (unix ns, decimal)
+//	c<u>.<start>        calendar window: u = d, w, m or y (day, week,
+//	                    month, year), start = its first instant in unix
+//	                    seconds (so zones and start days never share)
 //
 // e.g. "r{ip|203.0.113.7}s1aao.htkj0" (a minute window at 2026-11-29
 // 21:00 UTC). Limits with the same algorithm and window share counters on
@@ -132,6 +135,9 @@ func checkIdentity(k string) error {
 
 // limitSuffix is the per-limit part of the suffix, without the window id.
 func limitSuffix(l Limit) string {
+	if u := l.Calendar.Unit; u != NoCalendar {
+		return "c" + string("?dwmy"[u]) + "."
+	}
 	w := strconv.FormatInt(l.Window.Milliseconds(), 36)
 	switch l.Algorithm {
 	case FixedWindow:

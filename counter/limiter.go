@@ -119,15 +119,20 @@ func NewWithConfig(store Store, l Limit, cfg Config) (*Limiter, error) {
 		return nil, err
 	}
 	lim := &Limiter{store: store, l: l, cfg: cfg, suffix: limitSuffix(l), graceMs: cfg.Grace.Milliseconds()}
+	if l.Algorithm != TokenBucket {
+		var err error
+		if lim.win, err = windowOf(l); err != nil {
+			return nil, err
+		}
+	}
 	switch l.Algorithm {
 	case SlidingWindow:
-		lim.win = windowOf(l)
 		// A sub-window is read until it slides out: n+1 sub-windows after
 		// its start, i.e. window + sub ≤ twice the window (+1 s because
 		// memcached's clock ticks in seconds).
 		lim.ttl = l.Window + time.Duration(lim.win.sub)*time.Millisecond + time.Second
 	case FixedWindow:
-		lim.win = windowOf(l)
+		// A calendar window's TTL is set per window (windowTTL).
 		lim.ttl = l.Window + time.Second
 	case TokenBucket:
 		lim.g = newGCRA(l)
@@ -183,7 +188,7 @@ func (lim *Limiter) Undo(ctx context.Context, key string, now time.Time, n int64
 	if lim.l.Algorithm == TokenBucket {
 		return lim.undoBucket(ctx, key, now, n)
 	}
-	id := floorDiv(unixMs(now), lim.win.sub)
+	id := lim.win.id(unixMs(now))
 	_, err := lim.store.Decr(ctx, windowKey(key, lim.suffix, id), uint64(n))
 	if errors.Is(err, ErrNotFound) {
 		return nil
@@ -246,7 +251,7 @@ func (lim *Limiter) Sweep(now time.Time) {
 	if lim.l.Algorithm == TokenBucket {
 		return
 	}
-	id := floorDiv(unixMs(now), lim.win.sub)
+	id := lim.win.id(unixMs(now))
 	for i := range lim.cache {
 		s := &lim.cache[i]
 		s.mu.Lock()
@@ -271,7 +276,7 @@ func (lim *Limiter) allowWindow(ctx context.Context, key string, now time.Time, 
 	if n > lim.win.q {
 		return lim.peekWindow(ctx, key, now, n)
 	}
-	return lim.coalesce(ctx, key, now, n, floorDiv(unixMs(now), lim.win.sub))
+	return lim.coalesce(ctx, key, now, n, lim.win.id(unixMs(now)))
 }
 
 // peekWindow answers a request of more than the limit's quantity: it can
@@ -291,7 +296,7 @@ func (lim *Limiter) peekWindow(ctx context.Context, key string, now time.Time, n
 func (lim *Limiter) peekCounts(ctx context.Context, key string, now time.Time, buf *[8]int64) (counts []int64, id, e int64, err error) {
 	w := lim.win
 	ms := floorDiv(now.UnixNano(), 1e6)
-	id = floorDiv(ms, w.sub)
+	id, start := w.locate(ms)
 	counts = countsBuf(buf, w.n+1)
 	s := lim.shard(key)
 	s.mu.Lock()
@@ -299,7 +304,7 @@ func (lim *Limiter) peekCounts(ctx context.Context, key string, now time.Time, b
 	current := id == ent.id
 	missing := lim.cachedClosed(ent, id, current, counts)
 	s.mu.Unlock()
-	e = ms - id*w.sub
+	e = ms - start
 	if len(missing) > 0 {
 		if err := lim.fetchClosed(ctx, key, id, missing, counts, current && e >= lim.graceMs); err != nil {
 			return nil, 0, 0, err
@@ -353,10 +358,10 @@ func (lim *Limiter) windowBatch(ctx context.Context, key string, ws []*waiter) {
 	}
 	nowNs := ws[0].now.UnixNano()
 	ms := floorDiv(nowNs, 1e6)
-	id := floorDiv(ms, w.sub)
+	id, start := w.locate(ms)
 	var buf [8]int64
 	counts := countsBuf(&buf, w.n+1)
-	cur, err := lim.countWindow(ctx, key, id, ms-id*w.sub, total, counts)
+	cur, err := lim.countWindow(ctx, key, id, ms-start, total, counts)
 	if err != nil {
 		for _, wt := range ws {
 			wt.finish(Result{}, err)
@@ -367,7 +372,7 @@ func (lim *Limiter) windowBatch(ctx context.Context, key string, ws []*waiter) {
 	var refund int64
 	for _, wt := range ws {
 		tNs := wt.now.UnixNano()
-		e := floorDiv(tNs, 1e6) - id*w.sub
+		e := floorDiv(tNs, 1e6) - start
 		c += wt.n
 		counts[w.n] = c
 		// The decision is on the counts including this request.
@@ -419,7 +424,7 @@ func (lim *Limiter) countWindow(ctx context.Context, key string, id, e, n int64,
 	if b, ok := lim.store.(Batcher); ok && (len(missing) > 0 || !created) {
 		// One round trip: read the closed sub-windows and create-or-
 		// increment the current one.
-		cur, err = lim.batch(ctx, b, key, id, missing, counts, cacheable, curKey, n)
+		cur, err = lim.batch(ctx, b, key, id, missing, counts, cacheable, curKey, n, lim.windowTTL(id, e))
 		switch {
 		case err == nil:
 			done = true
@@ -438,7 +443,7 @@ func (lim *Limiter) countWindow(ctx context.Context, key string, id, e, n int64,
 		// request stays counted (an error, and one count too many: the
 		// strict side).
 		f := lim.startFetchClosed(ctx, key, id, missing, len(counts), cacheable)
-		cur, err = lim.bump(ctx, curKey, n, seen)
+		cur, err = lim.bump(ctx, curKey, n, seen, lim.windowTTL(id, e))
 		if ferr := f.wait(counts); err == nil {
 			err = ferr
 		}
@@ -448,7 +453,7 @@ func (lim *Limiter) countWindow(ctx context.Context, key string, id, e, n int64,
 		done = true
 	}
 	if !done {
-		if cur, err = lim.bump(ctx, curKey, n, seen); err != nil {
+		if cur, err = lim.bump(ctx, curKey, n, seen, lim.windowTTL(id, e)); err != nil {
 			return 0, err
 		}
 	}
@@ -473,12 +478,12 @@ func floorMod(a int64, n int) int {
 }
 
 // batch is fetchClosed and bump in one Batcher round trip.
-func (lim *Limiter) batch(ctx context.Context, b Batcher, key string, id int64, missing, counts []int64, cache bool, curKey string, n int64) (int64, error) {
+func (lim *Limiter) batch(ctx context.Context, b Batcher, key string, id int64, missing, counts []int64, cache bool, curKey string, n int64, ttl time.Duration) (int64, error) {
 	keys := make([]string, len(missing))
 	for i, sid := range missing {
 		keys[i] = windowKey(key, lim.suffix, sid)
 	}
-	vals, v, err := b.GetMultiIncr(ctx, keys, curKey, uint64(n), lim.ttl)
+	vals, v, err := b.GetMultiIncr(ctx, keys, curKey, uint64(n), ttl)
 	if err != nil {
 		return 0, err
 	}
@@ -562,10 +567,22 @@ func (lim *Limiter) fillClosed(key string, id int64, missing []int64, keys []str
 	return nil
 }
 
-// bump increments the current window by n, creating it if needed, and
-// returns the new count. A window this worker has not seen is tried with
-// add first (one round trip when nobody else created it).
-func (lim *Limiter) bump(ctx context.Context, key string, n int64, seen bool) (int64, error) {
+// windowTTL is the TTL of the store key of window id created e ms into
+// it: the limit's, or for a calendar window the time left until it ends
+// plus 1 s (memcached's clock ticks in seconds; a month's TTL exceeds 30
+// days, which counter/memcached sends as an absolute time).
+func (lim *Limiter) windowTTL(id, e int64) time.Duration {
+	if lim.win.cal == nil {
+		return lim.ttl
+	}
+	s := lim.win.calSpan(id)
+	return time.Duration(s.end-s.start-e)*time.Millisecond + time.Second
+}
+
+// bump increments the current window by n, creating it if needed with
+// ttl, and returns the new count. A window this worker has not seen is
+// tried with add first (one round trip when nobody else created it).
+func (lim *Limiter) bump(ctx context.Context, key string, n int64, seen bool, ttl time.Duration) (int64, error) {
 	val := strconv.AppendInt(make([]byte, 0, 20), n, 10)
 	for attempt := 0; attempt < 4; attempt++ {
 		if seen || attempt > 0 {
@@ -580,7 +597,7 @@ func (lim *Limiter) bump(ctx context.Context, key string, n int64, seen bool) (i
 				return 0, err
 			}
 		}
-		err := lim.store.Add(ctx, key, val, lim.ttl)
+		err := lim.store.Add(ctx, key, val, ttl)
 		if err == nil {
 			return n, nil
 		}

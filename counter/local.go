@@ -49,7 +49,10 @@ func NewLocal(l Limit) (*Local, error) {
 	lo := &Local{l: l}
 	switch l.Algorithm {
 	case SlidingWindow, FixedWindow:
-		lo.win = windowOf(l)
+		var err error
+		if lo.win, err = windowOf(l); err != nil {
+			return nil, err
+		}
 	case TokenBucket:
 		lo.g = newGCRA(l)
 	}
@@ -115,10 +118,11 @@ func (lo *Local) allowWindow(e *localEntry, now time.Time, n int64) Result {
 	if el = ms - e.curStart; el >= 0 && el < w.sub {
 		id, slot = e.curID, e.curSlot
 	} else {
-		id = floorDiv(ms, w.sub)
-		el = ms - id*w.sub
+		var start int64
+		id, start = w.locate(ms)
+		el = ms - start
 		slot = floorMod(id-int64(w.n), w.n+1)
-		e.curID, e.curStart, e.curSlot = id, id*w.sub, slot
+		e.curID, e.curStart, e.curSlot = id, start, slot
 	}
 	counts := e.scratch
 	k := w.n + 1
@@ -173,7 +177,7 @@ func (lo *Local) Undo(_ context.Context, key string, now time.Time, n int64) err
 		}
 		return nil
 	}
-	id := floorDiv(unixMs(now), lo.win.sub)
+	id := lo.win.id(unixMs(now))
 	slot := floorMod(id, lo.win.n+1)
 	if e.sids[slot] == id {
 		e.vals[slot] = max(0, e.vals[slot]-n)
@@ -185,7 +189,10 @@ func (lo *Local) Undo(_ context.Context, key string, now time.Time, n int64) err
 // or later (every counted sub-window slid out, or the bucket full again).
 func (lo *Local) Sweep(now time.Time) {
 	t := now.UnixNano()
-	id := floorDiv(unixMs(now), max(lo.win.sub, 1))
+	var id int64
+	if lo.l.Algorithm != TokenBucket {
+		id = lo.win.id(unixMs(now))
+	}
 	for i := range lo.shards {
 		s := &lo.shards[i]
 		s.mu.Lock()

@@ -23,15 +23,23 @@ func NewRemote(l Limit) (Remote, error) {
 	if err := l.Validate(); err != nil {
 		return Remote{}, err
 	}
+	if l.Calendar.Unit != NoCalendar {
+		// The store derives window ids from now and a fixed length.
+		return Remote{}, fmt.Errorf("%w: calendar windows need a store that counts through Limiter (not a remote script)", ErrBadCalendar)
+	}
 	r := Remote{l: l, suffix: limitSuffix(l)}
+	if l.Algorithm != TokenBucket {
+		var err error
+		if r.win, err = windowOf(l); err != nil {
+			return Remote{}, err
+		}
+	}
 	switch l.Algorithm {
 	case TokenBucket:
 		r.g = newGCRA(l)
 	case FixedWindow:
-		r.win = windowOf(l)
 		r.ttl = l.Window + time.Second
 	default:
-		r.win = windowOf(l)
 		r.ttl = l.Window + time.Duration(r.win.sub)*time.Millisecond + time.Second
 	}
 	return r, nil

@@ -40,6 +40,9 @@ import (
 	"github.com/poplimit/poplimit/counter"
 )
 
+// errBreakerOpen stands for the store error of a call not made.
+var errBreakerOpen = errors.New("pop: store circuit breaker open")
+
 // concEpochs is the number of epochs in one max_request_time.
 const concEpochs = 4
 
@@ -193,9 +196,13 @@ func (l *Limiter) acquireConc(ctx context.Context, p *policy, rs *rules, parts [
 	slots := make([]concSlot, 0, len(rs.conc))
 	for _, c := range rs.conc {
 		id := counter.Key(append(parts[:len(parts):len(parts)], "l", c.spec.Limit.Name)...)
-		sctx := newStoreCtx(ctx, time.Now().Add(l.dl.Current()))
-		slot, _, ok, err := c.acquire(sctx, l.store, id, now)
-		sctx.release()
+		var slot concSlot
+		ok, err := false, errBreakerOpen
+		if l.breaker.State() != BreakerOpen { // an open breaker: the store is down, do not wait on it
+			sctx := newStoreCtx(ctx, time.Now().Add(l.dl.Current()))
+			slot, _, ok, err = c.acquire(sctx, l.store, id, now)
+			sctx.release()
+		}
 		if err != nil {
 			l.cfg.Metrics.concurrency(p.spec.Name, "store_error")
 			if p.spec.FailMode == FailClosed {

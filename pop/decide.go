@@ -55,10 +55,19 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 	if p.needKey {
 		id.APIKey = s.file.APIKey.Extract(r)
 		if id.APIKey != "" {
-			rec, known := s.file.Keys[id.APIKey]
+			rec, keyID, known := s.file.lookupKey(id.APIKey)
 			switch {
+			case known && rec.Inactive, !known && s.file.RejectUnknownKeys:
+				// A revoked key (403) or, per policy, an unknown one
+				// (401): not a quota answer, nothing counted.
+				d := Decision{Status: http.StatusForbidden, Policy: p.spec.Name, Reason: ReasonKeyInactive}
+				if !known {
+					d.Status, d.Reason = http.StatusUnauthorized, ReasonKeyUnknown
+				}
+				l.finish(&d, now, ip, Identity{IP: cnet, Route: pattern, KeyID: keyID})
+				return d
 			case known:
-				id.KeyID = KeyID(id.APIKey)
+				id.KeyID = keyID
 				id.Tenant = rec.Tenant
 				if p.spec.TierSource == "api_key" && rec.Tier != "" {
 					tier = rec.Tier

@@ -253,6 +253,7 @@ func (l *leaser) localResult(le *lease, now time.Time) counter.Result {
 	if r.Reset < 0 {
 		r.Reset = 0
 	}
+	r.Next = max(0, r.Next-now.Sub(le.takenAt))
 	r.RetryAfter = 0
 	return r
 }

@@ -37,10 +37,16 @@ func newLimitMetrics() (limitMetrics, []prometheus.Collector) {
 	return m, []prometheus.Collector{m.shadow, m.shadowErr, m.conc, m.flags, m.respCount, m.respInvald}
 }
 
-func (m *Metrics) shadowReject(policy, limit string) {
+// inc2 increments the child (a, b) of vec (picked from m, which may be
+// nil).
+func (m *Metrics) inc2(vec func(*Metrics) *prometheus.CounterVec, a, b string) {
 	if m != nil {
-		m.inc(labelKey{vec: m.lim.shadow, n: 2, a: policy, b: limit})
+		m.inc(labelKey{vec: vec(m), n: 2, a: a, b: b})
 	}
+}
+
+func (m *Metrics) shadowReject(policy, limit string) {
+	m.inc2(func(m *Metrics) *prometheus.CounterVec { return m.lim.shadow }, policy, limit)
 }
 
 func (m *Metrics) shadowError(policy string) {
@@ -50,25 +56,17 @@ func (m *Metrics) shadowError(policy string) {
 }
 
 func (m *Metrics) concurrency(policy, event string) {
-	if m != nil {
-		m.inc(labelKey{vec: m.lim.conc, n: 2, a: policy, b: event})
-	}
+	m.inc2(func(m *Metrics) *prometheus.CounterVec { return m.lim.conc }, policy, event)
 }
 
 func (m *Metrics) flag(policy, event string) {
-	if m != nil {
-		m.inc(labelKey{vec: m.lim.flags, n: 2, a: policy, b: event})
-	}
+	m.inc2(func(m *Metrics) *prometheus.CounterVec { return m.lim.flags }, policy, event)
 }
 
 func (m *Metrics) responseCounted(policy, limit string) {
-	if m != nil {
-		m.inc(labelKey{vec: m.lim.respCount, n: 2, a: policy, b: limit})
-	}
+	m.inc2(func(m *Metrics) *prometheus.CounterVec { return m.lim.respCount }, policy, limit)
 }
 
 func (m *Metrics) responseCostInvalid(policy, reason string) {
-	if m != nil {
-		m.inc(labelKey{vec: m.lim.respInvald, n: 2, a: policy, b: reason})
-	}
+	m.inc2(func(m *Metrics) *prometheus.CounterVec { return m.lim.respInvald }, policy, reason)
 }

@@ -25,7 +25,7 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		d := l.Decide(r.Context(), r, l.clock())
 		WriteHeaders(w.Header(), d, l.Headers())
 		if !d.Allowed {
-			WriteRejection(w, d)
+			writeRejection(w, d, l.bodyFormat())
 			return
 		}
 		if d.Shadow != "" && l.shadowHeader() {
@@ -116,6 +116,14 @@ func ceilSeconds(d time.Duration) int64 {
 //     limit of the rule as `"name";q=Q;w=W`, and RateLimit reports the
 //     binding one as `"name";r=R;t=T`.
 //
+// Every value is what the client experiences: Limit and q are the units
+// one can spend at once (a token bucket's burst), W the window they refill
+// in (a bucket's burst × emission interval, a calendar window's true
+// length); R the units left; RateLimit-Reset and T the seconds within
+// which no more than R can pass (until the next unit is available; when
+// refused, until the request may pass), never more than the window
+// (effectiveWindow).
+//
 // Nothing is written when d consulted no limit.
 func WriteHeaders(h http.Header, d Decision, mode HeaderMode) {
 	if !d.limited() || mode == HeadersNone {
@@ -126,7 +134,7 @@ func WriteHeaders(h http.Header, d Decision, mode HeaderMode) {
 	if lim == 0 {
 		lim = d.Binding.Limit.Quantity
 	}
-	reset := ceilSeconds(res.Reset)
+	reset := seconds(effectiveWindow(d.Binding))
 	seed := mode == HeadersBoth || mode == HeadersSeed
 	draft := mode == HeadersBoth || mode == HeadersDraft11
 	// Every value is appended to one buffer, turned into one string and
@@ -189,10 +197,12 @@ func WriteHeaders(h http.Header, d Decision, mode HeaderMode) {
 
 // appendPolicyField appends the draft-11 RateLimit-Policy value of
 // limits, the one encoder of that field (a rule's is built once, at
-// compile): `"name";q=Q;w=W` per limit, comma separated. Q is the
-// allowance the count reported (Result.Limit), or, for a limit not
-// consulted, the one it is configured with (allowanceOf: a token bucket's
-// burst); W is the window in whole seconds, rounded up, at least 1.
+// compile, unless it has calendar windows): `"name";q=Q;w=W` per limit,
+// comma separated. Q is the allowance the count reported (Result.Limit),
+// or, for a limit not consulted, the one it is configured with
+// (allowanceOf: a token bucket's burst); W is the window (windowOf: a
+// bucket's time to refill Q, a calendar window's true length) in whole
+// seconds, rounded up, at least 1.
 func appendPolicyField(b []byte, limits []LimitResult) []byte {
 	for i, lr := range limits {
 		if i > 0 {
@@ -206,7 +216,7 @@ func appendPolicyField(b []byte, limits []LimitResult) []byte {
 		b = append(b, ";q="...)
 		b = strconv.AppendInt(b, q, 10)
 		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, max(ceilSeconds(lr.Limit.Window), 1), 10)
+		b = strconv.AppendInt(b, max(seconds(windowOf(lr)), 1), 10)
 	}
 	return b
 }
@@ -238,8 +248,13 @@ func WriteRejection(w http.ResponseWriter, d Decision) {
 		status = http.StatusTooManyRequests
 	}
 	msg := "rate_limit_exceeded"
-	if status == http.StatusServiceUnavailable {
+	switch status {
+	case http.StatusServiceUnavailable:
 		msg = "rate_limiter_unavailable"
+	case http.StatusForbidden, http.StatusUnauthorized:
+		// Not a quota answer: retrying will not help, no Retry-After.
+		writeKeyRejection(w, status)
+		return
 	}
 	n := strconv.FormatInt(ra, 10)
 	h := w.Header()

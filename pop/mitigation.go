@@ -163,6 +163,9 @@ func (l *Limiter) readFlags(ctx context.Context, p *policy, rs *rules, mitKey st
 	if e, ok := p.mit.get(mitKey+flagShadow, now); ok && e.tier == rs.tier {
 		fl.shadowUntil, fl.shadowLimit = time.Unix(0, e.until), e.binding.Limit.Name
 	}
+	if l.breaker.State() == BreakerOpen {
+		return fl // the store is down: the fail mode decides
+	}
 	sctx := newStoreCtx(ctx, time.Now().Add(l.dl.Current()))
 	vals, err := l.store.GetMulti(sctx, []string{mitKey + flagEnforce, mitKey + flagShadow})
 	sctx.release()

@@ -206,7 +206,7 @@ func (p *parser) file_(n *yaml.Node) *File {
 	var tiersNode, keysNode, policiesNode *yaml.Node
 	var defaultNode, unmatchedNode *yaml.Node
 	p.fields(n, "", []string{"version", "headers", "trusted_proxies", "api_key", "user_header", "prefilter", "keys", "tiers", "policies",
-		"default_policy", "unmatched", "case_insensitive_paths", "max_forwarded_hops", "ip_prefix", "shadow_header", "shadow"}, func(k string, v *yaml.Node) {
+		"default_policy", "unmatched", "case_insensitive_paths", "max_forwarded_hops", "ip_prefix", "shadow_header", "shadow", "rejection_body"}, func(k string, v *yaml.Node) {
 		switch k {
 		case "default_policy":
 			f.DefaultPolicy, defaultNode = p.str(v, k), v
@@ -246,6 +246,8 @@ func (p *parser) setting(f *File, k string, v *yaml.Node) {
 	switch k {
 	case "shadow_header":
 		f.ShadowHeader = p.bool(v, k)
+	case "rejection_body":
+		f.RejectionBody = oneOf(p, v, k, "json or problem", choice[BodyFormat]{"json", BodyJSON}, choice[BodyFormat]{"problem", BodyProblem})
 	case "shadow":
 		f.Shadow = p.bool(v, k)
 	case "case_insensitive_paths":

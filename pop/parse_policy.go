@@ -66,10 +66,14 @@ func (p *parser) limits(n *yaml.Node, path string) []LimitSpec {
 		l := &ls.Limit
 		seen := map[string]bool{}
 		p.fields(e, lp, []string{"name", "algorithm", "quantity", "window", "burst", "cost", "on_reject", "precision", "scope",
-			"shadow", "mitigation_timeout", "count_if", "cost_header", "max_request_time", "retry_after"}, func(k string, v *yaml.Node) {
+			"shadow", "mitigation_timeout", "count_if", "cost_header", "max_request_time", "retry_after",
+			"time_zone", "start_day", "start_month", "start_weekday"}, func(k string, v *yaml.Node) {
 			fp := join(lp, k)
 			seen[k] = true
 			if p.limitExtra(k, v, fp, &ls) { // shadow, concurrency, count by response: parse_limits.go
+				return
+			}
+			if p.calendarField(k, v, fp, &ls) { // calendar windows: parse_calendar.go
 				return
 			}
 			switch k {
@@ -116,6 +120,7 @@ func (p *parser) limits(n *yaml.Node, path string) []LimitSpec {
 			out = append(out, ls)
 			return // a concurrency limit: no window, no algorithm
 		}
+		p.checkCalendar(e, lp, &ls, seen)
 		if !seen["window"] {
 			p.errf(e, join(lp, "window"), "required")
 		}
@@ -273,7 +278,7 @@ func (p *parser) checkMaxBatch(n *yaml.Node, path string, ps PolicySpec, f *File
 			limits = f.Tiers[tier].Limits
 		}
 		for _, ls := range limits {
-			if ls.Cost < 1 {
+			if ls.Cost < 1 || ls.Concurrency.MaxRequestTime > 0 || ls.Response.Set() { // never leased
 				continue
 			}
 			if c := allowanceOf(ls.Limit) / ls.Cost; ps.Lease.MaxBatch > c && c > 0 {

@@ -68,6 +68,9 @@ func (e *ValidationError) Unwrap() error { return ErrInvalidPolicy }
 type KeyRecord struct {
 	Tenant string
 	Tier   string
+	// Inactive marks a revoked key: its requests get 403
+	// (ReasonKeyInactive). Policy sources set it (pop/pgpolicy).
+	Inactive bool
 }
 
 // LimitSpec is one limit of a tier, with its per-request cost.
@@ -163,9 +166,15 @@ type File struct {
 	// record is treated as no key (anonymous, counted per client IP), so
 	// made-up keys cannot mint fresh identities; with none, every key is
 	// counted as it comes.
-	Keys     map[string]KeyRecord
-	Tiers    map[string]TierSpec
-	Policies []PolicySpec
+	Keys map[string]KeyRecord
+	// KeyDigests says Keys is keyed by KeyDigest(key), not the key in
+	// clear (pop/pgpolicy's files).
+	KeyDigests bool
+	// RejectUnknownKeys answers a key without a record 401
+	// (ReasonKeyUnknown) instead of treating it as anonymous.
+	RejectUnknownKeys bool
+	Tiers             map[string]TierSpec
+	Policies          []PolicySpec
 
 	// DefaultPolicy names the policy applied to every request no route
 	// matches (`default_policy:`; that policy may list no routes). With
@@ -188,6 +197,9 @@ type File struct {
 	// ipv6: 64}`): every address of one IPv6 /64 shares one count by
 	// default. Zero means the default (32, 64).
 	IPv4Prefix, IPv6Prefix int
+	// RejectionBody (`rejection_body: json|problem`) is the body of a
+	// rejection: BodyJSON (default) or BodyProblem (application/problem+json).
+	RejectionBody BodyFormat
 	// ShadowHeader (`shadow_header: true`) makes the middleware answer a
 	// request a shadow limit would have rejected with
 	// `X-RateLimit-Shadow: <limit>`.

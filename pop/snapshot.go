@@ -212,7 +212,9 @@ func (l *Limiter) compilePolicy(ps PolicySpec, f *File, fp uint64) (*policy, err
 				lrs = append(lrs, LimitResult{Limit: r.spec.Limit})
 			}
 		}
-		rs.policyField = string(appendPolicyField(nil, lrs))
+		if !hasCalendar(lrs) { // a calendar window's length varies: per answer
+			rs.policyField = string(appendPolicyField(nil, lrs))
+		}
 		p.tiers[name] = rs
 	}
 	return p, nil

@@ -3,6 +3,7 @@ package pop
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,9 +17,10 @@ type storeCtx struct {
 	context.Context
 	deadline time.Time
 
-	once   sync.Once
-	done   <-chan struct{}
-	cancel context.CancelFunc
+	once     sync.Once
+	done     <-chan struct{}
+	cancel   context.CancelFunc
+	released atomic.Bool // set before release closes done
 }
 
 func newStoreCtx(parent context.Context, deadline time.Time) *storeCtx {
@@ -44,10 +46,19 @@ func (c *storeCtx) Done() <-chan struct{} {
 }
 
 // Err is the parent's error, else context.DeadlineExceeded once the
-// deadline has passed.
+// deadline has passed, else context.Canceled once released (Done is then
+// closed, and a closed Done must come with an error: a context derived
+// from this one, e.g. by a dial, still alive at release would otherwise
+// cancel itself with no error, which panics).
 func (c *storeCtx) Err() error {
 	if err := c.Context.Err(); err != nil {
 		return err
+	}
+	if c.released.Load() {
+		if !time.Now().Before(c.deadline) {
+			return context.DeadlineExceeded
+		}
+		return context.Canceled
 	}
 	if !time.Now().Before(c.deadline) {
 		return context.DeadlineExceeded
@@ -57,6 +68,7 @@ func (c *storeCtx) Err() error {
 
 // release stops Done's timer, if one was made.
 func (c *storeCtx) release() {
+	c.released.Store(true)
 	if c.cancel != nil {
 		c.cancel()
 	}

@@ -57,3 +57,23 @@ func TestStoreCtxAllocs(t *testing.T) {
 		t.Fatalf("%.0f allocations per store context; want at most 1", n)
 	}
 }
+
+// A context derived from a storeCtx (as net.Dialer.DialContext derives
+// one) and still alive when the decision releases it sees Done closed
+// with an error: Err must not be nil then, or the derived context's
+// propagation goroutine panics ("missing cancel error"; seen once in
+// BenchmarkFullPath/pipe with a dial in the decision).
+func TestStoreCtxReleasedHasAnError(t *testing.T) {
+	c := newStoreCtx(context.Background(), time.Now().Add(time.Hour))
+	child, cancel := context.WithCancel(c)
+	defer cancel()
+	c.release()
+	select {
+	case <-child.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("derived context not canceled by the release")
+	}
+	if !errors.Is(c.Err(), context.Canceled) || !errors.Is(child.Err(), context.Canceled) {
+		t.Fatalf("after release: Err %v, derived %v; want Canceled", c.Err(), child.Err())
+	}
+}

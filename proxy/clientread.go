@@ -115,6 +115,11 @@ func (rd *clientReader) releaseBuf() {
 		readBufs.Put((*[clientBufSize]byte)(rd.buf))
 	}
 	rd.buf, rd.r, rd.w = nil, 0, 0
+	// The last request's keys and data point into the buffer: without
+	// this a parked connection would keep it reachable (and a pooled
+	// buffer aliased).
+	clear(rd.req.Keys)
+	rd.req.Keys, rd.req.Data = rd.req.Keys[:0], nil
 }
 
 // fill makes room after buf[r:w] for the next read (FastConn.ReadEach).

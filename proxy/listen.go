@@ -198,6 +198,7 @@ func (s *Server) sweepIdle(stop <-chan struct{}) {
 			}
 		}
 		s.mu.Unlock()
+		s.mem.maybe(s.st.parked.Load(), time.Unix(0, now), &s.wg)
 		t.Reset(every())
 	}
 }

@@ -193,7 +193,7 @@ func (p *Pool) Stats() BackendStats {
 		done, doneBytes := pc.doneCalls.Load(), pc.doneBytes.Load()
 		pc.mu.Lock()
 		st.InQueue += uint64(len(pc.queued) + pc.dialing)
-		st.InQueueBytes += uint64(len(pc.wbuf) + pc.dialingBytes)
+		st.InQueueBytes += uint64(len(pc.wbuf) - pc.carry + pc.dialingBytes)
 		pc.mu.Unlock()
 		sent, sentBytes := pc.sentCalls.Load(), pc.sentBytes.Load()
 		st.RequestBytes += sentBytes

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,7 +65,10 @@ const (
 // Do appends the request's wire form to its connection's write buffer
 // under a mutex and wakes the connection's writer goroutine only when it
 // sleeps; the writer writes everything accumulated with one syscall, so
-// requests of many clients share a write. Each live connection has one
+// requests of many clients share a write. When the writer sleeps, nothing
+// is in flight and the last write carried one request (low load: nothing
+// to batch), Do writes on the caller's goroutine instead, saving the
+// writer's wake-up. Each live connection has one
 // reader goroutine that parses replies in bulk from a large buffer and
 // finishes the pending calls in FIFO order, with no channel operation per
 // request. Connections are dialled lazily and redialled after a failure;
@@ -103,7 +107,9 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 func (p *Pool) Addr() string { return p.cfg.Addr }
 
 // Do appends c to connection c.Conn mod Connections' write buffer and
-// wakes that connection's writer if it sleeps; it does not block.
+// wakes that connection's writer if it sleeps, or writes it itself (see
+// writeFromCaller); it blocks only for that write, while the socket is
+// full, and no longer than the pool's timeout (the write deadline).
 func (p *Pool) Do(c *Call) {
 	if c.Start.IsZero() {
 		c.Start = time.Now()
@@ -121,9 +127,90 @@ func (p *Pool) Do(c *Call) {
 	pc.queued = append(pc.queued, c)
 	wake := pc.idle
 	pc.idle = false
+	if s := pc.sess; wake && pc.quiet() && s != nil && !s.broken.Load() && s.sock.Raw() {
+		pc.writeFromCaller(s) // unlocks
+		return
+	}
 	pc.mu.Unlock()
 	if wake {
 		pc.kick <- struct{}{}
+	}
+}
+
+// quiet reports whether nothing is in flight on the connection (every call
+// pushed has finished) and its last write carried one call: low load,
+// where a write from the caller saves a wake-up and loses no batching.
+// pc.mu is held.
+func (pc *poolConn) quiet() bool {
+	return pc.lastBatch <= 1 && pc.sentCalls.Load() == pc.doneCalls.Load()
+}
+
+// writeFromCaller writes the queued requests on the caller's goroutine
+// (a client's reader) with one non-blocking write: the writer sleeps, the
+// connection is quiet (no batching to lose) and the session is live, so
+// waking the writer would only add a goroutine hand-off (a
+// thread wake-up at low load) to the request. The caller holds pc.mu and
+// has cleared pc.idle, which makes it the connection's only writer until
+// it gives the role back: to the sleeping writer (idle again), or by
+// kicking it when requests queued meanwhile, the socket did not take the
+// whole write (the writer finishes it, carry, blocking as usual) or the
+// pool closed. It unlocks pc.mu.
+func (pc *poolConn) writeFromCaller(s *session) {
+	buf, calls := pc.wbuf, pc.queued
+	pc.wbuf, pc.queued = pc.spareBuf[:0], pc.spareCalls[:0]
+	pc.mu.Unlock()
+	var rest []byte
+	if s.push(calls, len(buf)) {
+		pc.writeDeadline(s) // a past one fails even a non-blocking write
+		n, err := s.sock.TryWrite(buf)
+		if err != nil {
+			pc.broke(s, err)
+		} else if n < len(buf) {
+			rest = slices.Clone(buf[n:])
+		}
+	}
+	pc.recycle(buf, calls)
+	if len(rest) > 0 {
+		pc.wbuf = append(append(make([]byte, 0, len(rest)+len(pc.wbuf)), rest...), pc.wbuf...)
+		pc.carry = len(rest)
+	}
+	kick := len(pc.queued) > 0 || pc.carry > 0 || pc.closed
+	pc.idle = !kick
+	pc.mu.Unlock()
+	if kick {
+		pc.kick <- struct{}{}
+	}
+}
+
+// send pushes calls to s and writes buf, blocking while the socket is
+// full (by the write deadline); buf starts with pushed bytes whose calls
+// were pushed already (a carry). A failed write breaks the session. The
+// caller holds the writer's role.
+func (pc *poolConn) send(s *session, buf []byte, calls []*Call, pushed int) {
+	if !s.push(calls, len(buf)-pushed) {
+		return
+	}
+	pc.writeDeadline(s)
+	if _, err := s.sock.Write(buf); err != nil {
+		pc.broke(s, err)
+	}
+}
+
+// writeDeadline moves s's write deadline to the pool timeout from now,
+// unless the one set is less than a quarter of it older (one syscall
+// saved per write). The caller holds the writer's role.
+func (pc *poolConn) writeDeadline(s *session) {
+	if dl := time.Now().Add(s.timeout); dl.Sub(pc.wdeadline) > s.timeout/4 {
+		_ = s.nc.SetWriteDeadline(dl)
+		pc.wdeadline = dl
+	}
+}
+
+// broke breaks s after a failed write.
+func (pc *poolConn) broke(s *session, err error) {
+	err = fmt.Errorf("write %s: %w", pc.p.cfg.Addr, err)
+	if s.setErr(err) {
+		pc.p.fail(err)
 	}
 }
 
@@ -208,9 +295,16 @@ type poolConn struct {
 	// holds while it connects (still queued, for Pool.Stats).
 	dialing, dialingBytes int
 
-	spareBuf   []byte // the other write buffer (owned by the writer)
+	spareBuf   []byte // the other write buffer (under mu)
 	spareCalls []*Call
-	wdeadline  time.Time // last write deadline set (writer only)
+	wdeadline  time.Time // last write deadline set (by the writer's role holder)
+	// carry is the head of wbuf that writeFromCaller pushed and the
+	// socket did not take: the writer writes it first (under mu).
+	carry int
+	// lastBatch is the number of calls of the last write (under mu):
+	// more than one means requests arrive together, and the writer's
+	// batching (one write for many clients) is worth its wake-up.
+	lastBatch int
 
 	// Counted once per batch of calls pushed to a session (under its
 	// mutex, so before the reader can see them), and once per batch of
@@ -233,7 +327,7 @@ func (pc *poolConn) run() {
 	defer p.wg.Done()
 	pc.mu.Lock()
 	for {
-		for len(pc.queued) == 0 && !pc.closed {
+		for len(pc.queued) == 0 && pc.carry == 0 && !pc.closed {
 			pc.idle = true
 			pc.mu.Unlock()
 			<-pc.kick
@@ -262,12 +356,16 @@ func (pc *poolConn) run() {
 			}
 			return
 		}
-		buf, calls := pc.wbuf, pc.queued
-		pc.wbuf, pc.queued = pc.spareBuf[:0], pc.spareCalls[:0]
+		buf, calls, carry := pc.wbuf, pc.queued, pc.carry
+		pc.wbuf, pc.queued, pc.carry = pc.spareBuf[:0], pc.spareCalls[:0], 0
 		s := pc.sess
 		redial := s == nil || s.broken.Load()
+		wire := buf
 		if redial {
-			pc.dialing, pc.dialingBytes = len(calls), len(buf)
+			// A carry belongs to the broken session, whose reader
+			// fails its calls: not for the new one.
+			wire, carry = buf[carry:], 0
+			pc.dialing, pc.dialingBytes = len(calls), len(wire)
 		}
 		pc.mu.Unlock()
 
@@ -281,19 +379,7 @@ func (pc *poolConn) run() {
 				continue
 			}
 		}
-		if s.push(calls, len(buf)) {
-			now := time.Now()
-			if dl := now.Add(s.timeout); dl.Sub(pc.wdeadline) > s.timeout/4 {
-				_ = s.nc.SetWriteDeadline(dl)
-				pc.wdeadline = dl
-			}
-			if _, err := s.sock.Write(buf); err != nil {
-				err = fmt.Errorf("write %s: %w", p.cfg.Addr, err)
-				if s.setErr(err) {
-					p.fail(err)
-				}
-			}
-		}
+		pc.send(s, wire, calls, carry)
 		pc.recycle(buf, calls)
 	}
 }
@@ -301,6 +387,7 @@ func (pc *poolConn) run() {
 // recycle keeps the written batch's storage for the next one and takes
 // pc.mu again.
 func (pc *poolConn) recycle(buf []byte, calls []*Call) {
+	n := len(calls)
 	clear(calls)
 	if cap(buf) > maxSpareBuf {
 		buf = nil
@@ -308,6 +395,7 @@ func (pc *poolConn) recycle(buf []byte, calls []*Call) {
 	pc.mu.Lock()
 	pc.spareBuf, pc.spareCalls = buf[:0], calls[:0]
 	pc.dialing, pc.dialingBytes = 0, 0
+	pc.lastBatch = n
 }
 
 // dial connects a new session and starts its reader; the caller is the

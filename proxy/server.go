@@ -117,8 +117,9 @@ type Server struct {
 	cl  clientLimits
 	acc acceptStats
 
-	park   parker    // idle connections with no goroutine (Linux)
-	queues sync.Pool // request queues of parked connections (getQueue)
+	park   parker     // idle connections with no goroutine (Linux)
+	queues sync.Pool  // request queues of parked connections (getQueue)
+	mem    memRelease // returns idle clients' memory to the OS (sweeper)
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.

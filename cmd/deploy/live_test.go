@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -98,6 +99,11 @@ func referenceRun(t *testing.T) (map[string]Families, error) {
 		return nil, fmt.Errorf("POST /reload of an invalid policy: %d, want a failure", code)
 	}
 
+	rlsFams, err := rlsRun(t, proxy.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("rls: %w", err)
+	}
+
 	shards[1].Stop()
 	for i := 0; i < 64; i++ {
 		memcachedGet(proxy.Addr, fmt.Sprintf("k%d", i))
@@ -119,7 +125,37 @@ func referenceRun(t *testing.T) (map[string]Families, error) {
 	if err != nil {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
-	return map[string]Families{"edge": edgeFams, "mcproxy": mcFams}, nil
+	return map[string]Families{"edge": edgeFams, "mcproxy": mcFams, "rls": rlsFams}, nil
+}
+
+// rlsRun starts rls counting through the mcproxy at store, with one domain
+// of 2 requests a minute, sends it 5 /json requests (3 over the limit) and
+// one it must refuse, and scrapes its /metrics.
+func rlsRun(t *testing.T, store string) (Families, error) {
+	dir := t.TempDir()
+	cfg := "domain: ref\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"
+	if err := os.WriteFile(filepath.Join(dir, "ref.yaml"), []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	httpAddr := fixture.FreeAddr(t)
+	fixture.Start(t, fixture.Binary(t, "rls"), "--grpc", fixture.FreeAddr(t), "--http", httpAddr, "--config-dir", dir, "--memcached", store)
+	if err := waitFor(10*time.Second, func() bool { return status(httpAddr, "/healthcheck") == http.StatusOK }); err != nil {
+		return nil, fmt.Errorf("/healthcheck: %w", err)
+	}
+	c := &http.Client{Timeout: 5 * time.Second}
+	for _, body := range []string{
+		`{"domain":"ref","descriptors":[{"entries":[{"key":"k","value":"x"}]}]}`, `{"domain":"ref","descriptors":[{"entries":[{"key":"k","value":"x"}]}]}`,
+		`{"domain":"ref","descriptors":[{"entries":[{"key":"k","value":"x"}]}]}`, `{"domain":"ref","descriptors":[{"entries":[{"key":"k","value":"x"}]}]}`,
+		`{"domain":"ref","descriptors":[{"entries":[{"key":"k","value":"x"}]}]}`, `{"domain":"","descriptors":[]}`,
+	} {
+		resp, err := c.Post("http://"+httpAddr+"/json", "application/json", strings.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	return scrape(httpAddr)
 }
 
 // drive sends rounds of requests on every policy of the example file:

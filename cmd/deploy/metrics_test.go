@@ -22,6 +22,7 @@ var update = flag.Bool("update", false, "rewrite METRICS.md from the reference r
 var binaries = []struct{ name, admin string }{
 	{"edge", "`--admin`, default `127.0.0.1:7481`"},
 	{"mcproxy", "`--admin`, default `127.0.0.1:7412`"},
+	{"rls", "`--http`, default `127.0.0.1:7490`"},
 }
 
 // row is one metric of the reference.
@@ -133,6 +134,9 @@ func guessBinary(name string) string {
 	if strings.HasPrefix(name, "mcproxy_") {
 		return "mcproxy"
 	}
+	if strings.HasPrefix(name, "poplimit_rls_") || strings.HasPrefix(name, "ratelimit_") {
+		return "rls"
+	}
 	return "edge"
 }
 
@@ -216,7 +220,7 @@ func parseRows(doc string) []row {
 
 // declaration matches a metric's name and help in the source: the
 // Name/Help fields of client_golang's Opts, or NewDesc's arguments.
-var declaration = regexp.MustCompile(`(?:Name:\s*"|NewDesc\(\s*")((?:poplimit|mcproxy|rls)_[a-z0-9_]+)",\s*(?:Help:\s*)?"((?:[^"\\]|\\.)*)"`)
+var declaration = regexp.MustCompile(`(?:Name:\s*"|NewDesc\(\s*")((?:poplimit|mcproxy|ratelimit)_[a-z0-9_]+)",\s*(?:Help:\s*)?"((?:[^"\\]|\\.)*)"`)
 
 // declaredMetrics are the metrics the module's non-test Go files declare,
 // name to help text.

@@ -19,8 +19,8 @@
 // --write-timeout, --idle-timeout, --max-header-bytes). Both listeners
 // default to loopback. Limits with scope: global count across PoPs through
 // --global-memcached (the home region's store; --pops, --global-overdraft,
-// --global-horizon; package pop/global). This file only wires flags to
-// packages pop, pop/global and counter.
+// --global-horizon; package pop/global, flags in cmd/internal/globalflags).
+// This file only wires flags to packages pop and counter.
 package main
 
 import (
@@ -33,6 +33,7 @@ import (
 	"net/url"
 	"os"
 	"time"
+	_ "time/tzdata" // calendar windows' time zones on hosts without zoneinfo
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -40,10 +41,10 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/cmd/internal/daemon"
+	"github.com/poplimit/poplimit/cmd/internal/globalflags"
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/memcached"
 	"github.com/poplimit/poplimit/pop"
-	"github.com/poplimit/poplimit/pop/global"
 )
 
 func main() {
@@ -66,7 +67,7 @@ func main() {
 			"--write-timeout, --idle-timeout, --max-header-bytes. Failed accepts (EMFILE) back off and count in\n" +
 			"poplimit_edge_accept_errors_total. Both listeners default to loopback; a non-loopback --admin is\n" +
 			"logged as a warning.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7480", Usage: "address of the proxied HTTP listener (7480: clear of 8080, taken by envoyproxy/ratelimit and most dev servers)"},
 			&cli.StringFlag{Name: "upstream", Required: true, Usage: "upstream base `URL`, e.g. http://127.0.0.1:9000"},
 			&cli.StringSliceFlag{Name: "memcached", Usage: "memcached or mcproxy `ADDR` (host:port); repeatable; empty = in-process store"},
@@ -84,28 +85,23 @@ func main() {
 			&cli.BoolFlag{Name: "store-server-time", Usage: "with --store redis://…: take now from the shard's clock (redis TIME) instead of this worker's, so worker clock skew adds no error"},
 			&cli.StringFlag{Name: "store-client", Value: "gomemcache", Usage: "memcached client: 'gomemcache' (memcached.Store over bradfitz/gomemcache, the project's designated workers' client; several addresses are hashed by gomemcache) or 'pipe' (memcached.PipeStore: pipelined, one round trip per sliding-window decision and ~20% less CPU per decision; one --memcached address, normally mcproxy)"},
 			&cli.IntFlag{Name: "store-multiplex", Value: 0, Usage: "with --store-client pipe: number of connections shared by all requests (concurrent store calls are written together, replies read in order: fewer syscalls); 0 = one pooled connection per call"},
-			// Global limits (scope: global, package pop/global).
-			&cli.StringFlag{Name: "global-memcached", Usage: "home region's memcached or mcproxy `ADDR` holding the global counts of scope: global limits (pipelined client: one round trip per claim); empty: policies with global limits are rejected"},
-			&cli.IntFlag{Name: "pops", Value: 1, Usage: "number of PoPs sharing the global limits: with the home store unreachable, fail_mode local credits limit ÷ this per window"},
-			&cli.Int64Flag{Name: "global-overdraft", Value: 0, Usage: "units per global key and window this PoP admits while its pool is empty and a refill is in flight (each adds to the over-admission bound); 0 = reject with Retry-After"},
-			&cli.DurationFlag{Name: "global-horizon", Value: 500 * time.Millisecond, Usage: "how much of the PoP's arrival rate one batch claimed from the home store covers (at least 3 refill latencies)"},
 			&cli.StringFlag{Name: "events", Usage: "write rejection events as JSON lines to `FILE` ('-' for stderr); empty disables"},
 			// The upstream exchange (pop.ForwardConfig): 504 when a timeout expires, 413 over the body limit.
-			&cli.DurationFlag{Name: "upstream-dial-timeout", Value: 5 * time.Second, Usage: "connecting to the upstream (504 on expiry)"},
-			&cli.DurationFlag{Name: "upstream-header-timeout", Value: 30 * time.Second, Usage: "waiting for the upstream's response headers once the request is sent (504 on expiry)"},
-			&cli.DurationFlag{Name: "upstream-timeout", Value: 60 * time.Second, Usage: "one whole upstream exchange, response body included (504 when no response started, else the response is cut)"},
+			&cli.DurationFlag{Name: "upstream-dial-timeout", Value: 5 * time.Second, Usage: "connecting to the upstream (504 on expiry; 5s: a LAN upstream connects in milliseconds, 5s rides out two lost SYNs)"},
+			&cli.DurationFlag{Name: "upstream-header-timeout", Value: 30 * time.Second, Usage: "waiting for the upstream's response headers once the request is sent (504 on expiry; 30s: the slowest API answer worth waiting for, as Envoy's and nginx's defaults are 15-60s)"},
+			&cli.DurationFlag{Name: "upstream-timeout", Value: 60 * time.Second, Usage: "one whole upstream exchange, response body included (504 when no response started, else the response is cut; 60s bounds what one request can hold; raise it for long downloads)"},
 			&cli.Int64Flag{Name: "max-body-bytes", Value: 10 << 20, Usage: "largest request body forwarded; longer ones get 413; negative = no limit"},
 			// The client side (http.Server): slow clients are cut off.
 			&cli.IntFlag{Name: "max-header-bytes", Value: 64 << 10, Usage: "largest request line + headers accepted (431 beyond)"},
-			&cli.DurationFlag{Name: "read-header-timeout", Value: 10 * time.Second, Usage: "time a client has to send its request headers"},
-			&cli.DurationFlag{Name: "read-timeout", Value: 60 * time.Second, Usage: "time a client has to send a whole request, body included"},
+			&cli.DurationFlag{Name: "read-header-timeout", Value: 10 * time.Second, Usage: "time a client has to send its request headers (10s: one round trip for a real client, a slowloris client is cut)"},
+			&cli.DurationFlag{Name: "read-timeout", Value: 60 * time.Second, Usage: "time a client has to send a whole request, body included (60s: a 10 MiB body at ~170 KB/s)"},
 			&cli.DurationFlag{Name: "write-timeout", Value: 90 * time.Second, Usage: "time to write a response, from the end of the request headers (keep it above --upstream-timeout)"},
-			&cli.DurationFlag{Name: "idle-timeout", Value: 60 * time.Second, Usage: "how long an idle keep-alive connection is kept"},
+			&cli.DurationFlag{Name: "idle-timeout", Value: 60 * time.Second, Usage: "how long an idle keep-alive connection is kept (60s: above the 30-55s idle timeouts of common load balancers, so they close first)"},
 			// Admin listener.
 			&cli.StringFlag{Name: "reload-token", EnvVars: []string{"EDGE_RELOAD_TOKEN"}, Usage: "POST /reload requires 'Authorization: Bearer TOKEN' (env EDGE_RELOAD_TOKEN); empty = no token"},
 			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof under /debug/pprof/ on the admin listener"},
 			&cli.BoolFlag{Name: "shadow", Usage: "dry run: every limit counts and decides, but would-be rejections are admitted and reported (poplimit_shadow_rejections_total, events with \"shadow\": true, X-RateLimit-Shadow with the policy's shadow_header); enforce by restarting without it, or per limit/policy with shadow: in the policy file and a reload"},
-		},
+		}, globalflags.Flags()...),
 		Action: run,
 	}
 	if err := app.Run(os.Args); err != nil {
@@ -152,7 +148,7 @@ func run(c *cli.Context) error {
 	// or any early return below would wait forever.
 	defer func() { stop(); eventsDone() }()
 
-	newGlobal, healthReasons, err := globalLimits(c, store, reg)
+	newGlobal, healthReasons, err := globalflags.Wire(c, store, c.Int("workers-per-pop"), reg)
 	if err != nil {
 		return err
 	}
@@ -207,33 +203,6 @@ func run(c *cli.Context) error {
 		count := acceptErrors.WithLabelValues(name)
 		return pop.WatchAccept(ln, pop.AcceptWatch{Logger: logger, Count: func(error) { count.Inc() }})
 	}})
-}
-
-// globalLimits wires --global-memcached: the allowers of scope: global
-// limits over this PoP's store and the home store, their metrics in reg
-// and the home store's health. Without the flag both are nil.
-func globalLimits(c *cli.Context, local counter.Store, reg prometheus.Registerer) (func(counter.Limit, pop.FailMode) (counter.Allower, error), func() []string, error) {
-	addr := c.String("global-memcached")
-	if addr == "" {
-		return nil, nil, nil
-	}
-	cfg := global.Config{Local: local, PoPs: c.Int("pops"), Workers: c.Int("workers-per-pop"), Overdraft: c.Int64("global-overdraft"), Horizon: c.Duration("global-horizon")}
-	if cfg.PoPs < 1 || cfg.Overdraft < 0 {
-		return nil, nil, fmt.Errorf("--pops %d, --global-overdraft %d: want at least 1 and 0 or more", cfg.PoPs, cfg.Overdraft)
-	}
-	// The pipelined client: a claim (add-if-absent + incr) is one round
-	// trip across regions.
-	cfg.Home = memcached.NewPipeStore(memcached.PipeConfig{Addr: addr, Timeout: time.Second})
-	var err error
-	if cfg.Metrics, err = global.NewMetrics(reg); err != nil {
-		return nil, nil, err
-	}
-	h, err := global.NewHome(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	fallback := map[pop.FailMode]global.Fallback{pop.FailLocal: global.FallbackShare, pop.FailOpen: global.FallbackOpen, pop.FailClosed: global.FallbackClosed}
-	return func(l counter.Limit, fm pop.FailMode) (counter.Allower, error) { return h.New(l, fallback[fm]) }, h.HealthReasons, nil
 }
 
 // socketTimeout is the memcached socket timeout of a deadline config: the

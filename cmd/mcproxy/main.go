@@ -77,14 +77,14 @@ func newApp() *cli.App {
 			&cli.IntFlag{Name: "server-connections", Value: 1, Usage: "pipelined connections per shard"},
 			&cli.BoolFlag{Name: "auto-eject", Usage: "eject failing shards (auto_eject_hosts)"},
 			&cli.IntFlag{Name: "failure-limit", Value: 2, Usage: "consecutive failures that eject a shard"},
-			&cli.DurationFlag{Name: "retry-timeout", Value: 30 * time.Second, Usage: "time an ejected shard stays out before a probe"},
+			&cli.DurationFlag{Name: "retry-timeout", Value: 30 * time.Second, Usage: "time an ejected shard stays out before a probe (30s: Twemproxy's example; each return moves keys, so not sooner)"},
 			&cli.StringFlag{Name: "config", Usage: "Twemproxy nutcracker.yml file (instead of --shard); reloaded on SIGHUP and on change"},
 			&cli.BoolFlag{Name: "watch", Value: true, Usage: "with --config, reload when the file changes (SIGHUP always reloads)"},
 			&cli.IntFlag{Name: "embedded", Usage: "serve N in-process memory shards instead of memcached"},
 			&cli.IntFlag{Name: "max-item-size", Value: 1 << 20, Usage: "largest value in bytes"},
 			&cli.IntFlag{Name: "client-connections", Usage: "most concurrent clients per pool, beyond: SERVER_ERROR and close (0: no limit; with --config, for pools without client_connections)"},
 			&cli.DurationFlag{Name: "client-idle-timeout", Usage: "close clients idle this long (0: never; with --config, for pools without client_timeout)"},
-			&cli.DurationFlag{Name: "client-request-timeout", Value: proxy.DefaultRequestTimeout, Usage: "close a client whose command line or data block is not complete this long after its first byte (slow clients); replies already due are written first (negative: never)"},
+			&cli.DurationFlag{Name: "client-request-timeout", Value: proxy.DefaultRequestTimeout, Usage: "close a client whose command line or data block is not complete this long after its first byte (slow clients; 10s: a real client completes a request in one round trip, an attacker trickling bytes is cut); replies already due are written first (negative: never)"},
 			&cli.StringFlag{Name: "admin", Value: DefaultAdmin, Usage: "HTTP address of /metrics (Prometheus), /healthz and /stats.json (Twemproxy stats); \"\" disables"},
 			&cli.BoolFlag{Name: "pprof", Usage: "also serve net/http/pprof under /debug/pprof/ on --admin (off: profiles expose memory and cost CPU)"},
 			&cli.IntFlag{Name: "stats-port", Usage: "also serve the Twemproxy stats JSON on this raw TCP port, like nutcracker -s (0: off)"},
@@ -131,20 +131,21 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	// Signals are caught, and the admin endpoint serves, before the
+	// memcached listeners open: once the proxy answers, a SIGTERM is a
+	// graceful stop (not the default death) and /metrics is up.
+	ctx, stop := daemon.StopContext(context.Background())
+	defer stop()
 	p := proxy.NewProxy(proxyConfig(c, log))
+	stopOps, err := serveOps(c, p, log)
+	defer stopOps()
+	if err != nil {
+		return err
+	}
 	if err := p.Reload(pools); err != nil {
 		return err
 	}
 	shutdown := func() error { return shutdownProxy(p, c.Duration("shutdown-timeout"), log) }
-
-	ctx, stop := daemon.StopContext(context.Background())
-	defer stop()
-	stopOps, err := serveOps(c, p, log)
-	defer stopOps()
-	if err != nil {
-		_ = shutdown()
-		return err
-	}
 	watched := watchConfig(ctx, c.String("config"), c.Bool("watch"), p, log)
 	defer func() { stop(); <-watched }()
 

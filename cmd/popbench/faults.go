@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -14,7 +15,7 @@ func faultsCommand() *cli.Command {
 		Name:  "faults",
 		Usage: "scripted faults under load (shard killed, hung, slowed, its connections reset; mcproxy restarted; reload; burst: bursts at one key and a flood of keys on a healthy store): errors, fail-mode decisions, time to recover",
 		Flags: commonFlags(
-			&cli.StringFlag{Name: "scenarios", Usage: "comma-separated: shard-kill, shard-hang, shard-slow, conn-reset, proxy-restart, reload, burst (its own PoP: 4 edges on default flags, 1,000 requests at one key limited to 100/minute per algorithm, fail mode and --burst-conns, then the flood)", Value: "shard-kill,shard-hang,shard-slow,conn-reset,reload,proxy-restart"},
+			&cli.StringFlag{Name: "scenarios", Usage: "comma-separated: shard-kill, shard-hang, shard-slow, conn-reset, shard-add-remove (a fourth shard added to mcproxy's pool file and removed, by SIGHUP), proxy-restart, reload, burst (its own PoP: 4 edges on default flags, 1,000 requests at one key limited to 100/minute per algorithm, fail mode and --burst-conns, then the flood)", Value: strings.Join(bench.FaultScenarios, ",")},
 			&cli.IntFlag{Name: "burst-rounds", Usage: "burst: rounds of each burst", Value: 5},
 			&cli.StringFlag{Name: "burst-conns", Usage: "burst: comma-separated client connection counts", Value: "256,32"},
 			&cli.IntFlag{Name: "flood-rate", Usage: "burst: distinct API keys per second in the flood", Value: 2000},

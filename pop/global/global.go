@@ -20,7 +20,7 @@
 //     compare-and-swap, abandoned after Config.LockTTL), claims the next
 //     batch with one incr on the home counter and credits the pool;
 //   - the batch covers the PoP's observed arrival rate over
-//     max(Config.Horizon, 3 refill latencies): a PoP with 1% of the traffic
+//     max(Config.Horizon, 1.5 refill latencies): a PoP with 1% of the traffic
 //     claims 1% of the batches' volume; a worker estimates its PoP's rate as
 //     its own arrival rate × Config.Workers;
 //   - a claim that overshoots the limit is granted only what was left
@@ -29,8 +29,9 @@
 //   - close to a window's end the next window's pool is claimed ahead
 //     (prefetch), so a new window does not start empty;
 //   - an empty pool with a refill in flight rejects with a Retry-After of
-//     the refill latency, or admits within Config.Overdraft units per PoP
-//     and window;
+//     the refill's remaining time (its start + the smoothed refill latency;
+//     at most 100ms when another worker refills), or admits within
+//     Config.Overdraft units per PoP and window;
 //   - tokens left in a pool when its window ends are not returned: the
 //     window is over, they expire with the pool's TTL (three windows) and are
 //     counted as expired (under-admission, never over).
@@ -137,7 +138,9 @@ type Config struct {
 	// Retry-After of the refill latency). Each unit adds to the bound.
 	Overdraft int64
 	// Horizon is how much of the PoP's arrival rate one batch covers
-	// (at least 3 refill latencies are used); default 500ms.
+	// (at least 1.5 refill latencies are used); default 250ms. The
+	// tokens a PoP holds, about rate × (Horizon + 1.5 latencies), are
+	// what it can strand when its traffic moves away late in a window.
 	Horizon time.Duration
 	// LockTTL is the longest a refiller holds a key's lock (a crashed one
 	// blocks its key's refills that long); default 2s.
@@ -184,7 +187,7 @@ func NewHome(cfg Config) (*Home, error) {
 	}
 	cfg.PoPs = max(1, cfg.PoPs)
 	cfg.Workers = max(1, cfg.Workers)
-	cfg.Horizon = dur(cfg.Horizon, 500*time.Millisecond)
+	cfg.Horizon = dur(cfg.Horizon, 250*time.Millisecond)
 	cfg.LockTTL = dur(cfg.LockTTL, 2*time.Second)
 	cfg.HomeTimeout = dur(cfg.HomeTimeout, time.Second)
 	cfg.RetryEvery = dur(cfg.RetryEvery, time.Second)
@@ -192,7 +195,6 @@ func NewHome(cfg Config) (*Home, error) {
 		cfg.Clock = time.Now
 	}
 	h := &Home{cfg: cfg, clock: cfg.Clock}
-	h.lat.Store(int64(200 * time.Millisecond))
 	h.since.Store(cfg.Clock().UnixNano())
 	cfg.Metrics.homeUp(true)
 	return h, nil
@@ -232,12 +234,23 @@ func (h *Home) HealthReasons() []string {
 // Wait waits for the refills in flight (tests, shutdown).
 func (h *Home) Wait() { h.wg.Wait() }
 
-func (h *Home) latency() time.Duration { return time.Duration(h.lat.Load()) }
+// latency is the smoothed refill latency; 100ms before the first refill.
+func (h *Home) latency() time.Duration {
+	if l := h.lat.Load(); l > 0 {
+		return time.Duration(l)
+	}
+	return 100 * time.Millisecond
+}
 
+// observe adds one refill's duration to the smoothed latency (the first
+// one sets it).
 func (h *Home) observe(d time.Duration) {
-	old := h.lat.Load()
-	h.lat.Store(old - old/4 + int64(d)/4)
 	h.cfg.Metrics.refillLatency(d)
+	s := int64(max(d, time.Microsecond))
+	if old := h.lat.Load(); old > 0 {
+		s = old - old/4 + s/4
+	}
+	h.lat.Store(s)
 }
 
 func (h *Home) setDown(down bool, err error) {
@@ -374,7 +387,7 @@ func (a *Allower) AllowN(ctx context.Context, key string, now time.Time, n int64
 			return res, nil
 		}
 	}
-	res.RetryAfter = min(max(lat, time.Millisecond), res.Reset)
+	res.RetryAfter = min(ks.retryAfter(win, now, lat), res.Reset)
 	a.m.decisions(pathEmpty).Inc()
 	return res, nil
 }

@@ -27,12 +27,12 @@ type keyState struct {
 	arrivals   int64     // units asked in the current bucket
 	rate       float64   // smoothed units per second asked of this worker
 	lastSeen   time.Time
-	inflight   map[int64]bool // windows with a refill in flight
-	claimWin   int64          // window id + 1 of claimed
-	claimed    int64          // the window's home count after this worker's last claim
-	exhausted  int64          // window id + 1 whose home count is used up
-	prefetched int64          // window id + 1 whose pool this worker prefetched
-	nextTry    time.Time      // while the home store is down: next claim
+	inflight   map[int64]time.Time // windows with a refill in flight: since (decision clock)
+	claimWin   int64               // window id + 1 of claimed
+	claimed    int64               // the window's home count after this worker's last claim
+	exhausted  int64               // window id + 1 whose home count is used up
+	prefetched int64               // window id + 1 whose pool this worker prefetched
+	nextTry    time.Time           // while the home store is down: next claim
 }
 
 // rateBucket is the period over which arrivals are averaged.
@@ -43,7 +43,7 @@ func (a *Allower) state(key string, now time.Time, n int64) *keyState {
 	s.mu.Lock()
 	ks, ok := s.m[key]
 	if !ok {
-		ks = &keyState{bucketAt: now, inflight: map[int64]bool{}}
+		ks = &keyState{bucketAt: now, inflight: map[int64]time.Time{}}
 		s.m[key] = ks
 	}
 	s.mu.Unlock()
@@ -70,6 +70,20 @@ func (ks *keyState) popRate(now time.Time, workers int) float64 {
 	defer ks.mu.Unlock()
 	inst := float64(ks.arrivals) / max(now.Sub(ks.bucketAt), rateBucket/5).Seconds()
 	return max(ks.rate, inst) * float64(workers)
+}
+
+// retryAfter is when the refill of win in flight here should be done
+// (its start + one refill latency, at least 1ms); at most 100ms when none
+// is (another worker of the PoP refills). Kept short: a rejection with it
+// blocks the key in pop's mitigation cache, which hides demand from the
+// rate estimate.
+func (ks *keyState) retryAfter(win int64, now time.Time, lat time.Duration) time.Duration {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if since, ok := ks.inflight[win]; ok {
+		return min(max(since.Add(lat).Sub(now), time.Millisecond), lat)
+	}
+	return max(min(lat, 100*time.Millisecond), time.Millisecond)
 }
 
 func (ks *keyState) isExhausted(win int64) bool {
@@ -101,14 +115,14 @@ func (a *Allower) Sweep(now time.Time) {
 // down and the key's retry time has not come.
 func (a *Allower) refill(key string, ks *keyState, win int64, now time.Time, rate float64, prefetch bool) {
 	ks.mu.Lock()
-	if ks.inflight[win] || ks.exhausted == win+1 || (a.h.down.Load() && now.Before(ks.nextTry)) || (prefetch && ks.prefetched == win+1) {
+	if _, busy := ks.inflight[win]; busy || ks.exhausted == win+1 || (a.h.down.Load() && now.Before(ks.nextTry)) || (prefetch && ks.prefetched == win+1) {
 		ks.mu.Unlock()
 		return
 	}
 	if prefetch {
 		ks.prefetched = win + 1
 	}
-	ks.inflight[win] = true
+	ks.inflight[win] = now
 	ks.mu.Unlock()
 	a.h.wg.Add(1)
 	go func() {
@@ -121,12 +135,12 @@ func (a *Allower) refill(key string, ks *keyState, win int64, now time.Time, rat
 }
 
 // batch is the units one claim asks for at rate (units/s of the PoP): the
-// rate over max(Horizon, 3 latencies) plus the low-water mark, at least 1,
+// rate over max(Horizon, 1.5 latencies) plus the low-water mark, at least 1,
 // at most half of what the window had left at this worker's last claim
 // (the whole limit at its first), so that one PoP's burst does not take
 // the whole window's count.
 func (a *Allower) batch(ks *keyState, win int64, rate float64, lat time.Duration) int64 {
-	h := max(a.h.cfg.Horizon, 3*lat)
+	h := max(a.h.cfg.Horizon, lat+lat/2)
 	b := int64(math.Ceil(rate*h.Seconds())) + lowWater(rate, lat, 1)
 	left := a.lim.Quantity
 	ks.mu.Lock()

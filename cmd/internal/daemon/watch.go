@@ -40,6 +40,10 @@ type WatchConfig struct {
 	// signals call Load (a daemon without a config file still catches
 	// SIGHUP instead of dying of it).
 	Path string
+	// Dir, when set, makes Path a directory of config files (cmd/rls):
+	// events in it and in its parent (a swapped symlink) arm the debounce,
+	// and the content compared is every regular file's name and bytes.
+	Dir bool
 	// NoFileWatch, when set, leaves the file alone: only the reload
 	// signals call Load.
 	NoFileWatch bool
@@ -118,6 +122,12 @@ func Watch(ctx context.Context, cfg WatchConfig) (<-chan struct{}, error) {
 			fw.Close()
 			return nil, err
 		}
+		if cfg.Dir {
+			if err := fw.Add(abs); err != nil {
+				fw.Close()
+				return nil, err
+			}
+		}
 		w.abs, w.fs = abs, fw
 	}
 	sigs := make(chan os.Signal, 1)
@@ -182,7 +192,7 @@ func (w *watch) load(trigger string, force bool) {
 		_ = w.cfg.Load(trigger)
 		return
 	}
-	b, err := os.ReadFile(w.abs)
+	b, err := w.read()
 	if err != nil {
 		if force {
 			_ = w.cfg.Load(trigger) // Load reports the missing file
@@ -196,6 +206,31 @@ func (w *watch) load(trigger string, force bool) {
 	if w.cfg.Load(trigger) == nil {
 		w.last, w.loaded = sum, true
 	}
+}
+
+// read is the watched content: the file, or with Dir every regular file
+// of the directory (name, length, bytes).
+func (w *watch) read() ([]byte, error) {
+	if !w.cfg.Dir {
+		return os.ReadFile(w.abs)
+	}
+	ents, err := os.ReadDir(w.abs)
+	if err != nil {
+		return nil, err
+	}
+	var all []byte
+	for _, e := range ents {
+		if !e.Type().IsRegular() && e.Type()&os.ModeSymlink == 0 {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(w.abs, e.Name()))
+		if err != nil {
+			continue // a dangling link or a directory behind a link
+		}
+		all = fmt.Appendf(all, "%s\x00%d\x00", e.Name(), len(b))
+		all = append(all, b...)
+	}
+	return all, nil
 }
 
 // StopContext returns a copy of parent that is cancelled when SIGTERM or

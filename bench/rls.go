@@ -1,0 +1,332 @@
+package bench
+
+// popbench rls: closed-loop gRPC load on any address that speaks
+// envoy.service.ratelimit.v3 (rls, envoyproxy/ratelimit), and a PoP of rls
+// processes over mcproxy to point it at.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/poplimit/poplimit/bench/fixture/procs"
+)
+
+// RLSLoadConfig configures RunRLSLoad. Zero means default.
+type RLSLoadConfig struct {
+	// Targets are the gRPC addresses driven (client i uses target i mod
+	// len); required.
+	Targets []string
+	// Clients is the number of concurrent closed-loop callers; default 64.
+	// They share Conns connections per target (HTTP/2 streams).
+	Clients int
+	// Conns is the gRPC connections per target; default 4.
+	Conns int
+	// Duration of the timed phase; default 10s.
+	Duration time.Duration
+	// Domain and Key name the descriptors sent: each request carries
+	// Descriptors descriptors {Key: value}, the values Zipf-distributed
+	// over Keys values; defaults "bench", "user", 3, 10000.
+	Domain, Key string
+	Descriptors int
+	Keys        uint64
+	// ZipfS is the Zipf exponent (> 1); default 1.1.
+	ZipfS float64
+	// Seed seeds the value choices; default 1.
+	Seed uint64
+}
+
+func (c RLSLoadConfig) withDefaults() RLSLoadConfig {
+	defaultTo(&c.Clients, 64)
+	defaultTo(&c.Conns, 4)
+	defaultTo(&c.Descriptors, 3)
+	if c.Duration <= 0 {
+		c.Duration = 10 * time.Second
+	}
+	if c.Domain == "" {
+		c.Domain = "bench"
+	}
+	if c.Key == "" {
+		c.Key = "user"
+	}
+	if c.Keys == 0 {
+		c.Keys = 10000
+	}
+	if c.ZipfS <= 1 {
+		c.ZipfS = 1.1
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	return c
+}
+
+// RLSResult is one load run.
+type RLSResult struct {
+	Target   string        `json:"target"`
+	Requests int64         `json:"requests"`
+	Duration time.Duration `json:"duration_ns"`
+	// PerSec is answered requests per second; DecisionsPerSec counts each
+	// descriptor of an answered request.
+	PerSec          float64          `json:"requests_per_s"`
+	DecisionsPerSec float64          `json:"decisions_per_s"`
+	Latency         Summary          `json:"latency"`
+	Codes           map[string]int64 `json:"codes"` // overall codes, and gRPC error codes
+	Errors          int64            `json:"errors"`
+}
+
+// RunRLSLoad drives cfg.Targets for cfg.Duration and reports.
+func RunRLSLoad(ctx context.Context, cfg RLSLoadConfig) (*RLSResult, error) {
+	cfg = cfg.withDefaults()
+	if len(cfg.Targets) == 0 {
+		return nil, errors.New("bench: rls load needs a target")
+	}
+	var clients []rlv3.RateLimitServiceClient
+	for _, t := range cfg.Targets {
+		for range cfg.Conns {
+			cc, err := grpc.NewClient(t, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return nil, err
+			}
+			defer cc.Close()
+			clients = append(clients, rlv3.NewRateLimitServiceClient(cc))
+		}
+	}
+	// Warm every connection up before timing.
+	for _, c := range clients {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := c.ShouldRateLimit(wctx, rlsRequest(cfg, func() uint64 { return 0 }))
+		cancel()
+		if err != nil && status.Code(err) == codes.Unavailable { // Unavailable: nothing listens
+			return nil, fmt.Errorf("bench: rls target: %w", err)
+		}
+	}
+	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+	type worker struct {
+		lat    *Latency
+		codes  map[string]int64
+		n, err int64
+	}
+	ws := make([]worker, cfg.Clients)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range ws {
+		w := &ws[i]
+		w.lat, w.codes = NewLatency(), map[string]int64{}
+		client := clients[i%len(clients)]
+		z := rand.NewZipf(rand.New(rand.NewPCG(cfg.Seed, uint64(i))), cfg.ZipfS, 1, cfg.Keys-1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for runCtx.Err() == nil {
+				req := rlsRequest(cfg, z.Uint64)
+				t := time.Now()
+				resp, err := client.ShouldRateLimit(runCtx, req)
+				if runCtx.Err() != nil {
+					return
+				}
+				w.lat.Record(time.Since(t))
+				w.n++
+				if err != nil {
+					w.err++
+					w.codes[status.Code(err).String()]++
+					continue
+				}
+				w.codes[resp.OverallCode.String()]++
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	res := &RLSResult{Target: cfg.Targets[0], Duration: el, Codes: map[string]int64{}}
+	lat := NewLatency()
+	for _, w := range ws {
+		lat.Merge(w.lat)
+		res.Requests += w.n
+		res.Errors += w.err
+		for k, v := range w.codes {
+			res.Codes[k] += v
+		}
+	}
+	res.Latency = lat.Summary()
+	res.PerSec = float64(res.Requests) / el.Seconds()
+	res.DecisionsPerSec = float64(res.Requests-res.Errors) * float64(cfg.Descriptors) / el.Seconds()
+	return res, nil
+}
+
+func rlsRequest(cfg RLSLoadConfig, next func() uint64) *rlv3.RateLimitRequest {
+	req := &rlv3.RateLimitRequest{Domain: cfg.Domain, Descriptors: make([]*rlcommon.RateLimitDescriptor, cfg.Descriptors)}
+	for j := range req.Descriptors {
+		req.Descriptors[j] = &rlcommon.RateLimitDescriptor{Entries: []*rlcommon.RateLimitDescriptor_Entry{
+			{Key: cfg.Key, Value: strconv.FormatUint(next(), 10)}}}
+	}
+	return req
+}
+
+// RLSBenchConfig is the config file RLSLoadConfig's defaults hit: domain
+// "bench", key "user" counted per value, limit per minute.
+func RLSBenchConfig(perMinute int) string {
+	return fmt.Sprintf("domain: bench\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: minute\n      requests_per_unit: %d\n", perMinute)
+}
+
+// RLSPoPConfig describes a PoP of rls processes: LaunchPoP's shards and
+// mcproxies (no edges), then RLS processes, process i over mcproxy i mod
+// Proxies, all loading ConfigDir.
+type RLSPoPConfig struct {
+	PoP PoPConfig
+	// RLS is the number of rls processes; default 4.
+	RLS int
+	// Bin is the cmd/rls executable; required.
+	Bin string
+	// ConfigDir is the config directory every rls loads; required.
+	ConfigDir string
+	// Args are extra rls flags.
+	Args []string
+}
+
+// RLSPoP is a launched RLSPoPConfig. Close stops everything.
+type RLSPoP struct {
+	*PoP
+	RLS []*RLSProc
+}
+
+// RLSProc is one rls process.
+type RLSProc struct {
+	GRPC, HTTP string // addresses
+	Proc       *procs.Proc
+}
+
+// GRPCAddrs are the rls processes' gRPC addresses.
+func (p *RLSPoP) GRPCAddrs() []string {
+	out := make([]string, len(p.RLS))
+	for i, r := range p.RLS {
+		out[i] = r.GRPC
+	}
+	return out
+}
+
+// Close stops the rls processes, then the PoP.
+func (p *RLSPoP) Close() {
+	for _, r := range p.RLS {
+		r.Proc.Kill()
+	}
+	p.PoP.Close()
+}
+
+// LaunchRLSPoP starts cfg's PoP and rls processes on free loopback ports
+// and waits until each answers /healthcheck. On error everything started
+// is stopped.
+func LaunchRLSPoP(ctx context.Context, cfg RLSPoPConfig) (_ *RLSPoP, err error) {
+	defaultTo(&cfg.RLS, 4)
+	if cfg.Bin == "" || cfg.ConfigDir == "" {
+		return nil, errors.New("bench: RLSPoPConfig needs Bin and ConfigDir")
+	}
+	cfg.PoP.Edges = 0
+	pop, err := LaunchPoP(ctx, cfg.PoP)
+	if err != nil {
+		return nil, err
+	}
+	p := &RLSPoP{PoP: pop}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	for i := range cfg.RLS {
+		port, err := procs.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		httpAddr := "127.0.0.1:" + strconv.Itoa(port)
+		servers, _ := pop.StoreServers(i)
+		name := fmt.Sprintf("rls-%d", i)
+		pr, err := startServing(ctx, name, cfg.Bin, pop.logFile(name), func(addr string) []string {
+			args := []string{"--grpc", addr, "--http", httpAddr, "--config-dir", cfg.ConfigDir, "--workers-per-pop", strconv.Itoa(cfg.RLS)}
+			for _, s := range servers {
+				args = append(args, "--memcached", s)
+			}
+			return append(args, cfg.Args...)
+		}, func(string) error { return httpOK("http://" + httpAddr + "/healthcheck") })
+		if err != nil {
+			return nil, err
+		}
+		p.RLS = append(p.RLS, &RLSProc{GRPC: pr.Addr, HTTP: httpAddr, Proc: pr})
+	}
+	return p, nil
+}
+
+// httpOK succeeds when url answers 200.
+func httpOK(url string) error {
+	c := http.Client{Timeout: 500 * time.Millisecond}
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return nil
+}
+
+// WriteRLSConfig writes body as dir/name, creating dir: the rls config
+// directory of a PoP (rewrite it to reload every process).
+func WriteRLSConfig(dir, name, body string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, name))
+}
+
+// StartPeerRLS starts envoyproxy/ratelimit's binary bin with its config
+// under runtimeRoot/ratelimit/config, listening on free loopback ports
+// (gRPC, HTTP, debug), statsd off, with the extra environment env (the
+// backend: BACKEND_TYPE=memcache MEMCACHE_HOST_PORT=… or redis), and waits
+// for its /healthcheck. The returned process's Addr is its gRPC address.
+func StartPeerRLS(ctx context.Context, bin, runtimeRoot, log string, env ...string) (*procs.Proc, error) {
+	var ports [3]int
+	for i := range ports {
+		p, err := procs.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = p
+	}
+	args := append([]string{
+		"USE_STATSD=false", "LOG_LEVEL=warn", "RUNTIME_ROOT=" + runtimeRoot, "RUNTIME_SUBDIRECTORY=ratelimit",
+		"RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false",
+		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
+		"PORT=" + strconv.Itoa(ports[0]), "GRPC_PORT=" + strconv.Itoa(ports[1]), "DEBUG_PORT=" + strconv.Itoa(ports[2]),
+	}, env...)
+	pr, err := procs.StartProc("ratelimit", "/usr/bin/env", append(args, bin), log)
+	if err != nil {
+		return nil, err
+	}
+	pr.Addr = "127.0.0.1:" + strconv.Itoa(ports[1])
+	health := "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/healthcheck"
+	if err := pr.WaitReady(ctx, 15*time.Second, func() error { return httpOK(health) }); err != nil {
+		pr.Kill()
+		b, _ := os.ReadFile(log)
+		return nil, fmt.Errorf("bench: envoyproxy/ratelimit did not start: %w\n%s", err, b)
+	}
+	return pr, nil
+}

@@ -1,0 +1,57 @@
+// Package globalflags is the command-line side of scope: global limits
+// (package pop/global), shared by edge and rls: the flags and the wiring
+// of their values into pop.Config's NewGlobal and HealthReasons.
+package globalflags
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/urfave/cli/v2"
+
+	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memcached"
+	"github.com/poplimit/poplimit/pop"
+	"github.com/poplimit/poplimit/pop/global"
+)
+
+// Flags are --global-memcached, --pops, --global-overdraft and
+// --global-horizon.
+func Flags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "global-memcached", Usage: "home region's memcached or mcproxy `ADDR` holding the global counts of scope: global limits (pipelined client: one round trip per claim); empty: configurations with global limits are rejected"},
+		&cli.IntFlag{Name: "pops", Value: 1, Usage: "number of PoPs sharing the global limits: with the home store unreachable, fail_mode local credits limit ÷ this per window"},
+		&cli.Int64Flag{Name: "global-overdraft", Value: 0, Usage: "units per global key and window this PoP admits while its pool is empty and a refill is in flight (each adds to the over-admission bound); 0 = reject with Retry-After"},
+		&cli.DurationFlag{Name: "global-horizon", Value: 250 * time.Millisecond, Usage: "how much of the PoP's arrival rate one batch claimed from the home store covers (at least 1.5 refill latencies); a PoP holds about rate × (this + 1.5 refill latencies) tokens, which it strands when its traffic moves away late in a window"},
+	}
+}
+
+// Wire builds, from the flags of c, the allower constructor of scope:
+// global limits over this PoP's store local (the policy's fail mode picks
+// the fallback: local → the PoP's share, open, closed), the home store's
+// health reasons, and registers their metrics in reg. Without
+// --global-memcached both are nil. workers is the PoP's worker count.
+func Wire(c *cli.Context, local counter.Store, workers int, reg prometheus.Registerer) (func(counter.Limit, pop.FailMode) (counter.Allower, error), func() []string, error) {
+	addr := c.String("global-memcached")
+	if addr == "" {
+		return nil, nil, nil
+	}
+	cfg := global.Config{Local: local, PoPs: c.Int("pops"), Workers: workers, Overdraft: c.Int64("global-overdraft"), Horizon: c.Duration("global-horizon")}
+	if cfg.PoPs < 1 || cfg.Overdraft < 0 {
+		return nil, nil, fmt.Errorf("--pops %d, --global-overdraft %d: want at least 1 and 0 or more", cfg.PoPs, cfg.Overdraft)
+	}
+	// The pipelined client: a claim (add-if-absent + incr) is one round
+	// trip across regions.
+	cfg.Home = memcached.NewPipeStore(memcached.PipeConfig{Addr: addr, Timeout: time.Second})
+	var err error
+	if cfg.Metrics, err = global.NewMetrics(reg); err != nil {
+		return nil, nil, err
+	}
+	h, err := global.NewHome(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	fallback := map[pop.FailMode]global.Fallback{pop.FailLocal: global.FallbackShare, pop.FailOpen: global.FallbackOpen, pop.FailClosed: global.FallbackClosed}
+	return func(l counter.Limit, fm pop.FailMode) (counter.Allower, error) { return h.New(l, fallback[fm]) }, h.HealthReasons, nil
+}

@@ -1,0 +1,51 @@
+package globalflags
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/urfave/cli/v2"
+
+	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/pop"
+	"github.com/poplimit/poplimit/pop/global"
+)
+
+// wire runs Wire on args through a cli.App, as edge and rls do.
+func wire(t *testing.T, args ...string) (newGlobal func(counter.Limit, pop.FailMode) (counter.Allower, error), health func() []string, err error) {
+	t.Helper()
+	app := &cli.App{Name: "t", Flags: Flags(), Action: func(c *cli.Context) error {
+		newGlobal, health, err = Wire(c, counter.NewMemoryStore(), 2, prometheus.NewRegistry())
+		return nil
+	}}
+	if rerr := app.Run(append([]string{"t"}, args...)); rerr != nil {
+		t.Fatal(rerr)
+	}
+	return newGlobal, health, err
+}
+
+func TestWire(t *testing.T) {
+	if ng, h, err := wire(t); ng != nil || h != nil || err != nil {
+		t.Errorf("without --global-memcached: %v %v %v, want all nil", ng != nil, h != nil, err)
+	}
+	if _, _, err := wire(t, "--global-memcached", "127.0.0.1:1", "--pops", "0"); err == nil || !strings.Contains(err.Error(), "--pops 0") {
+		t.Errorf("--pops 0: %v", err)
+	}
+	ng, h, err := wire(t, "--global-memcached", "127.0.0.1:1", "--pops", "3")
+	if err != nil || ng == nil || h == nil {
+		t.Fatalf("wired: %v", err)
+	}
+	fixed := counter.Limit{Name: "g", Algorithm: counter.FixedWindow, Quantity: 10, Window: time.Minute}
+	if a, err := ng(fixed, pop.FailClosed); err != nil || a.Limit() != fixed {
+		t.Errorf("NewGlobal: %v", err)
+	}
+	if _, err := ng(counter.Limit{Quantity: 10, Window: time.Minute}, pop.FailLocal); !errors.Is(err, global.ErrAlgorithm) {
+		t.Errorf("a sliding window: %v, want ErrAlgorithm", err)
+	}
+	if r := h(); len(r) != 0 {
+		t.Errorf("health before any claim: %v", r)
+	}
+}

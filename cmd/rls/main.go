@@ -1,0 +1,232 @@
+// Command rls is Envoy's rate limit service over the poplimit engine: a
+// drop-in for envoyproxy/ratelimit (its configuration directory and
+// files, its gRPC API envoy.service.ratelimit.v3.RateLimitService, its
+// /json and /healthcheck endpoints and statistics), counting through
+// memcached (normally the host's mcproxy) so every rls of a PoP shares one
+// count per key, exactly like edge workers.
+//
+// Usage:
+//
+//	rls --grpc 127.0.0.1:7491 --http 127.0.0.1:7490 \
+//	    --config-dir /srv/runtime_data/current/ratelimit/config \
+//	    --memcached 127.0.0.1:7411 --workers-per-pop 4
+//
+// The config directory is reloaded when a file in it changes and on
+// SIGHUP; an invalid file keeps the previous config (logged with file,
+// line and reason; /healthcheck stays OK, poplimit_rls_config_loads_total
+// counts the error). This file only wires flags to package pop/rls.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/urfave/cli/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/poplimit/poplimit/cmd/internal/daemon"
+	"github.com/poplimit/poplimit/cmd/internal/globalflags"
+	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memcached"
+	"github.com/poplimit/poplimit/pop"
+	"github.com/poplimit/poplimit/pop/rls"
+)
+
+func main() {
+	app := &cli.App{
+		Name:    "rls",
+		Version: daemon.Version(),
+		Usage:   "Envoy rate limit service (envoyproxy/ratelimit's API and config) over poplimit's PoP-shared counts",
+		Description: "Answers envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit on --grpc (with the gRPC\n" +
+			"health service) and serves /json, /healthcheck and /metrics on --http. The config is every *.yaml\n" +
+			"and *.yml of --config-dir, else of RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY (the\n" +
+			"envoyproxy/ratelimit layout). Counts live in memcached behind --memcached (normally the host's\n" +
+			"mcproxy); without it, an in-process store (one process, no sharing).",
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "grpc", Value: "127.0.0.1:7491", Usage: "gRPC listener (ShouldRateLimit, grpc.health.v1; 7491: not envoyproxy/ratelimit's 8081, so both can run while migrating)"},
+			&cli.StringFlag{Name: "http", Value: "127.0.0.1:7490", Usage: "HTTP listener (/json, /healthcheck, /metrics); empty disables (7490: not envoyproxy/ratelimit's 8080)"},
+			&cli.StringFlag{Name: "config-dir", Usage: "directory of the YAML config files (default: $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY)"},
+			&cli.StringSliceFlag{Name: "memcached", Usage: "memcached or mcproxy `ADDR`; repeatable with --store-client gomemcache; empty = in-process store"},
+			&cli.StringFlag{Name: "store-client", Value: "pipe", Usage: "'pipe' (memcached.PipeStore, pipelined: all descriptors of one request in one write; one --memcached, normally mcproxy) or 'gomemcache'"},
+			&cli.IntFlag{Name: "store-multiplex", Value: 4, Usage: "with --store-client pipe: connections shared by all requests (concurrent store calls are written together); 0 = one pooled connection per call"},
+			&cli.IntFlag{Name: "workers-per-pop", Value: 1, Usage: "rls processes in the PoP: the local fail mode enforces limit ÷ this"},
+			&cli.DurationFlag{Name: "store-deadline", Usage: "fixed deadline of one decision's store calls; 0 = adaptive within [--store-deadline-floor, --store-deadline-ceiling]"},
+			&cli.DurationFlag{Name: "store-deadline-floor", Value: 250 * time.Millisecond, Usage: "shortest adaptive store deadline (250ms, as edge's: a saturated host schedules a process hundreds of ms late, and a timeout on a store that answers costs exactness)"},
+			&cli.DurationFlag{Name: "store-deadline-ceiling", Value: time.Second, Usage: "longest adaptive store deadline (also the memcached socket timeout; 1s, as edge's: the most a call waits on a store that stopped answering, until the breaker opens)"},
+			&cli.IntFlag{Name: "breaker-failures", Value: 5, Usage: "consecutive hard store failures that open the circuit breaker"},
+			&cli.DurationFlag{Name: "breaker-window", Value: 2 * time.Second, Usage: "failing store calls with no success for this long open the breaker"},
+			&cli.DurationFlag{Name: "breaker-open", Value: 500 * time.Millisecond, Usage: "how long the breaker stays open before a half-open probe"},
+			&cli.BoolFlag{Name: "shadow-mode", EnvVars: []string{"SHADOW_MODE"}, Usage: "global shadow mode: decide and count, always answer OK"},
+			&cli.BoolFlag{Name: "response-headers", EnvVars: []string{"LIMIT_RESPONSE_HEADERS_ENABLED"}, Usage: "add RateLimit-Limit/-Remaining/-Reset to response_headers_to_add"},
+			&cli.StringFlag{Name: "header-limit", Value: "RateLimit-Limit", EnvVars: []string{"LIMIT_LIMIT_HEADER"}},
+			&cli.StringFlag{Name: "header-remaining", Value: "RateLimit-Remaining", EnvVars: []string{"LIMIT_REMAINING_HEADER"}},
+			&cli.StringFlag{Name: "header-reset", Value: "RateLimit-Reset", EnvVars: []string{"LIMIT_RESET_HEADER"}},
+			&cli.BoolFlag{Name: "stop-increment-over-limit", EnvVars: []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"}, Usage: "requests refused are not counted (every limit defaults to on_reject: refund)"},
+			&cli.BoolFlag{Name: "merge-domains", EnvVars: []string{"MERGE_DOMAIN_CONFIG"}, Usage: "several files may extend one domain"},
+			&cli.BoolFlag{Name: "fail-closed-unavailable", Usage: "a descriptor failing closed answers gRPC UNAVAILABLE (Envoy's failure_mode_deny decides) instead of OVER_LIMIT"},
+			&cli.Float64Flag{Name: "near-limit-ratio", Value: 0.8, EnvVars: []string{"NEAR_LIMIT_RATIO"}, Usage: "share of a limit above which admissions count as near_limit"},
+			&cli.IntFlag{Name: "max-descriptors", Value: 256, Usage: "descriptors per request; more is INVALID_ARGUMENT"},
+		}, globalflags.Flags()...),
+		Action: run,
+	}
+	if err := app.Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "rls:", err)
+		os.Exit(1)
+	}
+}
+
+// configDir is --config-dir, else envoyproxy/ratelimit's runtime layout.
+func configDir(c *cli.Context) (string, error) {
+	if d := c.String("config-dir"); d != "" {
+		return d, nil
+	}
+	root, sub := os.Getenv("RUNTIME_ROOT"), os.Getenv("RUNTIME_SUBDIRECTORY")
+	if root == "" {
+		root = "/srv/runtime_data/current"
+	}
+	app := os.Getenv("RUNTIME_APPDIRECTORY")
+	if app == "" {
+		app = "config"
+	}
+	if sub == "" {
+		return "", fmt.Errorf("no --config-dir and no RUNTIME_SUBDIRECTORY")
+	}
+	return filepath.Join(root, sub, app), nil
+}
+
+func run(c *cli.Context) error {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := daemon.StopContext(context.Background())
+	defer stop()
+	dir, err := configDir(c)
+	if err != nil {
+		return err
+	}
+	dcfg := pop.DeadlineConfig{Fixed: c.Duration("store-deadline"), Floor: c.Duration("store-deadline-floor"), Ceiling: c.Duration("store-deadline-ceiling")}
+	store, err := newStore(c.String("store-client"), c.StringSlice("memcached"), max(dcfg.Fixed, dcfg.Ceiling, dcfg.Floor), c.Int("store-multiplex"))
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := pop.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	stats, err := rls.NewStats(reg, 0)
+	if err != nil {
+		return err
+	}
+	newGlobal, healthReasons, err := globalflags.Wire(c, store, c.Int("workers-per-pop"), reg)
+	if err != nil {
+		return err
+	}
+	limiter, err := pop.New(pop.Config{
+		NewShared:     func(l counter.Limit) (counter.Allower, error) { return counter.New(store, l) },
+		NewGlobal:     newGlobal,
+		HealthReasons: healthReasons,
+		Deadline:      dcfg,
+		WorkersPerPoP: c.Int("workers-per-pop"),
+		Breaker:       pop.BreakerConfig{Failures: c.Int("breaker-failures"), Window: c.Duration("breaker-window"), OpenFor: c.Duration("breaker-open")},
+		Metrics:       metrics,
+		Logger:        logger,
+	})
+	if err != nil {
+		return err
+	}
+	svc, err := rls.NewService(rls.ServiceConfig{
+		Limiter: limiter, ShadowMode: c.Bool("shadow-mode"), Headers: c.Bool("response-headers"),
+		HeaderLimit: c.String("header-limit"), HeaderRemaining: c.String("header-remaining"), HeaderReset: c.String("header-reset"),
+		FailClosedUnavailable: c.Bool("fail-closed-unavailable"), NearLimitRatio: c.Float64("near-limit-ratio"),
+		MaxDescriptors: c.Int("max-descriptors"), Stats: stats, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	opt := rls.Options{StopIncrementOverLimit: c.Bool("stop-increment-over-limit"), MergeDomains: c.Bool("merge-domains")}
+	if err := svc.LoadDir(dir, opt); err != nil {
+		return err
+	}
+	healthSrv := health.NewServer()
+	watched, err := daemon.Watch(ctx, daemon.WatchConfig{Path: dir, Dir: true, Logger: logger, Load: func(string) error { return svc.LoadDir(dir, opt) }})
+	if err != nil {
+		return err
+	}
+	defer func() { stop(); <-watched }()
+	go limiter.Run(ctx, 0)
+	return serve(ctx, c, logger, svc, healthSrv, reg)
+}
+
+// serve runs the gRPC server (and the HTTP one with --http) until ctx
+// ends, then stops both gracefully.
+func serve(ctx context.Context, c *cli.Context, logger *slog.Logger, svc *rls.Service, healthSrv *health.Server, reg *prometheus.Registry) error {
+	ln, err := net.Listen("tcp", c.String("grpc"))
+	if err != nil {
+		return err
+	}
+	gs := grpc.NewServer()
+	rlv3.RegisterRateLimitServiceServer(gs, svc)
+	healthpb.RegisterHealthServer(gs, healthSrv)
+	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	healthSrv.SetServingStatus(rlv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	logger.Info("listening", "listener", "grpc", "addr", ln.Addr().String())
+	grpcErr := make(chan error, 1)
+	go func() { grpcErr <- gs.Serve(ln) }()
+	httpErr := make(chan error, 1)
+	if addr := c.String("http"); addr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/json", svc.JSONHandler())
+		mux.Handle("/healthcheck", svc.HealthHandler())
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+		go func() {
+			httpErr <- daemon.ServeHTTP(ctx, daemon.ServeConfig{Servers: map[string]*http.Server{"http": srv}, Logger: logger})
+		}()
+	} else {
+		close(httpErr)
+	}
+	select {
+	case err = <-grpcErr:
+	case err = <-httpErr:
+	case <-ctx.Done():
+	}
+	healthSrv.Shutdown()
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		gs.Stop()
+	}
+	return err
+}
+
+// newStore is the shared count's store: in-process without addresses,
+// else the named memcached client with timeout as its socket timeout.
+func newStore(client string, addrs []string, timeout time.Duration, multiplex int) (counter.Store, error) {
+	switch {
+	case client != "pipe" && client != "gomemcache":
+		return nil, fmt.Errorf("--store-client %q: want pipe or gomemcache", client)
+	case multiplex < 0:
+		return nil, fmt.Errorf("--store-multiplex %d: want 0 or more", multiplex)
+	case len(addrs) == 0:
+		return counter.NewMemoryStore(), nil
+	case client == "gomemcache":
+		return memcached.NewStore(memcached.NewClient(memcached.Config{Servers: addrs, Timeout: timeout})), nil
+	case len(addrs) > 1:
+		return nil, fmt.Errorf("--store-client pipe speaks to one address (the host's mcproxy), got %d --memcached", len(addrs))
+	}
+	return memcached.NewPipeStore(memcached.PipeConfig{Addr: addrs[0], Timeout: timeout, Multiplex: multiplex}), nil
+}

@@ -1,0 +1,353 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/poplimit/poplimit/pop"
+)
+
+// ServiceConfig configures a Service. Zero means default.
+type ServiceConfig struct {
+	// Limiter decides every descriptor (required): its store, breaker,
+	// deadline and metrics are the PoP's.
+	Limiter *pop.Limiter
+	// ShadowMode is envoyproxy/ratelimit's global SHADOW_MODE: everything
+	// is decided and counted, and the overall code is always OK.
+	ShadowMode bool
+	// Headers adds RateLimit-Limit, -Remaining and -Reset (the names
+	// below) to response_headers_to_add (LIMIT_RESPONSE_HEADERS_ENABLED).
+	Headers                                   bool
+	HeaderLimit, HeaderRemaining, HeaderReset string
+	// FailClosedUnavailable answers a request one of whose descriptors
+	// failed closed (store unavailable, fail_mode: closed) with gRPC
+	// UNAVAILABLE, so Envoy's failure_mode_deny decides; default: the
+	// descriptor is OVER_LIMIT.
+	FailClosedUnavailable bool
+	// MaxDescriptors bounds the descriptors of one request (default 256),
+	// MaxEntries the entries of one descriptor (default 32), MaxBytes the
+	// bytes of one key or value (default 1024): beyond, INVALID_ARGUMENT.
+	MaxDescriptors, MaxEntries, MaxBytes int
+	// NearLimitRatio is the share of a limit above which an admission
+	// counts as near_limit; default 0.8.
+	NearLimitRatio float64
+	// Stats receives envoyproxy/ratelimit's statistics; nil disables.
+	Stats *Stats
+	// Clock is the decision instant; default time.Now.
+	Clock func() time.Time
+	// Logger logs reloads; default slog.Default().
+	Logger *slog.Logger
+}
+
+func orDefault[T int | float64](v, d T) T {
+	if v > 0 {
+		return v
+	}
+	return d
+}
+
+// Service answers ShouldRateLimit from the current Config. Safe for
+// concurrent use; Load swaps the config atomically.
+type Service struct {
+	rlv3.UnimplementedRateLimitServiceServer
+	cfg     ServiceConfig
+	cur     atomic.Pointer[loaded]
+	lastErr atomic.Pointer[error]
+}
+
+type loaded struct {
+	cfg   *Config
+	rules *pop.RuleSet
+	at    time.Time
+}
+
+// NewService returns a Service with no config: every descriptor is OK
+// (unknown domain) until Load.
+func NewService(cfg ServiceConfig) (*Service, error) {
+	if cfg.Limiter == nil {
+		return nil, fmt.Errorf("%w: ServiceConfig.Limiter is nil", ErrConfig)
+	}
+	if cfg.MaxDescriptors < 0 || cfg.MaxEntries < 0 || cfg.MaxBytes < 0 || cfg.NearLimitRatio < 0 || cfg.NearLimitRatio > 1 {
+		return nil, fmt.Errorf("%w: negative bound or near-limit ratio outside [0, 1]", ErrConfig)
+	}
+	cfg.MaxDescriptors = orDefault(cfg.MaxDescriptors, 256)
+	cfg.MaxEntries = orDefault(cfg.MaxEntries, 32)
+	cfg.MaxBytes = orDefault(cfg.MaxBytes, 1024)
+	cfg.NearLimitRatio = orDefault(cfg.NearLimitRatio, 0.8)
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.HeaderLimit == "" {
+		cfg.HeaderLimit = "RateLimit-Limit"
+	}
+	if cfg.HeaderRemaining == "" {
+		cfg.HeaderRemaining = "RateLimit-Remaining"
+	}
+	if cfg.HeaderReset == "" {
+		cfg.HeaderReset = "RateLimit-Reset"
+	}
+	return &Service{cfg: cfg}, nil
+}
+
+// Load installs c, reusing the compiled rules of the current config that
+// are unchanged (their counts are in the store either way; the mitigation
+// cache and leases survive). On error the current config stays.
+func (s *Service) Load(c *Config) error {
+	var old *pop.RuleSet
+	if l := s.cur.Load(); l != nil {
+		old = l.rules
+	}
+	rules, err := s.cfg.Limiter.CompileRules(c.Rules, old)
+	if err != nil {
+		return s.loaded(err)
+	}
+	s.cur.Store(&loaded{cfg: c, rules: rules, at: s.cfg.Clock()})
+	s.cfg.Logger.Info("rls config loaded", "files", len(c.Files), "domains", len(c.Domains), "rules", rules.Len())
+	return s.loaded(nil)
+}
+
+// LoadDir loads the config files of dir (LoadDir) and installs them. On
+// error (any file invalid) the current config stays and the error names
+// each file, line and reason.
+func (s *Service) LoadDir(dir string, opt Options) error {
+	c, err := LoadDir(dir, opt)
+	if err != nil {
+		return s.loaded(err)
+	}
+	return s.Load(c)
+}
+
+func (s *Service) loaded(err error) error {
+	s.cfg.Stats.reload(err)
+	if err != nil {
+		s.lastErr.Store(&err)
+		s.cfg.Logger.Error("rls config rejected, keeping the previous one", "err", err)
+		return err
+	}
+	s.lastErr.Store(nil)
+	return nil
+}
+
+// LastLoadError is the error of the last load, nil after a success.
+func (s *Service) LastLoadError() error {
+	if p := s.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Config is the installed config, nil before the first Load.
+func (s *Service) Config() *Config {
+	if l := s.cur.Load(); l != nil {
+		return l.cfg
+	}
+	return nil
+}
+
+// descriptor is one request descriptor's match.
+type descriptor struct {
+	limit     *Limit
+	statsKey  string
+	hits      int64
+	unlimited bool
+	check     int // index in the batch, -1 when nothing is decided
+}
+
+// errBadRequest marks a request refused as malformed.
+var errBadRequest = errors.New("rls: bad request")
+
+// ShouldRateLimit implements envoy.service.ratelimit.v3's RPC: every
+// descriptor is matched, all the matched limits are decided in one batch
+// (pop.Limiter.DecideAll), and the answer is built as envoyproxy/ratelimit
+// builds it. A malformed request (empty domain, no descriptors, an empty
+// key, more than the configured descriptors, entries or bytes) is
+// INVALID_ARGUMENT; with FailClosedUnavailable a fail-closed decision is
+// UNAVAILABLE.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitRequest) (*rlv3.RateLimitResponse, error) {
+	now := s.cfg.Clock()
+	if err := s.validate(req); err != nil {
+		s.cfg.Stats.badRequest()
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	cur := s.cur.Load()
+	descs := make([]descriptor, len(req.Descriptors))
+	var checks []pop.Check
+	replacing := map[string]bool{}
+	var ebuf [8]Entry
+	for i, d := range req.Descriptors {
+		ds := &descs[i]
+		ds.check = -1
+		ds.hits = int64(max(1, req.HitsAddend))
+		if h := d.GetHitsAddend(); h != nil {
+			ds.hits = int64(min(h.Value, math.MaxInt32))
+		}
+		if cur == nil {
+			continue
+		}
+		entries := ebuf[:0]
+		for _, e := range d.Entries {
+			entries = append(entries, Entry{e.Key, e.Value})
+		}
+		ds.limit, ds.statsKey = cur.cfg.Match(req.Domain, entries)
+		if ds.limit == nil {
+			continue
+		}
+		for _, r := range ds.limit.Replaces {
+			replacing[r] = true
+		}
+		if ds.limit.Unlimited {
+			ds.unlimited, ds.limit = true, nil
+		}
+	}
+	for i := range descs {
+		ds := &descs[i]
+		if ds.limit == nil {
+			continue
+		}
+		if ds.limit.Name != "" && replacing[ds.limit.Name] {
+			ds.limit = nil
+			continue
+		}
+		ds.check = len(checks)
+		checks = append(checks, pop.Check{Rule: cur.rules.Rule(ds.limit.FullKey), Parts: parts(req, i), Hits: ds.hits})
+	}
+	out := make([]pop.Decision, len(checks))
+	s.cfg.Limiter.DecideAll(ctx, checks, now, out)
+	return s.answer(req, descs, out, now)
+}
+
+// parts are the identity of descriptor i: the domain, then each key and
+// value (the wildcard and key-only nodes count per value, as
+// envoyproxy/ratelimit's cache keys).
+func parts(req *rlv3.RateLimitRequest, i int) []string {
+	d := req.Descriptors[i]
+	p := make([]string, 0, 1+2*len(d.Entries))
+	p = append(p, req.Domain)
+	for _, e := range d.Entries {
+		p = append(p, e.Key, e.Value)
+	}
+	return p
+}
+
+func (s *Service) validate(req *rlv3.RateLimitRequest) error {
+	switch {
+	case req.Domain == "":
+		return fmt.Errorf("%w: rate limit domain must not be empty", errBadRequest)
+	case len(req.Domain) > s.cfg.MaxBytes:
+		return fmt.Errorf("%w: domain of %d bytes, at most %d", errBadRequest, len(req.Domain), s.cfg.MaxBytes)
+	case len(req.Descriptors) == 0:
+		return fmt.Errorf("%w: rate limit descriptor list must not be empty", errBadRequest)
+	case len(req.Descriptors) > s.cfg.MaxDescriptors:
+		return fmt.Errorf("%w: %d descriptors, at most %d", errBadRequest, len(req.Descriptors), s.cfg.MaxDescriptors)
+	}
+	for i, d := range req.Descriptors {
+		if d == nil {
+			return fmt.Errorf("%w: descriptor %d is null", errBadRequest, i)
+		}
+		if len(d.Entries) > s.cfg.MaxEntries {
+			return fmt.Errorf("%w: descriptor %d has %d entries, at most %d", errBadRequest, i, len(d.Entries), s.cfg.MaxEntries)
+		}
+		for j, e := range d.Entries {
+			switch {
+			case e == nil || e.Key == "":
+				return fmt.Errorf("%w: descriptor %d entry %d has an empty key", errBadRequest, i, j)
+			case len(e.Key) > s.cfg.MaxBytes || len(e.Value) > s.cfg.MaxBytes:
+				return fmt.Errorf("%w: descriptor %d entry %d: key or value above %d bytes", errBadRequest, i, j, s.cfg.MaxBytes)
+			}
+		}
+	}
+	return nil
+}
+
+// answer builds the response from the decisions, as envoyproxy/ratelimit
+// does: per-descriptor statuses (shadow mode turns OVER_LIMIT into OK),
+// the overall code, and the headers of the descriptor closest to its
+// limit (the last one over it, if any).
+func (s *Service) answer(req *rlv3.RateLimitRequest, descs []descriptor, out []pop.Decision, now time.Time) (*rlv3.RateLimitResponse, error) {
+	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(descs))}
+	var closest *rlv3.RateLimitResponse_DescriptorStatus
+	var closestReset time.Duration
+	minRemaining := uint32(math.MaxUint32)
+	for i, ds := range descs {
+		st := &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		switch {
+		case ds.unlimited:
+			st.LimitRemaining = math.MaxUint32
+			continue
+		case ds.check < 0:
+			continue
+		}
+		d, l := out[ds.check], ds.limit
+		if d.Reason == pop.ReasonFailClosed && s.cfg.FailClosedUnavailable {
+			return nil, status.Error(codes.Unavailable, "rls: the counter store is unavailable and "+l.FullKey+" fails closed")
+		}
+		st.CurrentLimit = &rlv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: rlv3.RateLimitResponse_RateLimit_Unit(l.Unit)}
+		st.LimitRemaining = uint32(min(max(d.Binding.Result.Remaining, 0), math.MaxUint32))
+		reset := resetOf(l, d, now)
+		st.DurationUntilReset = durationpb.New(reset)
+		over := !d.Allowed
+		if over {
+			st.Code = rlv3.RateLimitResponse_OVER_LIMIT
+		}
+		near := !over && float64(l.RequestsPerUnit-min(st.LimitRemaining, l.RequestsPerUnit)) > math.Floor(float64(l.RequestsPerUnit)*s.cfg.NearLimitRatio)
+		shadow := over && l.ShadowMode
+		s.cfg.Stats.descriptor(req.Domain, ds.statsKey, ds.hits, over, near, shadow)
+		if shadow {
+			st.Code = rlv3.RateLimitResponse_OK
+		}
+		if st.LimitRemaining < minRemaining {
+			closest, closestReset, minRemaining = st, reset, st.LimitRemaining
+		}
+		if st.Code == rlv3.RateLimitResponse_OVER_LIMIT {
+			resp.OverallCode = rlv3.RateLimitResponse_OVER_LIMIT
+			closest, closestReset, minRemaining = st, reset, 0
+		}
+	}
+	if s.cfg.Headers && closest != nil {
+		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+			{Key: s.cfg.HeaderLimit, Value: strconv.FormatUint(uint64(closest.CurrentLimit.RequestsPerUnit), 10)},
+			{Key: s.cfg.HeaderRemaining, Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},
+			{Key: s.cfg.HeaderReset, Value: strconv.FormatInt(int64(closestReset/time.Second), 10)},
+		}
+	}
+	if resp.OverallCode == rlv3.RateLimitResponse_OVER_LIMIT && s.cfg.ShadowMode {
+		resp.OverallCode = rlv3.RateLimitResponse_OK
+		s.cfg.Stats.globalShadow()
+	}
+	return resp, nil
+}
+
+// resetOf is duration_until_reset: for an epoch-aligned fixed window, the
+// whole seconds to its end as envoyproxy/ratelimit computes it (window −
+// now mod window, in seconds); else the binding limit's Reset (or its
+// RetryAfter when rejected).
+func resetOf(l *Limit, d pop.Decision, now time.Time) time.Duration {
+	if l.Fixed >= time.Second && l.Fixed%time.Second == 0 {
+		sec := int64(l.Fixed / time.Second)
+		return time.Duration(sec-now.Unix()%sec) * time.Second
+	}
+	if l.Fixed > 0 {
+		w := int64(l.Fixed)
+		return time.Duration(w - now.UnixNano()%w)
+	}
+	if !d.Allowed && d.Binding.Result.RetryAfter > 0 && d.Binding.Result.RetryAfter != math.MaxInt64 {
+		return d.Binding.Result.RetryAfter
+	}
+	return d.Binding.Result.Reset
+}
