@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -115,7 +116,12 @@ func RunRLSLoad(ctx context.Context, cfg RLSLoadConfig) (*RLSResult, error) {
 			return nil, fmt.Errorf("bench: rls target: %w", err)
 		}
 	}
-	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	// Calls start until stop; the context (stop + 5 s) lets the last ones
+	// finish (gRPC's own deadline timer may fire before the context's
+	// Err is set: a loop on runCtx.Err alone would spin on instant
+	// DeadlineExceeded errors).
+	stop := time.Now().Add(cfg.Duration)
+	runCtx, cancel := context.WithDeadline(ctx, stop.Add(5*time.Second))
 	defer cancel()
 	type worker struct {
 		lat    *Latency
@@ -133,7 +139,7 @@ func RunRLSLoad(ctx context.Context, cfg RLSLoadConfig) (*RLSResult, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for runCtx.Err() == nil {
+			for runCtx.Err() == nil && time.Now().Before(stop) {
 				req := rlsRequest(cfg, z.Uint64)
 				t := time.Now()
 				resp, err := client.ShouldRateLimit(runCtx, req)
@@ -301,7 +307,7 @@ func WriteRLSConfig(dir, name, body string) error {
 // under runtimeRoot/ratelimit/config, listening on free loopback ports
 // (gRPC, HTTP, debug), statsd off, with the extra environment env (the
 // backend: BACKEND_TYPE=memcache MEMCACHE_HOST_PORT=… or redis), and waits
-// for its /healthcheck. The returned process's Addr is its gRPC address.
+// for its gRPC port. The returned process's Addr is its gRPC address.
 func StartPeerRLS(ctx context.Context, bin, runtimeRoot, log string, env ...string) (*procs.Proc, error) {
 	var ports [3]int
 	for i := range ports {
@@ -322,8 +328,16 @@ func StartPeerRLS(ctx context.Context, bin, runtimeRoot, log string, env ...stri
 		return nil, err
 	}
 	pr.Addr = "127.0.0.1:" + strconv.Itoa(ports[1])
-	health := "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/healthcheck"
-	if err := pr.WaitReady(ctx, 15*time.Second, func() error { return httpOK(health) }); err != nil {
+	// Its /healthcheck is no use here: with the memcache backend it stays
+	// 500 (its Redis health component starts unhealthy and only Redis
+	// marks it healthy). Ready is its gRPC port accepting.
+	if err := pr.WaitReady(ctx, 15*time.Second, func() error {
+		c, err := net.DialTimeout("tcp", pr.Addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}); err != nil {
 		pr.Kill()
 		b, _ := os.ReadFile(log)
 		return nil, fmt.Errorf("bench: envoyproxy/ratelimit did not start: %w\n%s", err, b)

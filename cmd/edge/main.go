@@ -71,7 +71,10 @@ func main() {
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7480", Usage: "address of the proxied HTTP listener (7480: clear of 8080, taken by envoyproxy/ratelimit and most dev servers)"},
 			&cli.StringFlag{Name: "upstream", Required: true, Usage: "upstream base `URL`, e.g. http://127.0.0.1:9000"},
 			&cli.StringSliceFlag{Name: "memcached", Usage: "memcached or mcproxy `ADDR` (host:port); repeatable; empty = in-process store"},
-			&cli.StringFlag{Name: "policy", Required: true, Usage: "policy YAML `FILE` (required: edge has no built-in policy, so it never enforces example limits by accident; reference pop/POLICY.md, example testdata/policies/example.yml)"},
+			&cli.StringFlag{Name: "policy", Usage: "policy YAML `FILE` (this or --policy-source is required: edge has no built-in policy, so it never enforces example limits by accident; reference pop/POLICY.md, example testdata/policies/example.yml)"},
+			&cli.StringFlag{Name: "policy-source", Usage: "policy from PostgreSQL, `postgres://...` (pop/pgpolicy: tiers and keys pushed by NOTIFY; instead of --policy; schema by popctl migrate)"},
+			&cli.StringFlag{Name: "policy-cache", Usage: "with --policy-source: snapshot cache `FILE`, written after each load and served at start while PostgreSQL is down"},
+			&cli.DurationFlag{Name: "policy-resync", Value: 30 * time.Second, Usage: "with --policy-source: period of the full re-read"},
 			&cli.StringFlag{Name: "admin", Value: "127.0.0.1:7481", Usage: "admin listener address (/metrics, /healthz, POST /reload); empty disables (7481: not Prometheus's 9090 or an exporter's 9091-9100)"},
 			&cli.IntFlag{Name: "workers-per-pop", Value: 1, Usage: "number of edge workers in the PoP: the local fail mode enforces limit ÷ this"},
 			&cli.DurationFlag{Name: "store-deadline", Value: 0, Usage: "fixed deadline of one decision's store calls; 0 = adaptive: 4x the recent p99 store latency, clamped to [--store-deadline-floor, --store-deadline-ceiling] (a burst on a healthy store raises it instead of timing out)"},
@@ -152,6 +155,8 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	var src policySource
+	healthReasons = src.healthReasons(healthReasons)
 	limiter, err := pop.New(pop.Config{
 		NewShared:     newShared,
 		Store:         store,
@@ -171,14 +176,25 @@ func run(c *cli.Context) error {
 		return err
 	}
 	policy := c.String("policy")
-	if err := limiter.LoadFile(policy); err != nil {
-		return err
+	if policy == "" && c.String("policy-source") == "" {
+		return fmt.Errorf("--policy FILE or --policy-source postgres://... is required")
 	}
-	watched, err := daemon.Watch(ctx, daemon.WatchConfig{Path: policy, Load: func(string) error { return limiter.LoadFile(policy) }, Logger: logger})
-	if err != nil {
-		return err
+	if c.String("policy-source") != "" {
+		done, err := src.start(ctx, c, limiter, reg, logger)
+		if err != nil {
+			return err
+		}
+		defer func() { stop(); <-done }()
+	} else {
+		if err := limiter.LoadFile(policy); err != nil {
+			return err
+		}
+		watched, err := daemon.Watch(ctx, daemon.WatchConfig{Path: policy, Load: func(string) error { return limiter.LoadFile(policy) }, Logger: logger})
+		if err != nil {
+			return err
+		}
+		defer func() { stop(); <-watched }()
 	}
-	defer func() { stop(); <-watched }()
 	go limiter.Run(ctx, 0)
 
 	proxy, err := limiter.Forwarder(upstream, pop.ForwardConfig{

@@ -88,6 +88,11 @@ func (p *parser) rateLimit(n *yaml.Node, fullKey string, shadow, detailed bool) 
 		}
 		specs = append(specs, p.limitSpec(n, x, "rate_limit.limits"))
 	}
+	for i := range specs {
+		// shadow_mode is pop's dry run: counted, decided, admitted, and
+		// reported in Decision.Shadow.
+		specs[i].Shadow = shadow
+	}
 	l.Unit, l.RequestsPerUnit = def.unit, uint32(def.rpu)
 	if def.window > 0 && def.window != def.unit.Duration() {
 		l.Unit = UnitUnknown

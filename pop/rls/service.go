@@ -301,7 +301,10 @@ func (s *Service) answer(req *rlv3.RateLimitRequest, descs []descriptor, out []p
 		st.LimitRemaining = uint32(min(max(d.Binding.Result.Remaining, 0), math.MaxUint32))
 		reset := resetOf(l, d, now)
 		st.DurationUntilReset = durationpb.New(reset)
-		over := !d.Allowed
+		over := !d.Allowed || d.Shadow != ""
+		if d.Shadow != "" {
+			st.LimitRemaining = 0
+		}
 		if over {
 			st.Code = rlv3.RateLimitResponse_OVER_LIMIT
 		}
