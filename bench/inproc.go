@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
@@ -17,7 +18,10 @@ import (
 type InprocConfig struct {
 	// Servers are the memcached-protocol addresses (proxies); worker i uses
 	// Servers[i mod len], or all of them when Direct. Empty means one
-	// in-memory store shared by all workers (no network).
+	// in-memory store shared by all workers (no network). A server
+	// "redis://host:port[,…]" is a Redis Cluster: the worker counts there
+	// with counter/redis (one Lua script per decision; StoreClient unused).
+	// RedisServerTime then takes now from the shard's clock.
 	Servers []string
 	// Direct: the servers are shards, every worker uses all of them.
 	Direct bool
@@ -42,7 +46,8 @@ type InprocConfig struct {
 	// StorePipeMux (PipeStore multiplexing each worker's calls over one
 	// shared connection). The pipe clients talk to one address, so they
 	// cannot be combined with Direct over several shards.
-	StoreClient StoreClient
+	StoreClient     StoreClient
+	RedisServerTime bool
 }
 
 // StoreClient names a memcached client for InprocConfig.
@@ -65,8 +70,8 @@ type Inproc struct {
 
 type inprocWorker struct {
 	store    *counting.Store
-	closer   interface{ Close() error }  // the PipeStore, if any
-	limiters map[string]*counter.Limiter // by route path
+	closer   interface{ Close() error } // the PipeStore, if any
+	limiters map[string]counter.Allower // by route path
 	skew     time.Duration
 }
 
@@ -95,6 +100,14 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 	}
 	in := &Inproc{routes: routes}
 	for i := 0; i < n; i++ {
+		if len(cfg.Servers) > 0 && strings.HasPrefix(cfg.Servers[i%len(cfg.Servers)], "redis://") {
+			w, err := newRedisWorker(routes, cfg, i, cfg.Servers[i%len(cfg.Servers)], timeout)
+			if err != nil {
+				return nil, err
+			}
+			in.workers = append(in.workers, w)
+			continue
+		}
 		st := shared
 		if st == nil {
 			servers := []string{cfg.Servers[i%len(cfg.Servers)]}
@@ -111,7 +124,7 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 					Servers: servers, Timeout: timeout}))
 			}
 		}
-		w := &inprocWorker{store: counting.New(st), limiters: map[string]*counter.Limiter{}}
+		w := &inprocWorker{store: counting.New(st), limiters: map[string]counter.Allower{}}
 		if c, ok := st.(*memcached.PipeStore); ok {
 			w.closer = c
 		}
@@ -119,14 +132,7 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 			w.skew = cfg.Skew[i%len(cfg.Skew)]
 		}
 		for _, r := range routes {
-			onReject := cfg.OnReject
-			if r.Refund {
-				onReject = counter.Refund
-			}
-			lim, err := counter.New(w.store, counter.Limit{
-				Name: r.Path, Algorithm: cfg.Algorithm, Quantity: r.Quantity, Window: r.Window,
-				Burst: cfg.Burst, OnReject: onReject, Precision: cfg.Precision,
-			})
+			lim, err := counter.New(w.store, routeLimit(r, cfg))
 			if err != nil {
 				return nil, fmt.Errorf("bench: limiter for %s: %w", r.Path, err)
 			}
@@ -135,6 +141,16 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 		in.workers = append(in.workers, w)
 	}
 	return in, nil
+}
+
+// routeLimit is the limit of route r under cfg.
+func routeLimit(r Route, cfg InprocConfig) counter.Limit {
+	onReject := cfg.OnReject
+	if r.Refund {
+		onReject = counter.Refund
+	}
+	return counter.Limit{Name: r.Path, Algorithm: cfg.Algorithm, Quantity: r.Quantity, Window: r.Window,
+		Burst: cfg.Burst, OnReject: onReject, Precision: cfg.Precision}
 }
 
 // Close releases the workers' connections (a multiplexing PipeStore keeps
@@ -185,6 +201,9 @@ func (in *Inproc) Do(ctx context.Context, worker int, c *Client, r *Route) Outco
 func (in *Inproc) StoreStats() counting.Stats {
 	var s counting.Stats
 	for _, w := range in.workers {
+		if w.store == nil {
+			continue // a Redis worker: one script call per decision
+		}
 		o := w.store.Stats()
 		s = counting.Stats{Add: s.Add + o.Add, Incr: s.Incr + o.Incr, Decr: s.Decr + o.Decr,
 			GetMulti: s.GetMulti + o.GetMulti, Gets: s.Gets + o.Gets, CAS: s.CAS + o.CAS, Batch: s.Batch + o.Batch,

@@ -28,6 +28,10 @@ const (
 	// in-process memory shard behind its own port, for machines without
 	// memcached.
 	StoreEmbedded StoreKind = "embedded"
+	// StoreRedis runs a Redis Cluster (3 masters + 3 replicas, package
+	// counter/redis) instead of shards and proxies: edges get
+	// --store redis://…, in-process workers count in Lua scripts.
+	StoreRedis StoreKind = "redis"
 )
 
 // Binaries are the executables a PoP runs, built from this module.
@@ -191,8 +195,10 @@ type PoP struct {
 	PolicyFile string
 	// StoreRelays sit between workers and proxies (PoPConfig.StoreDelay).
 	StoreRelays []*Relay
-	cfg         PoPConfig
-	closeOnce   sync.Once
+	// Redis is the cluster of a StoreRedis PoP (nil otherwise).
+	Redis     *procs.RedisCluster
+	cfg       PoPConfig
+	closeOnce sync.Once
 }
 
 // ProxyAddrs returns the memcached-protocol addresses of the proxies.
@@ -220,8 +226,12 @@ func (p *PoP) StoreServers(i int) (servers []string, direct bool) {
 }
 
 // WorkerServers returns the addresses in-process workers use: StoreServers
-// of every worker (proxies or their relays), or every shard when direct.
+// of every worker (proxies or their relays), or every shard when direct;
+// for a StoreRedis PoP, its RedisURL.
 func (p *PoP) WorkerServers() (servers []string, direct bool) {
+	if p.Redis != nil {
+		return []string{p.RedisURL()}, false // NewInproc's Redis workers
+	}
 	if len(p.Proxies) == 0 {
 		return p.StoreServers(0)
 	}
@@ -267,10 +277,13 @@ func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 			p.Close()
 		}
 	}()
-	if err := p.startShards(ctx); err != nil {
+	if cfg.Store == StoreRedis {
+		if err := p.startRedis(ctx); err != nil {
+			return nil, err
+		}
+	} else if err := p.startShards(ctx); err != nil {
 		return nil, err
-	}
-	if err := p.startProxies(ctx); err != nil {
+	} else if err := p.startProxies(ctx); err != nil {
 		return nil, err
 	}
 	if err := p.startEdges(ctx); err != nil {
@@ -284,7 +297,7 @@ func (cfg PoPConfig) check() error {
 	if cfg.Dir == "" {
 		return errors.New("bench: PoPConfig needs Dir")
 	}
-	if cfg.Bins.MCProxy == "" && (cfg.Proxies > 0 || cfg.Store == StoreEmbedded) {
+	if cfg.Bins.MCProxy == "" && ((cfg.Proxies > 0 && cfg.Store != StoreRedis) || cfg.Store == StoreEmbedded) {
 		return fmt.Errorf("%w: mcproxy is needed for proxies and embedded shards", procs.ErrNotBuilt)
 	}
 	if cfg.Edges > 0 && (cfg.Bins.Edge == "" || cfg.Upstream == "" || len(cfg.Policy) == 0) {
@@ -411,9 +424,7 @@ func (p *PoP) startEdges(ctx context.Context) error {
 		pr, err := startServing(ctx, name, cfg.Bins.Edge, p.logFile(name),
 			func(addr string) []string {
 				args := []string{"--listen", addr, "--upstream", cfg.Upstream}
-				for _, s := range servers {
-					args = append(args, "--memcached", s)
-				}
+				args = append(args, p.storeArgs(servers)...)
 				return append(append(args, "--policy", p.PolicyFile, "--admin", admin,
 					"--workers-per-pop", strconv.Itoa(cfg.WorkersPerPoP)), cfg.EdgeArgs...)
 			},
@@ -476,7 +487,7 @@ func (p *PoP) Pids() []int {
 	for _, e := range p.Edges {
 		out = append(out, e.Proc.Pid())
 	}
-	return out
+	return append(out, p.redisPids()...)
 }
 
 // CPUSeconds sums the user+system CPU time of the PoP's processes
@@ -519,6 +530,9 @@ func (p *PoP) Close() {
 				_ = s.Relay.Close()
 			}
 			s.Kill()
+		}
+		if p.Redis != nil {
+			p.Redis.Stop()
 		}
 	})
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/memcached"
+	"github.com/poplimit/poplimit/counter/redis"
 )
 
 // Memcached clients Open can build (Options.Client).
@@ -26,6 +27,12 @@ type Options struct {
 	// mcproxy (or a single memcached). Default "": an in-process
 	// counter.MemoryStore, shared with no other process (tests, demos).
 	Memcached string
+	// Store, when set, counts in a Redis Cluster instead:
+	// "redis://host:port[,host:port…]" (package counter/redis, one atomic
+	// Lua script per decision; Memcached, Client and Multiplex are then
+	// unused). StoreServerTime takes now from the shard's clock.
+	Store           string
+	StoreServerTime bool
 	// Client is the memcached client: ClientGomemcache (default) or
 	// ClientPipe.
 	Client string
@@ -72,6 +79,16 @@ func Open(ctx context.Context, o Options) (*Limiter, error) {
 	}
 	cfg := o.Config
 	cfg.NewShared = func(lim counter.Limit) (counter.Allower, error) { return counter.New(store, lim) }
+	if o.Store != "" {
+		rs, err := o.redisStore()
+		if err != nil {
+			closeStore()
+			return nil, err
+		}
+		closeMc := closeStore
+		store, closeStore = rs, func() { closeMc(); _ = rs.Close() }
+		cfg.NewShared = func(lim counter.Limit) (counter.Allower, error) { return rs.NewAllower(lim) }
+	}
 	cfg.Store = store
 	l, err := New(cfg)
 	if err == nil {
@@ -126,4 +143,17 @@ func (o Options) store() (counter.Store, func(), error) {
 		return p, func() { _ = p.Close() }, nil
 	}
 	return nil, nil, fmt.Errorf("%w: Client %q: want %q or %q", ErrConfig, o.Client, ClientGomemcache, ClientPipe)
+}
+
+// redisStore is the Redis Cluster store of Options.Store.
+func (o Options) redisStore() (*redis.Store, error) {
+	addrs, err := redis.ParseURL(o.Store)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Store: %w", ErrConfig, err)
+	}
+	timeout := o.Timeout
+	if timeout == 0 {
+		timeout = o.Config.deadline().longest()
+	}
+	return redis.New(redis.Config{Addrs: addrs, Timeout: timeout, ServerTime: o.StoreServerTime})
 }

@@ -84,6 +84,8 @@ func main() {
 			&cli.IntFlag{Name: "breaker-failures", Value: 5, Usage: "consecutive hard store failures (refused, reset, EOF, server error; not timeouts) that open the circuit breaker"},
 			&cli.DurationFlag{Name: "breaker-window", Value: 2 * time.Second, Usage: "failing store calls (timeouts included) with no success at all for this long open the breaker; timeouts while other calls succeed never do"},
 			&cli.DurationFlag{Name: "breaker-open", Value: 500 * time.Millisecond, Usage: "how long the breaker stays open before a half-open probe"},
+			&cli.StringFlag{Name: "store", Usage: "count in a Redis Cluster instead of memcached: redis://host:port[,host:port…] (seed nodes; package counter/redis: one atomic Lua script per decision); --memcached and --store-client are then unused"},
+			&cli.BoolFlag{Name: "store-server-time", Usage: "with --store redis://…: take now from the shard's clock (redis TIME) instead of this worker's, so worker clock skew adds no error"},
 			&cli.StringFlag{Name: "store-client", Value: "gomemcache", Usage: "memcached client: 'gomemcache' (memcached.Store over bradfitz/gomemcache, the project's designated workers' client; several addresses are hashed by gomemcache) or 'pipe' (memcached.PipeStore: pipelined, one round trip per sliding-window decision and ~20% less CPU per decision; one --memcached address, normally mcproxy)"},
 			&cli.IntFlag{Name: "store-multiplex", Value: 0, Usage: "with --store-client pipe: number of connections shared by all requests (concurrent store calls are written together, replies read in order: fewer syscalls); 0 = one pooled connection per call"},
 			&cli.StringFlag{Name: "events", Usage: "write rejection events as JSON lines to `FILE` ('-' for stderr); empty disables"},
@@ -125,6 +127,16 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	newShared := func(l counter.Limit) (counter.Allower, error) { return counter.New(store, l) }
+	if u := c.String("store"); u != "" {
+		rs, err := newRedisStore(u, socketTimeout(dcfg), c.Bool("store-server-time"))
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		store = rs
+		newShared = func(l counter.Limit) (counter.Allower, error) { return rs.NewAllower(l) }
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics, err := pop.NewMetrics(reg)
@@ -146,7 +158,7 @@ func run(c *cli.Context) error {
 	var src policySource
 	healthReasons = src.healthReasons(healthReasons)
 	limiter, err := pop.New(pop.Config{
-		NewShared:     func(l counter.Limit) (counter.Allower, error) { return counter.New(store, l) },
+		NewShared:     newShared,
 		Store:         store,
 		Shadow:        c.Bool("shadow"),
 		NewGlobal:     newGlobal,

@@ -30,10 +30,24 @@ func loadCommand() *cli.Command {
 			&cli.BoolFlag{Name: "open", Usage: "open loop at --rate (default 25%,50%,75% of the measured capacity)"},
 			&cli.StringFlag{Name: "paths", Usage: "open loop: comma-separated paths (generator, floor, nutcracker, mcproxy, pop-gomemcache, pop-pipe)", Value: "all"},
 			&cli.StringFlag{Name: "mcproxy", Usage: "open loop: mcproxy binary (default: go build ./cmd/mcproxy)"},
+			&cli.StringFlag{Name: "peer", Usage: "with --store redis: in the same run, interleaved, poplimit over the Redis Cluster, poplimit over memcached and envoyproxy/ratelimit's Redis backend (this `BINARY`, built from source) on the same cluster, all over HTTP, fixed window per second"},
 		),
 		Action: func(c *cli.Context) error {
 			if c.IsSet("rate") || c.Bool("open") {
 				return runOpenLoad(c)
+			}
+			if bin := c.String("peer"); bin != "" {
+				res, err := runScenario(c, true, "load", func(env *bench.Env, prog func(int, int)) (*bench.LoadResult, error) {
+					return bench.RunRedisCompare(c.Context, env, bench.LoadConfig{
+						Duration: c.Duration("duration"), Conns: c.Int("conns"), Keys: c.Uint64("keys"), ZipfS: c.Float64("zipf"),
+						Quantity: c.Int64("quantity"), Window: c.Duration("window"), Rounds: c.Int("rounds"),
+						Workers: c.Int("workers"), Progress: prog,
+					}, bin)
+				})
+				if err != nil {
+					return err
+				}
+				return saveReport(c, "load-redis-peer", res, nil)
 			}
 			algs, err := algorithms(c.String("algorithm"))
 			if err != nil {

@@ -65,7 +65,7 @@ func commands() []*cli.Command {
 func commonFlags(extra ...cli.Flag) []cli.Flag {
 	return append([]cli.Flag{
 		&cli.BoolFlag{Name: "json", Usage: "print JSON instead of tables"},
-		&cli.StringFlag{Name: "store", Usage: "shards: memcached, embedded (mcproxy's in-process shards) or auto", Value: "auto"},
+		&cli.StringFlag{Name: "store", Usage: "shards: memcached, embedded (mcproxy's in-process shards), redis (a Redis Cluster of 3 masters + 3 replicas instead of shards and mcproxy) or auto", Value: "auto"},
 		&cli.StringFlag{Name: "out", Usage: "directory for reports and charts", Value: "out"},
 		&cli.StringFlag{Name: "chart-format", Usage: "charts as png or svg", Value: "png"},
 		&cli.BoolFlag{Name: "quiet", Usage: "no status lines or progress bar"},
@@ -80,8 +80,10 @@ func storeKind(c *cli.Context) (bench.StoreKind, error) {
 		return bench.StoreMemcached, nil
 	case "embedded":
 		return bench.StoreEmbedded, nil
+	case "redis":
+		return bench.StoreRedis, nil
 	default:
-		return "", fmt.Errorf("--store %q: want memcached, embedded or auto", s)
+		return "", fmt.Errorf("--store %q: want memcached, embedded, redis or auto", s)
 	}
 }
 

@@ -111,10 +111,15 @@ func (s *Store) runKeys(ctx context.Context, keys []string, now time.Time, args 
 		}
 		head = []any{sec, ns - sec*1e9, len(keys)}
 	}
-	raw, err := decideScript.Run(ctx, s.c, keys, append(head, args...)...).Int64Slice()
+	raw, err := decideScript.Run(ctx, s.sc, keys, append(head, args...)...).Int64Slice()
 	if err != nil {
 		if errors.Is(err, goredis.Nil) {
 			err = ErrReply
+		} else if ctx.Err() == nil {
+			// A dead master (refused, reset) or CLUSTERDOWN: re-read the
+			// slot map at once (coalesced by go-redis) instead of waiting
+			// for its periodic reload, so the promoted replica is found.
+			s.c.ReloadState(ctx)
 		}
 		return reply{}, fmt.Errorf("redis: decide %s: %w", keys[0], err)
 	}

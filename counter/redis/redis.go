@@ -72,6 +72,11 @@ type Config struct {
 	// ServerTime takes now from redis.call('TIME') in the script instead of
 	// the now passed to AllowN.
 	ServerTime bool
+	// NoPipeline turns off go-redis's autopipelining: by default the
+	// decisions in flight at once to one node are written together and
+	// their replies read in order (fewer syscalls on both sides: about
+	// twice the decisions/s of popbench load).
+	NoPipeline bool
 }
 
 func (c Config) timeout() time.Duration {
@@ -84,7 +89,9 @@ func (c Config) timeout() time.Duration {
 // Store is a connection to one Redis Cluster. It is safe for concurrent
 // use; Close releases its connections.
 type Store struct {
-	c   *goredis.ClusterClient
+	c *goredis.ClusterClient
+	// sc runs the scripts: the autopipeliner, or c itself.
+	sc  goredis.Scripter
 	cfg Config
 }
 
@@ -103,7 +110,16 @@ func New(cfg Config) (*Store, error) {
 		// A redirect during resharding or failover is followed, bounded.
 		MaxRedirects: 8,
 	})
-	return &Store{c: c, cfg: cfg}, nil
+	s := &Store{c: c, sc: c, cfg: cfg}
+	if !cfg.NoPipeline {
+		ap, err := c.AutoPipeline()
+		if err != nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("redis: autopipeline: %w", err)
+		}
+		s.sc = ap
+	}
+	return s, nil
 }
 
 // ParseURL returns the seed addresses of redis://host:port[,host:port…].

@@ -1,0 +1,37 @@
+package pop_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/pop"
+)
+
+// TestOpenRedis runs ExampleOpen's service with Options.Store on a real
+// Redis Cluster: the same answers as in process and on memcached, with the
+// worker's clock and with the shard's.
+func TestOpenRedis(t *testing.T) {
+	c := fixture.SharedRedisCluster(t)
+	want := "200 \"burst\";r=1;t=1\n200 \"burst\";r=0;t=1\n429 \"burst\";r=0;t=1\n"
+	for _, serverTime := range []bool{false, true} {
+		// Each run's keys must be fresh: flush the cluster's masters.
+		for _, a := range c.Addrs() {
+			_, _ = c.Cli(context.Background(), a, "flushall")
+		}
+		var out strings.Builder
+		serve(&out, pop.Options{Store: "redis://" + strings.Join(c.Addrs(), ","), StoreServerTime: serverTime})
+		if out.String() != want {
+			t.Fatalf("server time %v, through Redis:\n%s\nwant:\n%s", serverTime, out.String(), want)
+		}
+	}
+}
+
+func TestOpenRedisBadURL(t *testing.T) {
+	l, err := pop.Open(context.Background(), pop.Options{PolicyDoc: []byte(exampleDoc), Store: "redis://nohost"})
+	if err == nil || l != nil || !errors.Is(err, pop.ErrConfig) {
+		t.Fatalf("Open = %v, %v; want ErrConfig", l, err)
+	}
+}
