@@ -36,6 +36,12 @@ type Config struct {
 	// is unreachable. Default nil: a policy with a global limit is
 	// rejected.
 	NewGlobal func(counter.Limit, FailMode) (counter.Allower, error)
+	// PoPs is the number of PoPs sharing each global limit; default 1. A
+	// global limit's in-process budget (a decision the store did not
+	// answer in time, the local fail mode) is its limit ÷ (WorkersPerPoP ×
+	// PoPs): every worker of every PoP may fall back to it at once, so a
+	// per-PoP share would admit up to PoPs × the limit.
+	PoPs int
 	// HealthReasons, if not nil, adds reasons to Health (e.g. the global
 	// store's state); any reason makes the health degraded.
 	HealthReasons func() []string
@@ -90,6 +96,14 @@ func (c Config) maxInFlight() int {
 		return c.MaxInFlight
 	}
 	return 256
+}
+
+// localShares is how many in-process budgets share ls's limit.
+func (c Config) localShares(ls LimitSpec) int {
+	if ls.Global && c.PoPs > 1 {
+		return c.workers() * c.PoPs
+	}
+	return c.workers()
 }
 
 func (c Config) workers() int {
@@ -150,8 +164,8 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.NewLocal == nil {
 		cfg.NewLocal = func(l counter.Limit) (counter.Allower, error) { return counter.NewLocal(l) }
 	}
-	if cfg.WorkersPerPoP < 0 || cfg.StoreDeadline < 0 || cfg.MitigationEntries < 0 || cfg.MaxInFlight < 0 || cfg.InFlightWait < 0 {
-		return nil, fmt.Errorf("%w: negative WorkersPerPoP, StoreDeadline, MitigationEntries, MaxInFlight or InFlightWait", ErrConfig)
+	if cfg.WorkersPerPoP < 0 || cfg.PoPs < 0 || cfg.StoreDeadline < 0 || cfg.MitigationEntries < 0 || cfg.MaxInFlight < 0 || cfg.InFlightWait < 0 {
+		return nil, fmt.Errorf("%w: negative WorkersPerPoP, PoPs, StoreDeadline, MitigationEntries, MaxInFlight or InFlightWait", ErrConfig)
 	}
 	if d := cfg.Deadline; d.Fixed < 0 || d.Floor < 0 || d.Ceiling < 0 || d.Multiple < 0 || (d.Ceiling > 0 && d.Ceiling < d.floor()) {
 		return nil, fmt.Errorf("%w: deadline floor %v, ceiling %v, multiple %v: want non-negative, floor ≤ ceiling", ErrConfig, d.Floor, d.Ceiling, d.Multiple)

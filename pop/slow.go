@@ -47,7 +47,7 @@ func (l *Limiter) acquire(ctx context.Context) bool {
 }
 
 // local decides with the in-process budget of each limit (limit ÷
-// WorkersPerPoP): the local fail mode, and every decision the store could
+// WorkersPerPoP, and ÷ PoPs for a global limit): the local fail mode, and every decision the store could
 // not answer in time while alive. The mitigation cache was consulted
 // before: an identity known to be over its limit never gets here.
 func (l *Limiter) local(ctx context.Context, rs *rules, keys []string, now time.Time, reason Reason) Decision {

@@ -171,7 +171,7 @@ func (l *Limiter) compilePolicy(ps PolicySpec, f *File, fp uint64) (*policy, err
 			// Every policy has a local budget: the local fail mode, and
 			// decisions a live but slow store did not answer in time
 			// (ReasonStoreSlow, ReasonStoreBusy).
-			la, err := l.cfg.NewLocal(localLimit(ls.Limit, l.cfg.workers()))
+			la, err := l.cfg.NewLocal(localLimit(ls.Limit, l.cfg.localShares(ls)))
 			if err != nil {
 				return nil, fmt.Errorf("pop: policy %s tier %s limit %s local: %w", ps.Name, name, ls.Limit.Name, err)
 			}

@@ -167,6 +167,7 @@ func run(c *cli.Context) error {
 		Deadline:      dcfg,
 		MaxInFlight:   c.Int("store-in-flight"),
 		WorkersPerPoP: c.Int("workers-per-pop"),
+		PoPs:          c.Int("pops"),
 		Breaker:       pop.BreakerConfig{Failures: c.Int("breaker-failures"), Window: c.Duration("breaker-window"), OpenFor: c.Duration("breaker-open")},
 		Metrics:       metrics,
 		Events:        events,

@@ -139,6 +139,7 @@ func run(c *cli.Context) error {
 		HealthReasons: healthReasons,
 		Deadline:      dcfg,
 		WorkersPerPoP: c.Int("workers-per-pop"),
+		PoPs:          c.Int("pops"),
 		Breaker:       pop.BreakerConfig{Failures: c.Int("breaker-failures"), Window: c.Duration("breaker-window"), OpenFor: c.Duration("breaker-open")},
 		Metrics:       metrics,
 		Logger:        logger,
