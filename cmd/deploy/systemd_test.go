@@ -26,12 +26,9 @@ var hardening = []string{
 // parses, every directive and value is one this systemd knows (verify
 // prints a warning for an unknown key or a bad value, and any output fails
 // the test), the hardening directives are there, and every --flag of
-// ExecStart is one the binary's --help lists. rls is built by another
-// change: while cmd/rls does not exist, its ExecStart points at a stand-in
-// (/bin/true) and its flags are not checked, only the unit itself.
+// ExecStart is one the binary's --help lists.
 func TestSystemdUnits(t *testing.T) {
 	analyze := fixture.LookPath(t, "systemd-analyze")
-	root := moduleRoot(t)
 	dir := t.TempDir()
 	for _, name := range units {
 		t.Run(name, func(t *testing.T) {
@@ -47,13 +44,8 @@ func TestSystemdUnits(t *testing.T) {
 			}
 			exe := "/usr/local/bin/" + name
 			args := execStart(t, unit, exe)
-			bin := "/bin/true"
-			if _, err := os.Stat(filepath.Join(root, "cmd", name)); err == nil {
-				bin = fixture.Binary(t, name)
-				checkFlags(t, bin, args)
-			} else {
-				t.Logf("cmd/%s does not exist yet: ExecStart points at %s, flags not checked", name, bin)
-			}
+			bin := fixture.Binary(t, name)
+			checkFlags(t, bin, args)
 			copy := filepath.Join(dir, name+".service")
 			if err := os.WriteFile(copy, []byte(strings.ReplaceAll(unit, exe, bin)), 0o644); err != nil {
 				t.Fatal(err)
