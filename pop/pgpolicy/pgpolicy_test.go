@@ -82,7 +82,14 @@ func (w *worker) run(t *testing.T) {
 // four workers.
 func setup(t *testing.T) *env {
 	pg := fixture.Postgres(t)
-	e := &env{t: t, store: counter.NewMemoryStore(), dsn: pg.DSN, stopPG: pg.Down, upPG: func() error { return pg.Up(context.Background()) }}
+	e := &env{t: t, store: counter.NewMemoryStore(), dsn: pg.DSN, stopPG: pg.Down}
+	e.upPG = func() error {
+		err := pg.Up(context.Background())
+		// The test's own pool still holds connections the stopped server
+		// closed: the next admin call would fail on one (57P01).
+		e.pool.Reset()
+		return err
+	}
 	ctx := context.Background()
 	var err error
 	if e.pool, err = pgxpool.New(ctx, pg.DSN); err != nil {
