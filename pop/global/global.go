@@ -67,6 +67,14 @@
 // demand exceeds L is at most the tokens left in pools when it ends,
 // Σ_p rate_p·(Horizon + 1.5·latency).
 //
+// The bound is this Allower's. A pop.Limiter also decides by its
+// in-process budget when its own store call does not return within the
+// store deadline (reason store_slow or store_busy) or under fail_mode
+// local with the breaker open: that budget is limit ÷ (workers × PoPs)
+// per worker and window (pop.Config.PoPs), so those decisions add at most
+// L more to a window in which every worker of every PoP fell back all the
+// time, and nothing when the stores answer in time.
+//
 // Only fixed windows are supported (ErrAlgorithm otherwise).
 package global
 
