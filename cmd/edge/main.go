@@ -29,7 +29,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"net/url"
 	"os"
 	"time"
@@ -298,12 +297,7 @@ func adminMux(c *cli.Context, logger *slog.Logger, reg *prometheus.Registry, lim
 	mux.Handle("GET /healthz", limiter.HealthHandler())
 	mux.Handle("/reload", pop.RequireToken(c.String("reload-token"), limiter.ReloadHandler(policy)))
 	if c.Bool("pprof") {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		logger.Info("pprof on the admin listener", "path", "/debug/pprof/")
+		daemon.MountPprof(mux, logger)
 	}
 	return mux
 }

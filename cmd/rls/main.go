@@ -56,6 +56,7 @@ func main() {
 			"mcproxy); without it, an in-process store (one process, no sharing).",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "grpc", Value: "127.0.0.1:7491", Usage: "gRPC listener (ShouldRateLimit, grpc.health.v1; 7491: not envoyproxy/ratelimit's 8081, so both can run while migrating)"},
+			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof under /debug/pprof/ on the --http listener"},
 			&cli.StringFlag{Name: "http", Value: "127.0.0.1:7490", Usage: "HTTP listener (/json, /healthcheck, /metrics); empty disables (7490: not envoyproxy/ratelimit's 8080)"},
 			&cli.StringFlag{Name: "config-dir", Usage: "directory of the YAML config files (default: $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY)"},
 			&cli.StringSliceFlag{Name: "memcached", Usage: "memcached or mcproxy `ADDR`; repeatable with --store-client gomemcache; empty = in-process store"},
@@ -191,6 +192,9 @@ func serve(ctx context.Context, c *cli.Context, logger *slog.Logger, svc *rls.Se
 		mux.Handle("/json", svc.JSONHandler())
 		mux.Handle("/healthcheck", svc.HealthHandler())
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		if c.Bool("pprof") {
+			daemon.MountPprof(mux, logger)
+		}
 		srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 		go func() {
 			httpErr <- daemon.ServeHTTP(ctx, daemon.ServeConfig{Servers: map[string]*http.Server{"http": srv}, Logger: logger})
