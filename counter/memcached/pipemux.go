@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
@@ -80,6 +81,16 @@ func (mc *muxConn) writer() {
 		case <-mc.closed:
 			return
 		case req = <-mc.queue:
+		}
+		if len(mc.queue) == 0 {
+			// Alone so far: let the goroutines already runnable (the
+			// other descriptors of one request, other requests) queue
+			// their calls first, so one write carries them all. Without
+			// it the writer, woken by the first call, writes it alone
+			// and the next ones each cost a write of their own (and a
+			// read at mcproxy): 2.1 read+write system calls per rls
+			// decision instead of 1.0 (popbench rls --rls 4).
+			runtime.Gosched()
 		}
 		// Set before writing: a batch larger than the buffer is flushed
 		// on the way.
