@@ -132,6 +132,18 @@ func cpuOf(pids []int) float64 {
 	return t
 }
 
+// PeerRedisEnv is envoyproxy/ratelimit's environment for its Redis backend
+// on the Redis Cluster of seed addrs: the settings its src/settings give
+// for a cluster (REDIS_TYPE=cluster; a pipeline window is required in
+// cluster mode, 150us the low end of the recommended 150-500us), a pool of
+// 32 per node, and the descriptors of one request sent to their nodes in
+// parallel (REDIS_CLUSTER_PIPELINE_PARALLELISM=0, bounded by the pool;
+// its default 1 sends them one node after the other).
+func PeerRedisEnv(addrs []string) []string {
+	return []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=cluster", "REDIS_URL=" + strings.Join(addrs, ","),
+		"REDIS_PIPELINE_WINDOW=150us", "REDIS_POOL_SIZE=32", "REDIS_CLUSTER_PIPELINE_PARALLELISM=0"}
+}
+
 // startPeer starts envoyproxy/ratelimit on free loopback ports with its
 // Redis backend in cluster mode on addrs, one domain "poplimit" whose
 // descriptor "user" allows quantity per second, and waits for /json.
@@ -156,13 +168,11 @@ func startPeer(ctx context.Context, bin, dir string, addrs []string, quantity in
 		}
 		ports[i] = strconv.Itoa(p)
 	}
-	// The settings its README gives for a Redis Cluster (a pipeline window
-	// is required in cluster mode); stats to nowhere.
-	envs := []string{"USE_STATSD=false", "LOG_LEVEL=warn", "HOST=127.0.0.1", "PORT=" + ports[0],
+	// Stats to nowhere.
+	envs := append([]string{"USE_STATSD=false", "LOG_LEVEL=warn", "HOST=127.0.0.1", "PORT=" + ports[0],
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + ports[1], "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + ports[2],
-		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false",
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=cluster", "REDIS_URL=" + strings.Join(addrs, ","),
-		"REDIS_PIPELINE_WINDOW=150us", "REDIS_POOL_SIZE=32"}
+		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false"},
+		PeerRedisEnv(addrs)...)
 	p, err := procs.StartProc("ratelimit", "/usr/bin/env", append(envs, bin), filepath.Join(dir, "peer-ratelimit.log"))
 	if err != nil {
 		return nil, err

@@ -254,7 +254,8 @@ func RLSBenchConfig(perMinute int) string {
 
 // RLSPoPConfig describes a PoP of rls processes: LaunchPoP's shards and
 // mcproxies (no edges), then RLS processes, process i over mcproxy i mod
-// Proxies, all loading ConfigDir.
+// Proxies (with PoP.Store StoreRedis: all over the PoP's Redis Cluster,
+// --store redis://…), all loading ConfigDir.
 type RLSPoPConfig struct {
 	PoP PoPConfig
 	// RLS is the number of rls processes; default 4.
@@ -341,9 +342,7 @@ func LaunchRLSPoP(ctx context.Context, cfg RLSPoPConfig) (_ *RLSPoP, err error) 
 		name := fmt.Sprintf("rls-%d", i)
 		pr, err := startServing(ctx, name, cfg.Bin, pop.logFile(name), func(addr string) []string {
 			args := []string{"--grpc", addr, "--http", httpAddr, "--config-dir", cfg.ConfigDir, "--workers-per-pop", strconv.Itoa(cfg.RLS)}
-			for _, s := range servers {
-				args = append(args, "--memcached", s)
-			}
+			args = append(args, pop.storeArgs(servers)...)
 			return append(args, cfg.Args...)
 		}, func(string) error { return httpOK("http://" + httpAddr + "/healthcheck") })
 		if err != nil {

@@ -83,8 +83,6 @@ func main() {
 			&cli.IntFlag{Name: "breaker-failures", Value: 5, Usage: "consecutive hard store failures (refused, reset, EOF, server error; not timeouts) that open the circuit breaker"},
 			&cli.DurationFlag{Name: "breaker-window", Value: 2 * time.Second, Usage: "failing store calls (timeouts included) with no success at all for this long open the breaker; timeouts while other calls succeed never do"},
 			&cli.DurationFlag{Name: "breaker-open", Value: 500 * time.Millisecond, Usage: "how long the breaker stays open before a half-open probe"},
-			&cli.StringFlag{Name: "store", Usage: "count in a Redis Cluster instead of memcached: redis://host:port[,host:port…] (seed nodes; package counter/redis: one atomic Lua script per decision); --memcached and --store-client are then unused"},
-			&cli.BoolFlag{Name: "store-server-time", Usage: "with --store redis://…: take now from the shard's clock (redis TIME) instead of this worker's, so worker clock skew adds no error"},
 			&cli.StringFlag{Name: "store-client", Value: "gomemcache", Usage: "memcached client: 'gomemcache' (memcached.Store over bradfitz/gomemcache, the project's designated workers' client; several addresses are hashed by gomemcache) or 'pipe' (memcached.PipeStore: pipelined, one round trip per sliding-window decision and ~20% less CPU per decision; one --memcached address, normally mcproxy)"},
 			&cli.IntFlag{Name: "store-multiplex", Value: 0, Usage: "with --store-client pipe: number of connections shared by all requests (concurrent store calls are written together, replies read in order: fewer syscalls); 0 = one pooled connection per call"},
 			&cli.StringFlag{Name: "events", Usage: "write rejection events as JSON lines to `FILE` ('-' for stderr); empty disables"},
@@ -103,7 +101,7 @@ func main() {
 			&cli.StringFlag{Name: "reload-token", EnvVars: []string{"EDGE_RELOAD_TOKEN"}, Usage: "POST /reload requires 'Authorization: Bearer TOKEN' (env EDGE_RELOAD_TOKEN); empty = no token"},
 			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof under /debug/pprof/ on the admin listener"},
 			&cli.BoolFlag{Name: "shadow", Usage: "dry run: every limit counts and decides, but would-be rejections are admitted and reported (poplimit_shadow_rejections_total, events with \"shadow\": true, X-RateLimit-Shadow with the policy's shadow_header); enforce by restarting without it, or per limit/policy with shadow: in the policy file and a reload"},
-		}, globalflags.Flags()...),
+		}, append(storeflag.RedisFlags(), globalflags.Flags()...)...),
 		Action: run,
 	}
 	if err := app.Run(os.Args); err != nil {
@@ -122,20 +120,12 @@ func run(c *cli.Context) error {
 		return fmt.Errorf("--upstream %q: not an absolute URL", c.String("upstream"))
 	}
 	dcfg := pop.DeadlineConfig{Fixed: c.Duration("store-deadline"), Floor: c.Duration("store-deadline-floor"), Ceiling: c.Duration("store-deadline-ceiling")}
-	store, err := newStore(c.String("store-client"), c.StringSlice("memcached"), socketTimeout(dcfg), c.Int("store-multiplex"))
+	shared, err := storeflag.FromFlags(c, socketTimeout(dcfg))
 	if err != nil {
 		return err
 	}
-	newShared := func(l counter.Limit) (counter.Allower, error) { return counter.New(store, l) }
-	if u := c.String("store"); u != "" {
-		rs, err := newRedisStore(u, socketTimeout(dcfg), c.Bool("store-server-time"))
-		if err != nil {
-			return err
-		}
-		defer rs.Close()
-		store = rs
-		newShared = func(l counter.Limit) (counter.Allower, error) { return rs.NewAllower(l) }
-	}
+	defer shared.Close()
+	store, newShared := shared.Store, shared.NewShared
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics, err := pop.NewMetrics(reg)

@@ -41,6 +41,10 @@ descriptors {user: V}, V Zipf-distributed over --keys values; reports requests/s
 
 --peer BIN also starts envoyproxy/ratelimit (memcache backend: MEMCACHE_HOST_PORT = the same 3
 memcached) with the same config, and runs rls, peer, rls, ... for --rounds rounds (same run).
+--store redis puts both on one Redis Cluster (3 masters + 3 replicas) instead: rls --store
+redis://…, the peer with REDIS_TYPE=cluster (bench.PeerRedisEnv):
+
+  popbench rls --store redis --rls 4 --peer /tmp/peer/ratelimit-bin --rounds 3
 
 Conformance: replay the suites of FILE against --target (the server must have loaded their
 config with the same --run token and the suites' settings):
@@ -52,6 +56,7 @@ config with the same --run token and the suites' settings):
 			&cli.IntFlag{Name: "rls", Value: 4, Usage: "rls processes of the launched PoP (without --target)"},
 			&cli.StringFlag{Name: "rls-bin", Usage: "rls binary (default: go build ./cmd/rls)"},
 			&cli.StringSliceFlag{Name: "rls-arg", Usage: "extra rls flag (repeatable)"},
+			&cli.StringFlag{Name: "store", Value: "memcached", Usage: "the launched PoP's store: memcached (3 shards + mcproxy) or redis (a Redis Cluster of 3 masters + 3 replicas: rls --store redis://…, and --peer with its Redis backend, REDIS_TYPE=cluster, on the same cluster)"},
 			&cli.StringFlag{Name: "peer", Usage: "envoyproxy/ratelimit `BIN` to measure beside rls (memcache backend over the same memcached)"},
 			&cli.IntFlag{Name: "rounds", Value: 2, Usage: "interleaved rounds with --peer"},
 			&cli.IntFlag{Name: "limit", Value: 1000000, Usage: "requests_per_unit (per minute) of the launched config's descriptor"},
@@ -204,7 +209,11 @@ func rlsLoad(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		r.Target = fmt.Sprintf("rls ×%d over mcproxy", len(launched.RLS))
+		over, peerStore := "mcproxy", "memcache"
+		if launched.Redis != nil {
+			over, peerStore = "Redis Cluster", "Redis Cluster"
+		}
+		r.Target = fmt.Sprintf("rls ×%d over %s", len(launched.RLS), over)
 		results = append(results, r)
 		if peer == nil {
 			continue
@@ -213,16 +222,21 @@ func rlsLoad(c *cli.Context) error {
 		if r, err = bench.RunRLSLoad(c.Context, cfg); err != nil {
 			return err
 		}
-		r.Target = "envoyproxy/ratelimit (memcache)"
+		r.Target = "envoyproxy/ratelimit (" + peerStore + ")"
 		results = append(results, r)
 	}
 	return printRLS(c, results)
 }
 
-// launchRLS starts 3 memcached + mcproxy + --rls rls processes with the
-// bench config, and with --peer envoyproxy/ratelimit over the same
-// memcached.
+// launchRLS starts 3 memcached + mcproxy (--store redis: a Redis Cluster
+// of 3 masters + 3 replicas) + --rls rls processes with the bench config,
+// and with --peer envoyproxy/ratelimit over the same memcached (or
+// cluster).
 func launchRLS(c *cli.Context, dir string) (*bench.RLSPoP, *procs.Proc, error) {
+	kind := bench.StoreKind(c.String("store"))
+	if kind != bench.StoreMemcached && kind != bench.StoreRedis {
+		return nil, nil, fmt.Errorf("--store %q: want memcached or redis", kind)
+	}
 	bin := c.String("rls-bin")
 	if bin == "" {
 		bins, err := procs.Build(c.Context, dir, "rls", "mcproxy")
@@ -245,11 +259,16 @@ func launchRLS(c *cli.Context, dir string) (*bench.RLSPoP, *procs.Proc, error) {
 		return nil, nil, err
 	}
 	p, err := bench.LaunchRLSPoP(c.Context, bench.RLSPoPConfig{
-		PoP: bench.PoPConfig{Name: "rls", Dir: dir, Store: bench.StoreMemcached, Bins: bench.Binaries{MCProxy: mcproxy}},
+		PoP: bench.PoPConfig{Name: "rls", Dir: dir, Store: kind, Bins: bench.Binaries{MCProxy: mcproxy}},
 		RLS: c.Int("rls"), Bin: bin, ConfigDir: confDir, Args: c.StringSlice("rls-arg"),
 	})
 	if err != nil || c.String("peer") == "" {
 		return p, nil, err
+	}
+	if p.Redis != nil {
+		peer, err := bench.StartPeerRLS(c.Context, c.String("peer"), filepath.Join(dir, "runtime"), filepath.Join(dir, "peer.log"),
+			bench.PeerRedisEnv(p.Redis.Addrs())...)
+		return p, peer, err
 	}
 	var shards []string
 	for _, s := range p.Shards {

@@ -2,8 +2,9 @@
 // drop-in for envoyproxy/ratelimit (its configuration directory and
 // files, its gRPC API envoy.service.ratelimit.v3.RateLimitService, its
 // /json and /healthcheck endpoints and statistics), counting through
-// memcached (normally the host's mcproxy) so every rls of a PoP shares one
-// count per key, exactly like edge workers.
+// memcached (normally the host's mcproxy) or a Redis Cluster (--store
+// redis://…) so every rls of a PoP shares one count per key, exactly like
+// edge workers.
 //
 // Usage:
 //
@@ -39,7 +40,6 @@ import (
 	"github.com/poplimit/poplimit/cmd/internal/daemon"
 	"github.com/poplimit/poplimit/cmd/internal/globalflags"
 	"github.com/poplimit/poplimit/cmd/internal/storeflag"
-	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/pop"
 	"github.com/poplimit/poplimit/pop/rls"
 )
@@ -79,7 +79,7 @@ func main() {
 			&cli.BoolFlag{Name: "fail-closed-unavailable", Usage: "a descriptor failing closed answers gRPC UNAVAILABLE (Envoy's failure_mode_deny decides) instead of OVER_LIMIT"},
 			&cli.Float64Flag{Name: "near-limit-ratio", Value: 0.8, EnvVars: []string{"NEAR_LIMIT_RATIO"}, Usage: "share of a limit above which admissions count as near_limit"},
 			&cli.IntFlag{Name: "max-descriptors", Value: 256, Usage: "descriptors per request; more is INVALID_ARGUMENT"},
-		}, append(grpcFlags(), globalflags.Flags()...)...),
+		}, append(grpcFlags(), append(storeflag.RedisFlags(), globalflags.Flags()...)...)...),
 		Action: run,
 	}
 	if err := app.Run(os.Args); err != nil {
@@ -116,10 +116,12 @@ func run(c *cli.Context) error {
 		return err
 	}
 	dcfg := pop.DeadlineConfig{Fixed: c.Duration("store-deadline"), Floor: c.Duration("store-deadline-floor"), Ceiling: c.Duration("store-deadline-ceiling")}
-	store, err := storeflag.New(c.String("store-client"), c.StringSlice("memcached"), max(dcfg.Fixed, dcfg.Ceiling, dcfg.Floor), c.Int("store-multiplex"))
+	shared, err := storeflag.FromFlags(c, max(dcfg.Fixed, dcfg.Ceiling, dcfg.Floor))
 	if err != nil {
 		return err
 	}
+	defer shared.Close()
+	store := shared.Store
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics, err := pop.NewMetrics(reg)
@@ -135,7 +137,7 @@ func run(c *cli.Context) error {
 		return err
 	}
 	limiter, err := pop.New(pop.Config{
-		NewShared:     func(l counter.Limit) (counter.Allower, error) { return counter.New(store, l) },
+		NewShared:     shared.NewShared,
 		NewGlobal:     newGlobal,
 		HealthReasons: healthReasons,
 		Deadline:      dcfg,

@@ -51,11 +51,20 @@ func startPoP(t *testing.T, n int) *rlsPoP {
 	rlsBin, mcBin := fixture.Binary(t, "rls"), fixture.Binary(t, "mcproxy")
 	p := &rlsPoP{dir: t.TempDir(), shards: fixture.Addrs(fixture.Memcached(t, 3))}
 	p.mcproxy = fixture.Mcproxy(t, mcBin, "", p.shards, "--admin", "")
+	p.startRLS(t, rlsBin, n, "--memcached", p.mcproxy.Addr)
+	return p
+}
+
+// startRLS starts n rls processes over the store named by storeArgs, all
+// loading popConfig (limit 100) from p.dir.
+func (p *rlsPoP) startRLS(t *testing.T, rlsBin string, n int, storeArgs ...string) {
+	t.Helper()
 	writeConfig(t, p.dir, fmt.Sprintf(popConfig, 100))
 	for range n {
 		g, h := fixture.FreeAddr(t), fixture.FreeAddr(t)
-		pr := fixture.Start(t, rlsBin, "--grpc", g, "--http", h, "--config-dir", p.dir, "--memcached", p.mcproxy.Addr,
-			"--workers-per-pop", strconv.Itoa(n), "--store-deadline", "300ms", "--breaker-failures", "3", "--breaker-open", "5s")
+		args := append([]string{"--grpc", g, "--http", h, "--config-dir", p.dir, "--workers-per-pop", strconv.Itoa(n),
+			"--store-deadline", "300ms", "--breaker-failures", "3", "--breaker-open", "5s"}, storeArgs...)
+		pr := fixture.Start(t, rlsBin, args...)
 		err := pr.WaitReady(context.Background(), 15*time.Second, func() error {
 			resp, err := http.Get("http://" + h + "/healthcheck")
 			if err == nil {
@@ -74,7 +83,6 @@ func startPoP(t *testing.T, n int) *rlsPoP {
 		p.clients = append(p.clients, rlv3.NewRateLimitServiceClient(cc))
 		p.http = append(p.http, h)
 	}
-	return p
 }
 
 func writeConfig(t *testing.T, dir, body string) {
