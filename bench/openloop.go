@@ -45,6 +45,8 @@ type OpenLoopConfig struct {
 	// McproxyArgs are extra arguments.
 	McproxyBin  string
 	McproxyArgs []string
+	// RLSBin is the rls binary (PathRLS); default built from ./cmd/rls.
+	RLSBin string
 	// Progress receives one line per run; nil is silent.
 	Progress io.Writer
 }
@@ -86,13 +88,15 @@ type OpenRun struct {
 	Queued   int64   `json:"queued"`
 	Unsent   int64   `json:"unsent"`
 	// Client is this process (generator and client library), Proxy the
-	// proxy's process, Shards the memcached processes, per request.
+	// proxy's process, Shards the memcached processes, Server the
+	// decision's server (rls; zero for the other paths), per request.
 	Client ProcPerRequest `json:"client"`
 	Proxy  ProcPerRequest `json:"proxy"`
 	Shards ProcPerRequest `json:"shards"`
+	Server ProcPerRequest `json:"server"`
 
-	counts               *openCounts
-	client, proxy, shard procSample
+	counts                       *openCounts
+	client, proxy, shard, server procSample
 }
 
 // OpenSummary is one path at one rate over every round: histograms
@@ -221,13 +225,14 @@ func measureOpen(ctx context.Context, s openSchedule, p *openPath) (*OpenRun, er
 	if p.Proxy != 0 {
 		proxy = []int{p.Proxy}
 	}
-	self0, px0, sh0 := sampleSelf(), sampleProcs(proxy), sampleProcs(p.Shards)
+	self0, px0, sh0, sv0 := sampleSelf(), sampleProcs(proxy), sampleProcs(p.Shards), sampleProcs(p.Server)
 	c, err := runOpen(ctx, s, p.Op)
 	if err != nil {
 		return nil, err
 	}
 	run := &OpenRun{Path: p.Name, Rate: s.Rate, counts: c,
-		client: sampleSelf().sub(self0), proxy: sampleProcs(proxy).sub(px0), shard: sampleProcs(p.Shards).sub(sh0)}
+		client: sampleSelf().sub(self0), proxy: sampleProcs(proxy).sub(px0), shard: sampleProcs(p.Shards).sub(sh0),
+		server: sampleProcs(p.Server).sub(sv0)}
 	run.fill()
 	return run, nil
 }
@@ -238,6 +243,7 @@ func (r *OpenRun) fill() {
 	r.Latency, r.Service, r.Lateness = c.Latency.Summary(), c.Service.Summary(), c.Lateness.Summary()
 	r.Sent, r.Errors, r.Queued, r.Unsent = c.Sent, c.Errors, c.Queued, c.Unsent
 	r.Client, r.Proxy, r.Shards = r.client.per(c.Sent), r.proxy.per(c.Sent), r.shard.per(c.Sent)
+	r.Server = r.server.per(c.Sent)
 }
 
 // startOpenTargets starts the shards, nutcracker and mcproxy; stop stops
@@ -278,6 +284,15 @@ func startOpenTargets(ctx context.Context, cfg OpenLoopConfig, dir string) (*ope
 	}
 	stops = append(stops, func() { mc.Stop(2 * time.Second) })
 	t.mcAddr, t.mcPid, t.mcDetail = mc.Addr, mc.Pid(), detail
+	if slices.Contains(cfg.Paths, PathRLS) || cfg.CapacityPath == PathRLS {
+		rls, rdetail, err := startOpenRLS(ctx, cfg.RLSBin, dir, mc.Addr)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		stops = append(stops, rls.Kill)
+		t.rlsAddr, t.rlsPid, t.rlsDetail = rls.Addr, rls.Pid(), rdetail
+	}
 	return t, stop, nil
 }
 

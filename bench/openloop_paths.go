@@ -36,7 +36,7 @@ const (
 )
 
 // AllOpenPaths is every path, in run order.
-var AllOpenPaths = []string{PathGenerator, PathFloor, PathNutcracker, PathMcproxy, PathPopGomemcache, PathPopPipe}
+var AllOpenPaths = []string{PathGenerator, PathFloor, PathNutcracker, PathMcproxy, PathPopGomemcache, PathPopPipe, PathRLS}
 
 // ErrOpenLoop reports an open-loop run that could not be made.
 var ErrOpenLoop = errors.New("bench: open loop")
@@ -47,9 +47,11 @@ type openPath struct {
 	Name, Detail string
 	Op           openOp
 	// Proxy is the proxy's pid (0 for none); Shards the memcached pids
-	// the path's keys reach.
+	// the path's keys reach; Server the decision's server (rls), if not
+	// this process.
 	Proxy  int
 	Shards []int
+	Server []int
 	close  func()
 }
 
@@ -65,6 +67,10 @@ type openTargets struct {
 	quantity   int64
 	keys       []string
 	popWorkers int
+	// rlsAddr, rlsPid, rlsDetail: the rls process (PathRLS only).
+	rlsAddr   string
+	rlsPid    int
+	rlsDetail string
 }
 
 // incrOp is one gomemcache incr of a Zipf key (created on its first miss,
@@ -160,6 +166,13 @@ func openPaths(names []string, t *openTargets) ([]*openPath, error) {
 				return nil, fmt.Errorf("%w: %s: %v", ErrOpenLoop, name, err)
 			}
 			p.Op, p.Proxy, p.Shards = op, t.mcPid, t.shardPids
+		case PathRLS:
+			op, closeFn, err := rlsOp(t.rlsAddr, t.keys)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: %v", ErrOpenLoop, name, err)
+			}
+			p.Op, p.close, p.Detail = op, closeFn, t.rlsDetail
+			p.Proxy, p.Shards, p.Server = t.mcPid, t.shardPids, []int{t.rlsPid}
 		default:
 			return nil, fmt.Errorf("%w: unknown path %q (want one of %v)", ErrOpenLoop, name, AllOpenPaths)
 		}

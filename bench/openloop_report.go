@@ -19,6 +19,7 @@ func (rep *OpenLoopReport) summarise(rates []float64, paths []*openPath) {
 					s.client = addSample(s.client, r.client)
 					s.proxy = addSample(s.proxy, r.proxy)
 					s.shard = addSample(s.shard, r.shard)
+					s.server = addSample(s.server, r.server)
 				}
 			}
 			s.fill()
@@ -82,7 +83,7 @@ func (rep *OpenLoopReport) targets() []string {
 	if floor == nil {
 		return nil
 	}
-	for _, p := range []string{PathPopGomemcache, PathPopPipe} {
+	for _, p := range []string{PathPopGomemcache, PathPopPipe, PathRLS} {
 		if s := rep.summary(p, half); s != nil {
 			notes = append(notes, fmt.Sprintf("at %.0f/s (%.0f%% of capacity): %s p99 %.3f ms = %.2f× the floor's %.3f ms (target ≤ 1.5×: %s)",
 				half, 100*half/rep.Capacity, p, s.Latency.P99, s.P99Ratio, floor.Latency.P99, verdict(s.P99Ratio <= 1.5)))
@@ -111,12 +112,12 @@ func (rep *OpenLoopReport) Tables() []*Table {
 	lat := &Table{Title: "Open loop: latency from the intended send time, ms (" + head + ")",
 		Header: []string{"rate/s", "path", "sent", "p50", "p99", "p999", "p50 ÷ floor", "p99 ÷ floor", "p99 − floor", "service p50", "service p99", "late p99", "queued", "errors", "unsent"}}
 	cost := &Table{Title: "Open loop: cost per request (µs CPU user/system; context switches voluntary/involuntary)",
-		Header: []string{"rate/s", "path", "client µs usr", "client µs sys", "proxy µs usr", "proxy µs sys", "proxy cs vol", "proxy cs invol", "shards µs usr", "shards µs sys", "shards cs vol"}}
+		Header: []string{"rate/s", "path", "client µs usr", "client µs sys", "proxy µs usr", "proxy µs sys", "proxy cs vol", "proxy cs invol", "shards µs usr", "shards µs sys", "shards cs vol", "server µs usr", "server µs sys"}}
 	for _, s := range rep.Summary {
 		lat.Add(s.Rate, s.Path, s.Sent, s.Latency.P50, s.Latency.P99, s.Latency.P999, s.P50Ratio, s.P99Ratio, s.AddedP99MS,
 			s.Service.P50, s.Service.P99, s.Lateness.P99, s.Queued, s.Errors, s.Unsent)
 		cost.Add(s.Rate, s.Path, s.Client.UserUS, s.Client.SystemUS, s.Proxy.UserUS, s.Proxy.SystemUS, s.Proxy.Voluntary,
-			s.Proxy.Involuntary, s.Shards.UserUS, s.Shards.SystemUS, s.Shards.Voluntary)
+			s.Proxy.Involuntary, s.Shards.UserUS, s.Shards.SystemUS, s.Shards.Voluntary, s.Server.UserUS, s.Server.SystemUS)
 	}
 	runs := &Table{Title: "Open loop: every run (interleaved in this order)",
 		Header: []string{"rate/s", "round", "path", "sent", "p50", "p99", "p999", "service p99", "late p99", "errors"}}

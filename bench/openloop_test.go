@@ -80,14 +80,14 @@ func TestRunOpenGraceCutsTheRest(t *testing.T) {
 	}
 }
 
-// TestRunOpenLoopTiny runs every path through real memcached, nutcracker
-// and mcproxy at one low rate for a short time.
+// TestRunOpenLoopTiny runs every path through real memcached, nutcracker,
+// mcproxy and rls at one low rate for a short time.
 func TestRunOpenLoopTiny(t *testing.T) {
 	fixture.RequireMemcached(t)
 	fixture.RequireNutcracker(t)
 	rep, err := RunOpenLoop(context.Background(), OpenLoopConfig{
 		Rates: []float64{200}, Duration: 200 * time.Millisecond, Rounds: 2, Workers: 4, Keys: 100,
-		CapacityDuration: 200 * time.Millisecond, McproxyBin: fixture.Binary(t, "mcproxy"),
+		CapacityDuration: 200 * time.Millisecond, McproxyBin: fixture.Binary(t, "mcproxy"), RLSBin: fixture.Binary(t, "rls"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -116,9 +116,12 @@ func TestRunOpenLoopTiny(t *testing.T) {
 		if s.Path != PathGenerator && s.Path != PathFloor && s.Proxy.UserUS+s.Proxy.SystemUS+s.Proxy.Voluntary == 0 {
 			t.Errorf("%s: nothing charged to the proxy: %+v", s.Path, s.Proxy)
 		}
+		if served := s.Server.UserUS + s.Server.SystemUS + s.Server.Voluntary; (s.Path == PathRLS) != (served > 0) {
+			t.Errorf("%s: charged to the server %+v", s.Path, s.Server)
+		}
 	}
-	if len(rep.Notes) != 3 {
-		t.Errorf("notes %q, want the three target checks", rep.Notes)
+	if len(rep.Notes) != 4 {
+		t.Errorf("notes %q, want the four target checks", rep.Notes)
 	}
 	if len(rep.Tables()) != 4 {
 		t.Error("tables")

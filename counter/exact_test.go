@@ -101,8 +101,9 @@ func TestZeroOverAdmissionGoroutines(t *testing.T) {
 const workerEnv = "COUNTER_TEST_WORKER"
 
 // TestZeroOverAdmissionProcesses is the integration test: 8 worker
-// processes × 32 goroutines (half over gomemcache, half over PipeStore)
-// burst 10× the allowance at one key through
+// processes × 32 goroutines (over gomemcache, PipeStore, and PipeStore
+// multiplexing 2 connections, whose writer holds calls back to batch them,
+// in turn) burst 10× the allowance at one key through
 // mcproxy in front of 3 memcached shards. Each worker is this test binary
 // re-executed; they share the instant now, so no refill or window change
 // blurs the count.
@@ -129,10 +130,7 @@ func TestZeroOverAdmissionProcesses(t *testing.T) {
 				cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerProcess$", "-test.v")
 				var out strings.Builder
 				cmd.Stdout, cmd.Stderr = &out, &out
-				client := "gomemcache"
-				if p%2 == 0 {
-					client = "pipe"
-				}
+				client := []string{"pipe", "gomemcache", "pipe-mux"}[p%3]
 				cmd.Env = append(os.Environ(), workerEnv+"=1", "COUNTER_CLIENT="+client,
 					"COUNTER_ADDR="+addr, "COUNTER_KEY="+key,
 					"COUNTER_LIMIT="+el.name, "COUNTER_QUANTITY="+strconv.FormatInt(l.Quantity, 10),
@@ -196,8 +194,11 @@ func TestWorkerProcess(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("COUNTER_N"))
 	var st counter.Store = memcached.NewStore(memcached.NewClient(memcached.Config{
 		Servers: []string{os.Getenv("COUNTER_ADDR")}, Timeout: 5 * time.Second}))
-	if os.Getenv("COUNTER_CLIENT") == "pipe" {
+	switch os.Getenv("COUNTER_CLIENT") {
+	case "pipe":
 		st = memcached.NewPipeStore(memcached.PipeConfig{Addr: os.Getenv("COUNTER_ADDR"), Timeout: 5 * time.Second})
+	case "pipe-mux":
+		st = memcached.NewPipeStore(memcached.PipeConfig{Addr: os.Getenv("COUNTER_ADDR"), Timeout: 5 * time.Second, Multiplex: 2})
 	}
 	lim, err := counter.New(st, l)
 	if err != nil {

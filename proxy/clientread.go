@@ -79,6 +79,27 @@ func (cc *clientConn) serve() (parked bool) {
 	}
 }
 
+// discard reads and drops n bytes from the client; it reports false when
+// the connection failed or stopped meanwhile. The sweeper's request to
+// park (a read deadline) only makes it go on reading.
+func (cc *clientConn) discard(n int64) bool {
+	for n > 0 {
+		m, err := io.CopyN(io.Discard, cc.nc, n)
+		n -= m
+		switch {
+		case err == nil:
+		case errors.Is(err, os.ErrDeadlineExceeded) && cc.parkReq.Swap(false) && !cc.stopped.Load():
+			_ = cc.nc.SetReadDeadline(time.Time{})
+			if cc.stopped.Load() { // stopReading's deadline may be gone
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // readStep is what the client reader does next.
 type readStep int
 
@@ -105,8 +126,9 @@ type clientReader struct {
 	consumeFn func(int) fastconn.ReadNext
 }
 
-// readBufs holds the read buffers of connections between arrivals, so
-// that an idle (parked) connection holds none.
+// readBufs holds the read buffers of connections between arrivals: a
+// reader that consumed everything it read gives its buffer back while it
+// waits for the next request, so an idle connection holds none.
 var readBufs = sync.Pool{New: func() any { return new([clientBufSize]byte) }}
 
 // releaseBuf gives the read buffer back when it holds nothing.
@@ -148,6 +170,11 @@ func (rd *clientReader) consume(n int) fastconn.ReadNext {
 	case rd.next != stepRead:
 		return fastconn.ReadStop
 	case rd.replies:
+		if rd.r == rd.w {
+			// The wait for the next request holds no buffer: a client
+			// idle between requests (or until it parks) holds none.
+			rd.releaseBuf()
+		}
 		return fastconn.ReadShort
 	}
 	return fastconn.ReadDrain
@@ -227,7 +254,7 @@ func (rd *clientReader) parse(nonBlocking bool) readStep {
 			// Swallow the rest of a too large value without buffering it.
 			rest := int64(n - (rd.w - rd.r))
 			rd.r, rd.w = 0, 0
-			if _, err := io.CopyN(io.Discard, cc.nc, rest); err != nil {
+			if !cc.discard(rest) {
 				return stepStop
 			}
 			continue

@@ -150,6 +150,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.version = []byte("VERSION " + v + "\r\n")
 	s.started = s.now()
 	s.router.Store(cfg.Router)
+	s.park.s = s
 	s.SetClientLimits(cfg.MaxClients, cfg.ClientIdleTimeout)
 	s.cl.request.Store(int64(cfg.requestTimeout()))
 	return s, nil
@@ -240,7 +241,6 @@ func newClientConn(s *Server, nc net.Conn) *clientConn {
 		room:    make(chan struct{}, 1),
 		quit:    make(chan struct{}),
 		sock:    fastconn.New(nc),
-		fd:      -1,
 	}
 	cc.replyEst.Store(-1)
 	rd := &cc.rd
@@ -257,6 +257,16 @@ func (s *Server) getQueue() chan *entry {
 		return q
 	}
 	return make(chan *entry, s.cfg.maxPipeline())
+}
+
+// quiet reports whether cc has nothing queued, being answered or being
+// written, and no budget held: it may park.
+func (cc *clientConn) quiet() bool {
+	o := &cc.out
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(cc.entries) == 0 && o.head == nil && !o.busy && !o.eof && !o.dead && len(o.buf) == 0 &&
+		cc.held.Load() == 0
 }
 
 // dropQueue gives cc's queue back when nothing is queued or being
@@ -292,10 +302,16 @@ func (cc *clientConn) queueLen() int {
 // closed is the end of a connection's bookkeeping, once it is closed.
 func (cc *clientConn) closed() {
 	s := cc.s
-	s.st.currConns.Add(-1)
 	s.mu.Lock()
 	delete(s.conns, cc)
 	s.mu.Unlock()
+	s.connGone()
+}
+
+// connGone ends the bookkeeping of a client connection (a clientConn's,
+// or a parked descriptor's) once it is closed.
+func (s *Server) connGone() {
+	s.st.currConns.Add(-1)
 	s.wg.Done()
 }
 
@@ -314,7 +330,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		cc.stopReading()
 	}
 	s.mu.Unlock()
-	s.park.close() // every parked connection was resumed by stopReading
+	s.park.close() // closes the parked connections (none has a reply due)
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {
@@ -332,12 +348,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // clientConn is one client: readLoop parses and dispatches; replies go
-// out in order (clientio.go). An idle connection may have no goroutine at
-// all: it is parked (park_linux.go) until it is readable.
+// out in order (clientio.go). An idle connection has no clientConn at
+// all: it is parked as a bare descriptor (park_linux.go) until it is
+// readable, then served by a new clientConn.
 type clientConn struct {
-	rd      clientReader // the reader's state, kept while parked
-	fd      int          // the socket's descriptor once parked, else -1
-	parked  atomic.Bool  // in the parker: no reader goroutine
+	rd      clientReader // the reader's state
 	parkReq atomic.Bool  // the sweeper asks the reader to park (read deadline)
 	s       *Server
 	nc      net.Conn
@@ -436,9 +451,9 @@ func (cc *clientConn) endWaits() {
 
 // askPark asks an idle reader to park its connection: the read deadline
 // ends its wait, and it parks if still idle (serve). Nothing happens
-// where parking is not supported or the connection is parked already.
+// where parking is not supported.
 func (cc *clientConn) askPark() {
-	if !parkSupported || !cc.sock.Raw() || cc.parked.Load() || cc.queueLen() > 0 || cc.parkReq.Swap(true) {
+	if !parkSupported || !cc.sock.Raw() || cc.queueLen() > 0 || cc.parkReq.Swap(true) {
 		return
 	}
 	_ = cc.nc.SetReadDeadline(time.Now())
@@ -447,7 +462,6 @@ func (cc *clientConn) askPark() {
 func (cc *clientConn) stopReading() {
 	cc.stopped.Store(true)
 	cc.endWaits()
-	cc.s.park.resume(cc) // a parked reader runs again to see the stop
 	if tc, ok := cc.nc.(*net.TCPConn); ok {
 		_ = tc.CloseRead()
 	} else {

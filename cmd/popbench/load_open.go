@@ -24,7 +24,8 @@ actual start, and the generator's lateness (wake-up after the intended time)
 is reported. Paths: generator (no request: the generator's own CPU),
 floor (gomemcache incr to one memcached), nutcracker, mcproxy (the same incr
 through each), pop-gomemcache and pop-pipe (a full pop decision through
-mcproxy over each client).
+mcproxy over each client), rls (a full decision through one cmd/rls over
+mcproxy: gRPC ShouldRateLimit, one descriptor).
 
   popbench load --rate 25%,50%,75%
   popbench load --rate 2000,5000 --paths floor,mcproxy,pop-pipe`
@@ -32,7 +33,7 @@ mcproxy over each client).
 // runOpenLoad is "popbench load --rate".
 func runOpenLoad(c *cli.Context) error {
 	cfg := bench.OpenLoopConfig{Workers: c.Int("conns"), Keys: c.Uint64("keys"), ZipfS: c.Float64("zipf"),
-		McproxyBin: c.String("mcproxy"), Progress: logOut(c)}
+		McproxyBin: c.String("mcproxy"), RLSBin: c.String("rls-bin"), Progress: logOut(c)}
 	if c.IsSet("duration") {
 		cfg.Duration = c.Duration("duration")
 	}

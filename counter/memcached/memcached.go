@@ -40,6 +40,9 @@ type Config struct {
 	// MaxIdleConns is the number of idle connections kept per server;
 	// default 256 (gomemcache's 2 causes connection churn under load).
 	MaxIdleConns int
+	// Wire, when set, counts the client's network round trips (one per
+	// request: gomemcache neither pipelines nor batches); nil counts none.
+	Wire *WireCounter
 }
 
 func (c Config) timeout() time.Duration {
@@ -62,6 +65,15 @@ func NewClient(cfg Config) *memcache.Client {
 	c.Timeout = cfg.timeout()
 	c.MaxIdleConns = cfg.maxIdleConns()
 	c.DialContext = dialFast
+	if cfg.Wire != nil {
+		c.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := dialFast(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return cfg.Wire.wrap(nc), nil
+		}
+	}
 	return c
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
@@ -24,21 +25,27 @@ type muxReq struct {
 	read     func(*pipeConn) error
 	deadline time.Time
 	done     chan error // capacity 1: exactly one send per request
+	last     bool       // the last request of its write (set by the writer)
 }
 
 // muxConn is a connection shared by concurrent calls: a writer goroutine
 // writes every queued request and flushes once per batch, a reader
-// goroutine reads the replies in the same order.
+// goroutine reads the replies in the same order. With maxInFlight batches
+// awaiting replies, the writer waits for the oldest to be answered before
+// the next flush, and calls queue meanwhile: they go together.
 type muxConn struct {
-	pc      *pipeConn
-	timeout time.Duration
-	queue   chan *muxReq  // callers → writer
-	sent    chan *muxReq  // writer → reader, in write order
-	closed  chan struct{} // closed by fail
-	wdone   chan struct{} // closed when the writer has exited
-	rdone   chan struct{} // closed when the reader has exited
-	once    sync.Once
-	err     error // set before closed is closed
+	pc          *pipeConn
+	timeout     time.Duration
+	maxInFlight int64
+	inFlight    atomic.Int64  // batches written whose last reply is unread
+	answered    chan struct{} // capacity 1: the reader read a batch's last reply
+	queue       chan *muxReq  // callers → writer
+	sent        chan *muxReq  // writer → reader, in write order
+	closed      chan struct{} // closed by fail
+	wdone       chan struct{} // closed when the writer has exited
+	rdone       chan struct{} // closed when the reader has exited
+	once        sync.Once
+	err         error // set before closed is closed
 }
 
 // muxReqs recycles the requests answered normally (a request abandoned on
@@ -48,15 +55,17 @@ var muxReqs sync.Pool
 // muxBatch bounds the requests written by one flush.
 const muxBatch = 128
 
-func newMuxConn(c net.Conn, timeout time.Duration) *muxConn {
+func newMuxConn(c net.Conn, timeout time.Duration, maxInFlight int) *muxConn {
 	mc := &muxConn{
-		pc:      &pipeConn{c: c, r: bufio.NewReaderSize(c, 16<<10), w: bufio.NewWriterSize(c, 16<<10)},
-		timeout: timeout,
-		queue:   make(chan *muxReq, 4*muxBatch),
-		sent:    make(chan *muxReq, 4*muxBatch),
-		closed:  make(chan struct{}),
-		wdone:   make(chan struct{}),
-		rdone:   make(chan struct{}),
+		pc:          &pipeConn{c: c, r: bufio.NewReaderSize(c, 16<<10), w: bufio.NewWriterSize(c, 16<<10)},
+		timeout:     timeout,
+		maxInFlight: int64(max(1, maxInFlight)),
+		answered:    make(chan struct{}, 1),
+		queue:       make(chan *muxReq, 4*muxBatch),
+		sent:        make(chan *muxReq, 4*muxBatch),
+		closed:      make(chan struct{}),
+		wdone:       make(chan struct{}),
+		rdone:       make(chan struct{}),
 	}
 	go mc.writer()
 	go mc.reader()
@@ -74,6 +83,7 @@ func (mc *muxConn) fail(err error) {
 
 func (mc *muxConn) writer() {
 	defer close(mc.wdone)
+	batch := make([]*muxReq, 0, muxBatch)
 	for {
 		var req *muxReq
 		select {
@@ -81,30 +91,44 @@ func (mc *muxConn) writer() {
 			return
 		case req = <-mc.queue:
 		}
+		// Hold back while maxInFlight batches await replies: the calls
+		// arriving meanwhile join this one's write. Bounded by the read
+		// deadline of the oldest (the reader fails the connection then).
+		for mc.inFlight.Load() >= mc.maxInFlight {
+			select {
+			case <-mc.answered:
+			case <-mc.closed:
+				return
+			}
+		}
+		batch = append(batch[:0], req)
+	drain:
+		for len(batch) < muxBatch {
+			select {
+			case req = <-mc.queue:
+				batch = append(batch, req)
+			default:
+				break drain
+			}
+		}
 		// Set before writing: a batch larger than the buffer is flushed
 		// on the way.
 		if err := mc.pc.c.SetWriteDeadline(time.Now().Add(mc.timeout)); err != nil {
 			mc.fail(err)
 			return
 		}
-		for n := 0; ; n++ {
+		mc.inFlight.Add(1)
+		for i, req := range batch {
 			req.write(mc.pc.w)
+			req.last = i == len(batch)-1
 			// req belongs to the reader (then to its caller) once sent.
 			select {
 			case mc.sent <- req:
 			case <-mc.closed:
 				return
 			}
-			if n+1 == muxBatch {
-				break
-			}
-			select {
-			case req = <-mc.queue:
-				continue
-			default:
-			}
-			break
 		}
+		clear(batch)
 		if err := mc.pc.w.Flush(); err != nil {
 			mc.fail(err)
 			return
@@ -133,6 +157,13 @@ func (mc *muxConn) reader() {
 			mc.fail(err)
 			return
 		}
+		if req.last {
+			mc.inFlight.Add(-1)
+			select {
+			case mc.answered <- struct{}{}:
+			default: // the writer has a wake-up pending already
+			}
+		}
 		req.done <- err
 	}
 }
@@ -154,7 +185,7 @@ func (p *PipeStore) muxConn(ctx context.Context, deadline time.Time) (mc *muxCon
 	if err != nil {
 		return nil, false, err
 	}
-	s.mc = newMuxConn(c, p.cfg.Timeout)
+	s.mc = newMuxConn(c, p.cfg.Timeout, p.cfg.MuxInFlight)
 	return s.mc, false, nil
 }
 

@@ -32,6 +32,18 @@ type PipeConfig struct {
 	// call in flight on it, and the connection is replaced. 0 (default):
 	// one pooled connection per call.
 	Multiplex int
+	// MuxInFlight, with Multiplex, is the number of writes a multiplexed
+	// connection has awaiting replies before it holds new calls back: a
+	// call that finds that many in flight waits (at most until the oldest
+	// write's replies are read) so that every call arriving meanwhile
+	// goes in the same next write: one round trip for many calls under
+	// load, none held back when the connection is quiet. Default 1.
+	MuxInFlight int
+	// Wire, when set, counts the store's network round trips: writes on
+	// its connections, each carrying every request that was ready to go
+	// together (a multiplexed connection writes many calls at once); nil
+	// counts none.
+	Wire *WireCounter
 }
 
 // PipeStore is a Store over one memcached endpoint (usually the host's
@@ -65,6 +77,9 @@ func NewPipeStore(cfg PipeConfig) *PipeStore {
 	}
 	if cfg.MaxIdleConns <= 0 {
 		cfg.MaxIdleConns = 256
+	}
+	if cfg.MuxInFlight <= 0 {
+		cfg.MuxInFlight = 1
 	}
 	return &PipeStore{cfg: cfg, idle: make(chan *pipeConn, cfg.MaxIdleConns), mux: make([]muxSlot, max(0, cfg.Multiplex))}
 }
@@ -162,7 +177,7 @@ func (p *PipeStore) dial(ctx context.Context, deadline time.Time) (net.Conn, err
 	if err != nil {
 		return nil, fmt.Errorf("memcached: dial: %w", err)
 	}
-	return fastconn.New(c), nil
+	return p.cfg.Wire.wrap(fastconn.New(c)), nil
 }
 
 // call writes a request with write and reads its replies with read: on a
