@@ -93,7 +93,8 @@ func (s *Store) run(ctx context.Context, key string, now time.Time, fields []any
 	return s.runKeys(ctx, []string{key}, now, fields)
 }
 
-// reply is the script's reply: the now it used and the values after it.
+// reply is the script's reply: the now it used (the worker's, or the
+// shard's with Config.ServerTime) and the values after it.
 type reply struct {
 	now  time.Time
 	vals []int64
@@ -123,7 +124,10 @@ func (s *Store) runKeys(ctx context.Context, keys []string, now time.Time, args 
 		}
 		return reply{}, fmt.Errorf("redis: decide %s: %w", keys[0], err)
 	}
-	if len(raw) < 3 {
+	if !s.cfg.ServerTime {
+		return reply{now: now, vals: raw}, nil
+	}
+	if len(raw) < 2 {
 		return reply{}, fmt.Errorf("%w: %d values", ErrReply, len(raw))
 	}
 	return reply{now: time.Unix(raw[0], raw[1]), vals: raw[2:]}, nil
@@ -132,7 +136,7 @@ func (s *Store) runKeys(ctx context.Context, keys []string, now time.Time, args 
 // results turns the reply into each check's Result.
 func (r reply) results(lims []*Limiter, checks []counter.Check, n int64) ([]counter.Result, error) {
 	out := make([]counter.Result, len(lims))
-	v := r.vals[1:] // after the rule's allowed
+	v := r.vals
 	for i, lim := range lims {
 		units := n
 		if checks[i].Cost > 0 {
