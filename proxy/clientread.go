@@ -27,7 +27,6 @@ const (
 // by the sweeper, it parks an idle connection and returns (the parker
 // runs readLoop again when the client sends or hangs up).
 func (cc *clientConn) readLoop() {
-	cc.takeQueue()
 	if cc.serve() {
 		return // parked
 	}
@@ -74,7 +73,6 @@ func (cc *clientConn) serve() (parked bool) {
 			if rd.r == rd.w && cc.s.park.park(cc) {
 				return true
 			}
-			cc.takeQueue() // park may have given it back
 		}
 	}
 }
@@ -206,7 +204,7 @@ func (rd *clientReader) parse(nonBlocking bool) readStep {
 				rd.buf = make([]byte, clientBufSize)
 			}
 		}
-		full := len(cc.entries) == cap(cc.entries) // only this goroutine sends
+		full := cc.queueFull() // only this goroutine sends
 		rd.need = 0
 		n, err := protocol.Parse(rd.buf[rd.r:rd.w], s.cfg.Limits, &rd.req)
 		switch {

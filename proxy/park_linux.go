@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"net"
 	"os"
 	"sync"
@@ -35,6 +36,9 @@ type parker struct {
 	pages  []*parkPage
 	closed bool
 	done   chan struct{} // closed when the loop returns
+
+	spareMu sync.Mutex
+	spare   int // a descriptor given up when the process has none left (fileConn); -1: none
 }
 
 // parkRec is a parked connection's record, at its descriptor's index.
@@ -156,6 +160,7 @@ func (p *parker) start() bool {
 		return false
 	}
 	p.epfd, p.wakeW = epfd, pipe[1]
+	p.spare = openSpare()
 	p.done = make(chan struct{})
 	go p.loop(epfd, pipe[0])
 	return true
@@ -212,9 +217,7 @@ func (p *parker) wake(fd int, events uint32, r parkRec) {
 		s.parkedGone(fd)
 		return
 	}
-	f := os.NewFile(uintptr(fd), "client")
-	nc, err := net.FileConn(f) // a duplicate in the runtime's poller
-	_ = f.Close()
+	nc, err := p.fileConn(fd)
 	s.st.parked.Add(-1)
 	if err != nil {
 		s.connGone()
@@ -240,6 +243,39 @@ func (p *parker) wake(fd int, events uint32, r parkRec) {
 	s.conns[cc] = struct{}{}
 	s.mu.Unlock()
 	go cc.readLoop()
+}
+
+// fileConn returns a net.Conn for fd and closes fd. net.FileConn needs a
+// descriptor of its own (a duplicate, in the runtime's poller): when the
+// process has none left (a connection flood at RLIMIT_NOFILE), the spare
+// one is given up for it and taken again after, so a parked client that
+// sends is served, not dropped.
+func (p *parker) fileConn(fd int) (net.Conn, error) {
+	f := os.NewFile(uintptr(fd), "client")
+	defer f.Close()
+	nc, err := net.FileConn(f)
+	if err == nil || !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) {
+		return nc, err
+	}
+	p.spareMu.Lock()
+	defer p.spareMu.Unlock()
+	if p.spare < 0 {
+		p.spare = openSpare()
+		return nil, err
+	}
+	_ = syscall.Close(p.spare)
+	nc, err = net.FileConn(f)
+	p.spare = openSpare()
+	return nc, err
+}
+
+// openSpare opens the spare descriptor (fileConn), or returns -1.
+func openSpare() int {
+	fd, err := syscall.Open("/dev/null", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	return fd
 }
 
 // hungUp reports whether the client on fd has closed with nothing left
@@ -288,6 +324,12 @@ func (p *parker) close() {
 	<-p.done
 	_ = syscall.Close(p.wakeW)
 	p.expire(1<<63 - 1)
+	p.spareMu.Lock()
+	if p.spare >= 0 {
+		_ = syscall.Close(p.spare)
+		p.spare = -1
+	}
+	p.spareMu.Unlock()
 }
 
 // parkedGone closes a parked descriptor its caller owns and ends the

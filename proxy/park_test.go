@@ -293,3 +293,42 @@ func TestParkedHalfClose(t *testing.T) {
 		})
 	}
 }
+
+// TestPipelineGrowsQueue: a connection starts with a queue of firstQueue
+// slots; a client that pipelines more in one write gets every reply, in
+// order, through the grown queue, and parks afterwards.
+func TestPipelineGrowsQueue(t *testing.T) {
+	noLeaksInternal(t)
+	for _, ln := range tcpAndUnix(t) {
+		t.Run(ln.Addr().Network(), func(t *testing.T) {
+			srv := serveOn(t, ln, ServerConfig{RequestTimeout: 200 * time.Millisecond}, fixture.Memcached(t, 1)[0].Addr)
+			c, err := net.Dial(ln.Addr().Network(), ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			const n = 20 * firstQueue
+			var req []byte
+			for i := range n {
+				v := fmt.Sprint(i)
+				req = fmt.Appendf(req, "set grow:%d 0 0 %d\r\n%s\r\nget grow:%d\r\n", i, len(v), v, i)
+			}
+			go func() { _, _ = c.Write(req) }()
+			br := bufio.NewReader(c)
+			for i := range n {
+				v := fmt.Sprint(i)
+				for _, want := range []string{"STORED\r\n", fmt.Sprintf("VALUE grow:%d 0 %d\r\n", i, len(v)), v + "\r\n", "END\r\n"} {
+					if l, err := br.ReadString('\n'); err != nil || l != want {
+						t.Fatalf("request %d: got %q %v, want %q", i, l, err, want)
+					}
+				}
+			}
+			if parkSupported {
+				if got := waitParked(srv, 1, 3*time.Second); got != 1 {
+					t.Errorf("%d connections parked after the pipeline, want 1", got)
+				}
+			}
+		})
+	}
+}

@@ -233,14 +233,18 @@ func (s *Server) Serve(ln net.Listener) error {
 // newClientConn returns the state of a client connection just accepted.
 func newClientConn(s *Server, nc net.Conn) *clientConn {
 	cc := &clientConn{
-		s:       s,
-		nc:      nc,
-		id:      s.nextID.Add(1),
-		entries: s.getQueue(),
-		wake:    make(chan struct{}, 1),
-		room:    make(chan struct{}, 1),
-		quit:    make(chan struct{}),
-		sock:    fastconn.New(nc),
+		s:    s,
+		nc:   nc,
+		id:   s.nextID.Add(1),
+		wake: make(chan struct{}, 1),
+		room: make(chan struct{}, 1),
+		quit: make(chan struct{}),
+		sock: fastconn.New(nc),
+	}
+	if cc.sock.Raw() {
+		cc.entries = make(chan *entry, min(firstQueue, s.cfg.maxPipeline()))
+	} else {
+		cc.entries = s.getQueue() // writeLoop reads it without out.mu: never grown
 	}
 	cc.replyEst.Store(-1)
 	rd := &cc.rd
@@ -249,9 +253,14 @@ func newClientConn(s *Server, nc net.Conn) *clientConn {
 	return cc
 }
 
-// getQueue returns an empty request queue (clientConn.entries) of
-// MaxPipeline slots; a parked connection gives its queue back (putQueue),
-// so an idle one holds none.
+// firstQueue is the request queue (clientConn.entries) a connection with
+// a raw socket starts with: a client that pipelines more gets a queue of
+// MaxPipeline slots (growQueue), so one that does not (most, and the
+// many of a connection flood) holds 16 slots, not 8 KB.
+const firstQueue = 16
+
+// getQueue returns an empty request queue of MaxPipeline slots; a parked
+// connection gives a queue of that size back (dropQueue).
 func (s *Server) getQueue() chan *entry {
 	if q, ok := s.queues.Get().(chan *entry); ok {
 		return q
@@ -274,22 +283,31 @@ func (cc *clientConn) quiet() bool {
 func (cc *clientConn) dropQueue() {
 	o := &cc.out
 	o.mu.Lock()
-	if cc.entries != nil && len(cc.entries) == 0 && o.head == nil && !o.busy && !o.eof {
+	if cap(cc.entries) == cc.s.cfg.maxPipeline() && len(cc.entries) == 0 && o.head == nil && !o.busy && !o.eof {
 		cc.s.queues.Put(cc.entries)
 		cc.entries = nil
 	}
 	o.mu.Unlock()
 }
 
-// takeQueue gives a resumed reader a queue again.
-func (cc *clientConn) takeQueue() {
-	if cc.entries != nil { // only the reader sets it
-		return
-	}
+// queueFull reports whether the client's pipeline is full (queue then
+// blocks); reader only.
+func (cc *clientConn) queueFull() bool {
+	return len(cc.entries) == cap(cc.entries) && cap(cc.entries) >= cc.s.cfg.maxPipeline()
+}
+
+// growQueue moves a full first queue's entries to one of MaxPipeline
+// slots; reader only (the one sender), under out.mu (the writers'
+// receive).
+func (cc *clientConn) growQueue() {
 	q := cc.s.getQueue()
-	cc.out.mu.Lock()
+	o := &cc.out
+	o.mu.Lock()
+	for len(cc.entries) > 0 {
+		q <- <-cc.entries
+	}
 	cc.entries = q
-	cc.out.mu.Unlock()
+	o.mu.Unlock()
 }
 
 // queueLen is len(cc.entries) for goroutines other than the reader.
@@ -357,7 +375,7 @@ type clientConn struct {
 	s       *Server
 	nc      net.Conn
 	id      uint64
-	entries chan *entry    // in client order; send with queue; nil while parked, set under out.mu
+	entries chan *entry    // in client order; send with queue; set by the reader under out.mu
 	wake    chan struct{}  // wakes the writer (clientio.go)
 	sock    *fastconn.Conn // nc with raw socket I/O
 	out     clientOut      // with a raw socket: replies answered by whoever completes them
