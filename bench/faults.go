@@ -423,7 +423,9 @@ func runFault(ctx context.Context, p *PoP, name string, cfg FaultsConfig, start 
 			return fail(err)
 		}
 		wait()
-		if err := p.RemoveShard(cfg.Settle / 8); err != nil {
+		// mcproxy drains the removed shard (its default drain quiet
+		// period is 1 s) before it is stopped.
+		if err := p.RemoveShard(cfg.Settle / 2); err != nil {
 			return fail(err)
 		}
 		r.Note = "a fourth memcached added to mcproxy's pool (SIGHUP), then removed and stopped: a quarter of the keys move and back, their counts restart from zero"

@@ -22,8 +22,12 @@ type IdleConnsConfig struct {
 	// Sample is how many of them must still answer a request after the
 	// measurement; default 100 (at most Conns).
 	Sample int
-	// Settle is how long the connections stay idle before measuring
-	// (mcproxy parks idle connections within about 2 s); default 3 s.
+	// Settle is how long the connections stay idle after the last one
+	// was answered before measuring; default 12 s. mcproxy parks an idle
+	// connection within 0.2 s, and after a wave of parked clients it
+	// returns their freed memory to the OS once the wave stops growing,
+	// at most every 10 s: 12 s covers a release that an earlier one
+	// during the wave delayed. Both proxies get the same settle.
 	Settle time.Duration
 	// McproxyBin, McproxyArgs, Dir: as in ProxyCompareConfig.
 	McproxyBin  string
@@ -39,11 +43,23 @@ type IdleConnsResult struct {
 	Pid    int    `json:"pid"`
 	Conns  int    `json:"conns"`
 	// RSSBeforeKB, RSSHeldKB: VmRSS before the connections opened and
-	// while they are held idle.
+	// after Settle, while they are held idle.
 	RSSBeforeKB int64 `json:"rss_before_kb"`
 	RSSHeldKB   int64 `json:"rss_held_kb"`
-	// BytesPerConn is (RSSHeldKB - RSSBeforeKB) * 1024 / Conns.
+	// BytesPerConn is (RSSHeldKB - RSSBeforeKB) * 1024 / Conns: the
+	// resident memory the held connections add over the baseline.
 	BytesPerConn float64 `json:"bytes_per_conn"`
+	// FDsBefore, FDsHeld: the proxy's open descriptors (/proc/PID/fd)
+	// before and at the measurement; OpenAtMeasure is their difference,
+	// the client connections the proxy really held then (about Conns;
+	// mcproxy adds its parker's epoll and pipe, 3).
+	FDsBefore     int64 `json:"fds_before"`
+	FDsHeld       int64 `json:"fds_held"`
+	OpenAtMeasure int64 `json:"open_at_measure"`
+	// ConnectSeconds is how long opening and asking all Conns took;
+	// SettleSeconds the idle time after it, before the measurement.
+	ConnectSeconds float64 `json:"connect_seconds"`
+	SettleSeconds  float64 `json:"settle_seconds"`
 	// GoroutinesBefore, GoroutinesHeld: mcproxy's go_goroutines (-1 for
 	// nutcracker, an event loop); GoroutinesPerConn their delta / Conns.
 	GoroutinesBefore  int64   `json:"goroutines_before"`
@@ -154,13 +170,16 @@ func holdIdle(ctx context.Context, cfg IdleConnsConfig, n int, name, addr, admin
 		return -1
 	}
 	goroutines := func() int64 { return int64(metric("go_goroutines")) }
+	// Scrape first: serving /metrics costs mcproxy memory of its own
+	// (its encoder), which belongs in the baseline, not in the delta.
+	r.GoroutinesBefore = goroutines()
+	heapBefore := metric("go_memstats_heap_inuse_bytes")
 	time.Sleep(200 * time.Millisecond)
 	before, err := procs.ReadResources(pid)
 	if err != nil {
 		return r, err
 	}
-	r.RSSBeforeKB, r.GoroutinesBefore = before.RSSKB, goroutines()
-	heapBefore := metric("go_memstats_heap_inuse_bytes")
+	r.RSSBeforeKB, r.FDsBefore = before.RSSKB, before.FDs
 	conns := make([]net.Conn, 0, n)
 	readers := make([]*bufio.Reader, 0, n)
 	defer func() {
@@ -180,6 +199,7 @@ func holdIdle(ctx context.Context, cfg IdleConnsConfig, n int, name, addr, admin
 		return err
 	}
 	d := net.Dialer{Timeout: 5 * time.Second}
+	start := time.Now()
 	for i := range n {
 		if err := ctx.Err(); err != nil {
 			return r, err
@@ -194,16 +214,20 @@ func holdIdle(ctx context.Context, cfg IdleConnsConfig, n int, name, addr, admin
 			return r, fmt.Errorf("connection %d to %s: %w", i, name, err)
 		}
 	}
+	r.ConnectSeconds = time.Since(start).Seconds()
+	settle := positiveDur(cfg.Settle, 12*time.Second)
+	r.SettleSeconds = settle.Seconds()
 	select {
 	case <-ctx.Done():
 		return r, ctx.Err()
-	case <-time.After(positiveDur(cfg.Settle, 3*time.Second)):
+	case <-time.After(settle):
 	}
 	held, err := procs.ReadResources(pid)
 	if err != nil {
 		return r, err
 	}
-	r.RSSHeldKB, r.GoroutinesHeld = held.RSSKB, goroutines()
+	r.RSSHeldKB, r.FDsHeld, r.GoroutinesHeld = held.RSSKB, held.FDs, goroutines()
+	r.OpenAtMeasure = r.FDsHeld - r.FDsBefore
 	if heapBefore >= 0 {
 		r.HeapPerConn = (metric("go_memstats_heap_inuse_bytes") - heapBefore) / float64(n)
 	}
@@ -218,6 +242,7 @@ func holdIdle(ctx context.Context, cfg IdleConnsConfig, n int, name, addr, admin
 			r.Answered++
 		}
 	}
+	runtime.KeepAlive(conns) // every connection stays open to here (and the deferred close)
 	if r.Answered != r.Sampled {
 		return r, fmt.Errorf("%w: %d of %d sampled idle connections to %s answered", ErrProxyLoad, r.Answered, r.Sampled, name)
 	}

@@ -29,6 +29,10 @@ func TestIdleConnsShort(t *testing.T) {
 		if r.Answered != r.Sampled || r.Sampled != 50 {
 			t.Errorf("%s: %d of %d sampled connections answered", r.System, r.Answered, r.Sampled)
 		}
+		if r.OpenAtMeasure < int64(r.Conns) {
+			t.Errorf("%s: %d descriptors more than before at the measurement, want at least the %d connections held",
+				r.System, r.OpenAtMeasure, r.Conns)
+		}
 	}
 	if mc := rep.Results[0]; mc.System != SystemMcproxy || mc.GoroutinesHeld < 0 || mc.GoroutinesPerConn > 0.05 {
 		t.Errorf("mcproxy: %.3f goroutines per idle connection (%d -> %d), want about 0 (parked)",

@@ -78,6 +78,14 @@ func abort(c net.Conn) {
 // Delay returns the current one-way delay.
 func (r *Relay) Delay() time.Duration { return time.Duration(r.delay.Load()) }
 
+// Conns is the number of connections the relay holds open (each relayed
+// connection counts twice: the client's and its own to the target).
+func (r *Relay) Conns() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.conns)
+}
+
 // Close stops the listener and closes every relayed connection.
 func (r *Relay) Close() error {
 	if r.closed.Swap(true) {

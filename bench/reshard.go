@@ -69,9 +69,13 @@ func (p *PoP) AddShard(ctx context.Context) (*Shard, error) {
 	return s, p.reloadProxies()
 }
 
-// RemoveShard takes the last shard out of every mcproxy's pool, lets the
-// proxies drain it for drain, then stops it; its keys go back to the
-// shards they lived on before it was added.
+// RemoveShard takes the last shard out of every mcproxy's pool and stops
+// it once the proxies have drained it: a reload keeps the requests already
+// sent to the old shard set, which mcproxy closes when they are answered
+// (and none came for its drain quiet period). With a relay in front of the
+// shard, RemoveShard waits until the relay holds no connection (mcproxy
+// closed its own), at most drain; without one, it waits drain. Its keys go
+// back to the shards they lived on before it was added.
 func (p *PoP) RemoveShard(drain time.Duration) error {
 	if len(p.Shards) < 2 {
 		return fmt.Errorf("bench: PoP %s: cannot remove its only shard", p.cfg.Name)
@@ -79,7 +83,10 @@ func (p *PoP) RemoveShard(drain time.Duration) error {
 	s := p.Shards[len(p.Shards)-1]
 	p.Shards = p.Shards[:len(p.Shards)-1]
 	err := p.reloadProxies()
-	time.Sleep(drain)
+	deadline := time.Now().Add(drain)
+	for time.Now().Before(deadline) && (s.Relay == nil || s.Relay.Conns() > 0) {
+		time.Sleep(20 * time.Millisecond)
+	}
 	if s.Relay != nil {
 		_ = s.Relay.Close()
 	}

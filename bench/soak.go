@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,9 +44,13 @@ type SoakConfig struct {
 	Algorithm counter.Algorithm
 	// Edges is the number of edge workers; default 4.
 	Edges int
-	// EdgeArgs are extra edge flags (none by default: the soak measures
-	// the defaults).
-	EdgeArgs []string
+	// EdgeArgs and ProxyArgs are extra edge and mcproxy flags (none by
+	// default: the soak measures the defaults).
+	EdgeArgs, ProxyArgs []string
+	// Pprof serves net/http/pprof on mcproxy's and every edge's admin
+	// listener (their --pprof), so profiles can be taken during the run;
+	// the admin URLs are logged.
+	Pprof bool
 	// Tolerance is the growth allowed after warm-up, in percent of the
 	// start figure; default 5.
 	Tolerance float64
@@ -96,10 +102,21 @@ func RunSoak(ctx context.Context, env *Env, cfg SoakConfig) (*SoakResult, error)
 	}
 	admin := net.JoinHostPort("127.0.0.1", strconv.Itoa(adminPort))
 	route := Route{Path: "/api", Quantity: cfg.Quantity, Window: cfg.Window}
+	proxyArgs, edgeArgs := append([]string{"--admin", admin}, cfg.ProxyArgs...), cfg.EdgeArgs
+	if cfg.Pprof {
+		proxyArgs, edgeArgs = append(proxyArgs, "--pprof"), append(slices.Clone(edgeArgs), "--pprof")
+	}
 	p, err := env.Launch(ctx, PoPConfig{Name: "soak", Shards: 3, Proxies: 1, Edges: cfg.Edges, WorkersPerPoP: cfg.Edges,
-		Policy: PolicyYAML([]Route{route}, cfg.Algorithm, 1), ProxyArgs: []string{"--admin", admin}, EdgeArgs: cfg.EdgeArgs})
+		Policy: PolicyYAML([]Route{route}, cfg.Algorithm, 1), ProxyArgs: proxyArgs, EdgeArgs: edgeArgs})
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Pprof {
+		urls := []string{"http://" + admin}
+		for _, e := range p.Edges {
+			urls = append(urls, e.Admin)
+		}
+		env.Logf("soak: /debug/pprof/ on the admin listeners of mcproxy and the edges: %s", strings.Join(urls, " "))
 	}
 	res := &SoakResult{PoP: p.Describe(), Algorithm: AlgorithmName(cfg.Algorithm), Seconds: cfg.Duration.Seconds(),
 		WarmupSeconds: cfg.Warmup.Seconds(), Conns: cfg.Conns, Keys: cfg.Keys, Tolerance: cfg.Tolerance, Slack: cfg.Slack, Rate: cfg.Rate}

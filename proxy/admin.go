@@ -41,7 +41,12 @@ func AdminHandler(cfg AdminConfig) (http.Handler, error) {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// Uncompressed: a gzip scrape cost mcproxy about 0.9 MB of garbage
+	// (the flate compressor), a plain one 0.12 MB, against a live heap of
+	// about 4 MB: with scrapes every few seconds, gzip was most of what the
+	// proxy allocated, and its resident set rose with every collection
+	// cycle. The text is about 25 kB over the admin listener (loopback).
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, DisableCompression: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		h := cfg.Proxy.Health()
 		body, err := json.Marshal(h)

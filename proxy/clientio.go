@@ -55,6 +55,9 @@ func (cc *clientConn) queue(e *entry) {
 	var calls [4]*Call
 	n := copy(calls[:], e.calls)
 	many := len(e.calls) > len(calls)
+	if len(cc.entries) == cap(cc.entries) && cap(cc.entries) < cc.s.cfg.maxPipeline() {
+		cc.growQueue()
+	}
 	cc.entries <- e
 	// e may be answered and reused from here on; the copied Calls may
 	// be reused too, which only makes the check below act spuriously or

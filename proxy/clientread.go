@@ -27,7 +27,6 @@ const (
 // by the sweeper, it parks an idle connection and returns (the parker
 // runs readLoop again when the client sends or hangs up).
 func (cc *clientConn) readLoop() {
-	cc.takeQueue()
 	if cc.serve() {
 		return // parked
 	}
@@ -74,9 +73,29 @@ func (cc *clientConn) serve() (parked bool) {
 			if rd.r == rd.w && cc.s.park.park(cc) {
 				return true
 			}
-			cc.takeQueue() // park may have given it back
 		}
 	}
+}
+
+// discard reads and drops n bytes from the client; it reports false when
+// the connection failed or stopped meanwhile. The sweeper's request to
+// park (a read deadline) only makes it go on reading.
+func (cc *clientConn) discard(n int64) bool {
+	for n > 0 {
+		m, err := io.CopyN(io.Discard, cc.nc, n)
+		n -= m
+		switch {
+		case err == nil:
+		case errors.Is(err, os.ErrDeadlineExceeded) && cc.parkReq.Swap(false) && !cc.stopped.Load():
+			_ = cc.nc.SetReadDeadline(time.Time{})
+			if cc.stopped.Load() { // stopReading's deadline may be gone
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // readStep is what the client reader does next.
@@ -105,8 +124,9 @@ type clientReader struct {
 	consumeFn func(int) fastconn.ReadNext
 }
 
-// readBufs holds the read buffers of connections between arrivals, so
-// that an idle (parked) connection holds none.
+// readBufs holds the read buffers of connections between arrivals: a
+// reader that consumed everything it read gives its buffer back while it
+// waits for the next request, so an idle connection holds none.
 var readBufs = sync.Pool{New: func() any { return new([clientBufSize]byte) }}
 
 // releaseBuf gives the read buffer back when it holds nothing.
@@ -148,6 +168,11 @@ func (rd *clientReader) consume(n int) fastconn.ReadNext {
 	case rd.next != stepRead:
 		return fastconn.ReadStop
 	case rd.replies:
+		if rd.r == rd.w {
+			// The wait for the next request holds no buffer: a client
+			// idle between requests (or until it parks) holds none.
+			rd.releaseBuf()
+		}
 		return fastconn.ReadShort
 	}
 	return fastconn.ReadDrain
@@ -179,7 +204,7 @@ func (rd *clientReader) parse(nonBlocking bool) readStep {
 				rd.buf = make([]byte, clientBufSize)
 			}
 		}
-		full := len(cc.entries) == cap(cc.entries) // only this goroutine sends
+		full := cc.queueFull() // only this goroutine sends
 		rd.need = 0
 		n, err := protocol.Parse(rd.buf[rd.r:rd.w], s.cfg.Limits, &rd.req)
 		switch {
@@ -227,7 +252,7 @@ func (rd *clientReader) parse(nonBlocking bool) readStep {
 			// Swallow the rest of a too large value without buffering it.
 			rest := int64(n - (rd.w - rd.r))
 			rd.r, rd.w = 0, 0
-			if _, err := io.CopyN(io.Discard, cc.nc, rest); err != nil {
+			if !cc.discard(rest) {
 				return stepStop
 			}
 			continue

@@ -130,6 +130,13 @@ func (s *Server) overClientLimit(nc net.Conn) bool {
 	return true
 }
 
+// parkSweep is the sweep period where connections park: a client idle
+// for one to two of them parks, so a wave of connections that go idle
+// (a pool warming up, a flood) holds few goroutines and runtime
+// descriptors at once (each leaves memory behind that the runtime
+// reuses but never frees: its goroutine's g, its poll descriptor).
+const parkSweep = 100 * time.Millisecond
+
 // startIdleSweeper starts the goroutine that advances the coarse clock and
 // closes idle clients, once; s.mu must be held and s not closed.
 func (s *Server) startIdleSweeper() {
@@ -152,9 +159,10 @@ func (s *Server) stopIdleSweeper() {
 }
 
 // sweepIdle closes, every quarter of the idle or request timeout
-// (10ms..1s), the clients that have read nothing for the idle timeout and
-// have no request queued, and those whose incomplete request began more
-// than the request timeout ago: their reading side stops, so the replies
+// (10ms..1s; at most parkSweep where connections park), the clients that
+// have read nothing for the idle timeout and have no request queued
+// (parked ones too), and those whose incomplete request began more than
+// the request timeout ago: their reading side stops, so the replies
 // still due are written before the connection closes. It asks the
 // clients that have read nothing since the previous sweep to park
 // (askPark).
@@ -162,6 +170,9 @@ func (s *Server) sweepIdle(stop <-chan struct{}) {
 	defer s.wg.Done()
 	every := func() time.Duration {
 		d := time.Second
+		if parkSupported {
+			d = parkSweep
+		}
 		for _, v := range []int64{s.cl.idle.Load(), s.cl.request.Load()} {
 			if v > 0 {
 				d = min(d, max(time.Duration(v)/4, 10*time.Millisecond))
@@ -198,6 +209,9 @@ func (s *Server) sweepIdle(stop <-chan struct{}) {
 			}
 		}
 		s.mu.Unlock()
+		if idle > 0 {
+			s.cl.idled.Add(uint64(s.park.expire(now - idle)))
+		}
 		s.mem.maybe(s.st.parked.Load(), time.Unix(0, now), &s.wg)
 		t.Reset(every())
 	}

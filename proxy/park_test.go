@@ -3,12 +3,15 @@ package proxy
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
 
 // waitParked waits up to d for srv's parked connection count to reach
@@ -134,4 +137,198 @@ func TestParkedShutdown(t *testing.T) {
 			}
 		}
 	})
+}
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	n, err := procs.CountFDs(os.Getpid())
+	if err != nil {
+		t.Skip(err)
+	}
+	return int(n)
+}
+
+// parkedConns dials n connections to ln, each asks one version, and
+// waits until srv has them parked too.
+func parkedConns(t *testing.T, srv *Server, ln net.Listener, n int) ([]net.Conn, []*bufio.Reader) {
+	t.Helper()
+	want := srv.st.parked.Load() + int64(n)
+	conns := make([]net.Conn, n)
+	brs := make([]*bufio.Reader, n)
+	for i := range conns {
+		c, err := net.Dial(ln.Addr().Network(), ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		conns[i], brs[i] = c, bufio.NewReader(c)
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprint(c, "version\r\n")
+		if l, err := brs[i].ReadString('\n'); err != nil || l != "VERSION "+DefaultVersion+"\r\n" {
+			t.Fatalf("conn %d: version: %q %v", i, l, err)
+		}
+	}
+	if got := waitParked(srv, want, 3*time.Second); got != want {
+		t.Fatalf("%d connections parked, want %d", got, want)
+	}
+	return conns, brs
+}
+
+// TestParkedDescriptors: a parked connection holds one descriptor (its
+// socket, outside the runtime's poller) and no goroutine; every way a
+// parked connection ends (the client closes, the idle timeout) closes
+// it, so the process's descriptors come back to where they were.
+func TestParkedDescriptors(t *testing.T) {
+	if !parkSupported {
+		t.Skip("connections park on Linux only")
+	}
+	noLeaksInternal(t)
+	for _, ln := range tcpAndUnix(t) {
+		t.Run(ln.Addr().Network(), func(t *testing.T) {
+			srv := serveOn(t, ln, ServerConfig{RequestTimeout: 200 * time.Millisecond}, fixture.Memcached(t, 1)[0].Addr)
+			warm, _ := parkedConns(t, srv, ln, 1) // starts the sweeper and the parker
+			base, goroutines := openFDs(t), runtime.NumGoroutine()
+			const n = 40
+			conns, _ := parkedConns(t, srv, ln, n)
+			time.Sleep(50 * time.Millisecond) // readers return after parking
+			// Each connection: the client's socket and the parked one.
+			if got := openFDs(t) - base; got != 2*n {
+				t.Errorf("%d descriptors more with %d connections parked, want %d (client and server side)", got, n, 2*n)
+			}
+			if g := runtime.NumGoroutine(); g > goroutines+2 {
+				t.Errorf("goroutines: %d with %d connections parked, %d before", g, n, goroutines)
+			}
+			for _, c := range conns[:n/2] {
+				_ = c.Close()
+			}
+			if got := waitConns(t, srv, int64(1+n-n/2), time.Second); got != int64(1+n-n/2) {
+				t.Errorf("%d connections open 1 s after %d parked clients closed, want %d", got, n/2, 1+n-n/2)
+			}
+			srv.SetClientLimits(0, 300*time.Millisecond)
+			if got := waitConns(t, srv, 0, 3*time.Second); got != 0 {
+				t.Fatalf("%d connections open after the idle timeout", got)
+			}
+			for _, c := range append(conns[n/2:], warm...) {
+				_ = c.Close()
+			}
+			// base counted the first connection's two sockets.
+			if got := waitCount(func() int64 { return int64(openFDs(t) - base) }, -2, time.Second); got != -2 {
+				t.Errorf("%d descriptors more than with one connection parked, after all closed, want -2", got)
+			}
+		})
+	}
+}
+
+// TestParkedClientLimit: parked connections count against
+// client_connections, and a parked one that closes makes room.
+func TestParkedClientLimit(t *testing.T) {
+	if !parkSupported {
+		t.Skip("connections park on Linux only")
+	}
+	noLeaksInternal(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serveOn(t, ln, ServerConfig{MaxClients: 4, RequestTimeout: 200 * time.Millisecond}, fixture.Memcached(t, 1)[0].Addr)
+	conns, _ := parkedConns(t, srv, ln, 4)
+	extra := func() string {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		fmt.Fprint(c, "version\r\n")
+		l, _ := bufio.NewReader(c).ReadString('\n')
+		return l
+	}
+	if l := extra(); l != string(tooManyClients) {
+		t.Errorf("a fifth client with four parked: %q, want %q", l, tooManyClients)
+	}
+	_ = conns[0].Close()
+	if got := waitConns(t, srv, 3, time.Second); got != 3 {
+		t.Fatalf("%d connections 1 s after a parked one closed, want 3", got)
+	}
+	if l := extra(); l != "VERSION "+DefaultVersion+"\r\n" {
+		t.Errorf("a client after a parked one closed: %q", l)
+	}
+}
+
+// TestParkedHalfClose: a parked client that sends a request and shuts
+// its writing side is answered, then closed (no CLOSE-WAIT); on TCP and
+// Unix sockets.
+func TestParkedHalfClose(t *testing.T) {
+	if !parkSupported {
+		t.Skip("connections park on Linux only")
+	}
+	noLeaksInternal(t)
+	for _, ln := range tcpAndUnix(t) {
+		t.Run(ln.Addr().Network(), func(t *testing.T) {
+			srv := serveOn(t, ln, ServerConfig{RequestTimeout: 200 * time.Millisecond}, fixture.Memcached(t, 1)[0].Addr)
+			conns, brs := parkedConns(t, srv, ln, 3)
+			for i, c := range conns {
+				fmt.Fprint(c, "get half:none\r\nversion\r\n")
+				if err := c.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+					t.Fatal(err)
+				}
+				for _, want := range []string{"END\r\n", "VERSION " + DefaultVersion + "\r\n"} {
+					if l, err := brs[i].ReadString('\n'); err != nil || l != want {
+						t.Fatalf("conn %d: got %q %v, want %q", i, l, err, want)
+					}
+				}
+				if _, err := brs[i].ReadByte(); err != io.EOF {
+					t.Errorf("conn %d: after the replies: %v, want EOF", i, err)
+				}
+			}
+			if got := waitConns(t, srv, 0, time.Second); got != 0 {
+				t.Errorf("%d connections open 1 s after the half-closed clients were answered", got)
+			}
+			if ln.Addr().Network() == "tcp" {
+				if cw := closeWait(t, ln.Addr().(*net.TCPAddr).Port); cw != 0 {
+					t.Errorf("%d connections in CLOSE-WAIT", cw)
+				}
+			}
+		})
+	}
+}
+
+// TestPipelineGrowsQueue: a connection starts with a queue of firstQueue
+// slots; a client that pipelines more in one write gets every reply, in
+// order, through the grown queue, and parks afterwards.
+func TestPipelineGrowsQueue(t *testing.T) {
+	noLeaksInternal(t)
+	for _, ln := range tcpAndUnix(t) {
+		t.Run(ln.Addr().Network(), func(t *testing.T) {
+			srv := serveOn(t, ln, ServerConfig{RequestTimeout: 200 * time.Millisecond}, fixture.Memcached(t, 1)[0].Addr)
+			c, err := net.Dial(ln.Addr().Network(), ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			const n = 20 * firstQueue
+			var req []byte
+			for i := range n {
+				v := fmt.Sprint(i)
+				req = fmt.Appendf(req, "set grow:%d 0 0 %d\r\n%s\r\nget grow:%d\r\n", i, len(v), v, i)
+			}
+			go func() { _, _ = c.Write(req) }()
+			br := bufio.NewReader(c)
+			for i := range n {
+				v := fmt.Sprint(i)
+				for _, want := range []string{"STORED\r\n", fmt.Sprintf("VALUE grow:%d 0 %d\r\n", i, len(v)), v + "\r\n", "END\r\n"} {
+					if l, err := br.ReadString('\n'); err != nil || l != want {
+						t.Fatalf("request %d: got %q %v, want %q", i, l, err, want)
+					}
+				}
+			}
+			if parkSupported {
+				if got := waitParked(srv, 1, 3*time.Second); got != 1 {
+					t.Errorf("%d connections parked after the pipeline, want 1", got)
+				}
+			}
+		})
+	}
 }

@@ -80,6 +80,7 @@ type Pool struct {
 	closed  atomic.Bool
 	wg      sync.WaitGroup // readers
 	failing atomic.Bool
+	warming atomic.Int32 // Warm calls running: their failures are not reported
 }
 
 var (
@@ -267,7 +268,7 @@ func (p *Pool) Probe(ctx context.Context) error {
 
 func (p *Pool) fail(err error) {
 	p.failing.Store(true)
-	if p.cfg.OnFailure != nil {
+	if p.cfg.OnFailure != nil && p.warming.Load() == 0 {
 		p.cfg.OnFailure(time.Now(), err)
 	}
 }

@@ -363,6 +363,9 @@ func (p *Proxy) prepare(specs []PoolSpec) ([]reloadStep, error) {
 				undo()
 				return nil, fmt.Errorf("pool %q: %w", s.Name, err)
 			}
+			if st.old != nil {
+				p.warm(s, st.rt) // traffic switches to it at once: connect first
+			}
 		}
 		if st.old == nil {
 			if st.ln, err = Listen(s.listen()); err != nil {
@@ -427,6 +430,16 @@ func (p *Proxy) reconfigure(lp *livePool, st reloadStep) {
 	lp.mu.Lock()
 	lp.spec = st.spec
 	lp.mu.Unlock()
+}
+
+// warm opens the connections of rt, which replaces a running pool's
+// Router, before it takes traffic (see Warmer); a shard that does not
+// answer is logged and left to its health.
+func (p *Proxy) warm(s PoolSpec, rt *Router) {
+	for i, err := range rt.Warm(p.ctx) {
+		p.log.Warn("mcproxy: a shard did not answer before taking traffic", "pool", s.Name,
+			"shard", i, "addr", s.Servers[i].Addr, "err", err)
+	}
 }
 
 func (p *Proxy) newRouter(s PoolSpec) (*Router, error) {

@@ -150,6 +150,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.version = []byte("VERSION " + v + "\r\n")
 	s.started = s.now()
 	s.router.Store(cfg.Router)
+	s.park.s = s
 	s.SetClientLimits(cfg.MaxClients, cfg.ClientIdleTimeout)
 	s.cl.request.Store(int64(cfg.requestTimeout()))
 	return s, nil
@@ -232,15 +233,18 @@ func (s *Server) Serve(ln net.Listener) error {
 // newClientConn returns the state of a client connection just accepted.
 func newClientConn(s *Server, nc net.Conn) *clientConn {
 	cc := &clientConn{
-		s:       s,
-		nc:      nc,
-		id:      s.nextID.Add(1),
-		entries: s.getQueue(),
-		wake:    make(chan struct{}, 1),
-		room:    make(chan struct{}, 1),
-		quit:    make(chan struct{}),
-		sock:    fastconn.New(nc),
-		fd:      -1,
+		s:    s,
+		nc:   nc,
+		id:   s.nextID.Add(1),
+		wake: make(chan struct{}, 1),
+		room: make(chan struct{}, 1),
+		quit: make(chan struct{}),
+		sock: fastconn.New(nc),
+	}
+	if cc.sock.Raw() {
+		cc.entries = make(chan *entry, min(firstQueue, s.cfg.maxPipeline()))
+	} else {
+		cc.entries = s.getQueue() // writeLoop reads it without out.mu: never grown
 	}
 	cc.replyEst.Store(-1)
 	rd := &cc.rd
@@ -249,9 +253,14 @@ func newClientConn(s *Server, nc net.Conn) *clientConn {
 	return cc
 }
 
-// getQueue returns an empty request queue (clientConn.entries) of
-// MaxPipeline slots; a parked connection gives its queue back (putQueue),
-// so an idle one holds none.
+// firstQueue is the request queue (clientConn.entries) a connection with
+// a raw socket starts with: a client that pipelines more gets a queue of
+// MaxPipeline slots (growQueue), so one that does not (most, and the
+// many of a connection flood) holds 16 slots, not 8 KB.
+const firstQueue = 16
+
+// getQueue returns an empty request queue of MaxPipeline slots; a parked
+// connection gives a queue of that size back (dropQueue).
 func (s *Server) getQueue() chan *entry {
 	if q, ok := s.queues.Get().(chan *entry); ok {
 		return q
@@ -259,27 +268,46 @@ func (s *Server) getQueue() chan *entry {
 	return make(chan *entry, s.cfg.maxPipeline())
 }
 
+// quiet reports whether cc has nothing queued, being answered or being
+// written, and no budget held: it may park.
+func (cc *clientConn) quiet() bool {
+	o := &cc.out
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(cc.entries) == 0 && o.head == nil && !o.busy && !o.eof && !o.dead && len(o.buf) == 0 &&
+		cc.held.Load() == 0
+}
+
 // dropQueue gives cc's queue back when nothing is queued or being
 // answered; the reader is parking.
 func (cc *clientConn) dropQueue() {
 	o := &cc.out
 	o.mu.Lock()
-	if cc.entries != nil && len(cc.entries) == 0 && o.head == nil && !o.busy && !o.eof {
+	if cap(cc.entries) == cc.s.cfg.maxPipeline() && len(cc.entries) == 0 && o.head == nil && !o.busy && !o.eof {
 		cc.s.queues.Put(cc.entries)
 		cc.entries = nil
 	}
 	o.mu.Unlock()
 }
 
-// takeQueue gives a resumed reader a queue again.
-func (cc *clientConn) takeQueue() {
-	if cc.entries != nil { // only the reader sets it
-		return
-	}
+// queueFull reports whether the client's pipeline is full (queue then
+// blocks); reader only.
+func (cc *clientConn) queueFull() bool {
+	return len(cc.entries) == cap(cc.entries) && cap(cc.entries) >= cc.s.cfg.maxPipeline()
+}
+
+// growQueue moves a full first queue's entries to one of MaxPipeline
+// slots; reader only (the one sender), under out.mu (the writers'
+// receive).
+func (cc *clientConn) growQueue() {
 	q := cc.s.getQueue()
-	cc.out.mu.Lock()
+	o := &cc.out
+	o.mu.Lock()
+	for len(cc.entries) > 0 {
+		q <- <-cc.entries
+	}
 	cc.entries = q
-	cc.out.mu.Unlock()
+	o.mu.Unlock()
 }
 
 // queueLen is len(cc.entries) for goroutines other than the reader.
@@ -292,10 +320,16 @@ func (cc *clientConn) queueLen() int {
 // closed is the end of a connection's bookkeeping, once it is closed.
 func (cc *clientConn) closed() {
 	s := cc.s
-	s.st.currConns.Add(-1)
 	s.mu.Lock()
 	delete(s.conns, cc)
 	s.mu.Unlock()
+	s.connGone()
+}
+
+// connGone ends the bookkeeping of a client connection (a clientConn's,
+// or a parked descriptor's) once it is closed.
+func (s *Server) connGone() {
+	s.st.currConns.Add(-1)
 	s.wg.Done()
 }
 
@@ -314,7 +348,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		cc.stopReading()
 	}
 	s.mu.Unlock()
-	s.park.close() // every parked connection was resumed by stopReading
+	s.park.close() // closes the parked connections (none has a reply due)
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {
@@ -332,17 +366,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // clientConn is one client: readLoop parses and dispatches; replies go
-// out in order (clientio.go). An idle connection may have no goroutine at
-// all: it is parked (park_linux.go) until it is readable.
+// out in order (clientio.go). An idle connection has no clientConn at
+// all: it is parked as a bare descriptor (park_linux.go) until it is
+// readable, then served by a new clientConn.
 type clientConn struct {
-	rd      clientReader // the reader's state, kept while parked
-	fd      int          // the socket's descriptor once parked, else -1
-	parked  atomic.Bool  // in the parker: no reader goroutine
+	rd      clientReader // the reader's state
 	parkReq atomic.Bool  // the sweeper asks the reader to park (read deadline)
 	s       *Server
 	nc      net.Conn
 	id      uint64
-	entries chan *entry    // in client order; send with queue; nil while parked, set under out.mu
+	entries chan *entry    // in client order; send with queue; set by the reader under out.mu
 	wake    chan struct{}  // wakes the writer (clientio.go)
 	sock    *fastconn.Conn // nc with raw socket I/O
 	out     clientOut      // with a raw socket: replies answered by whoever completes them
@@ -436,9 +469,9 @@ func (cc *clientConn) endWaits() {
 
 // askPark asks an idle reader to park its connection: the read deadline
 // ends its wait, and it parks if still idle (serve). Nothing happens
-// where parking is not supported or the connection is parked already.
+// where parking is not supported.
 func (cc *clientConn) askPark() {
-	if !parkSupported || !cc.sock.Raw() || cc.parked.Load() || cc.queueLen() > 0 || cc.parkReq.Swap(true) {
+	if !parkSupported || !cc.sock.Raw() || cc.queueLen() > 0 || cc.parkReq.Swap(true) {
 		return
 	}
 	_ = cc.nc.SetReadDeadline(time.Now())
@@ -447,7 +480,6 @@ func (cc *clientConn) askPark() {
 func (cc *clientConn) stopReading() {
 	cc.stopped.Store(true)
 	cc.endWaits()
-	cc.s.park.resume(cc) // a parked reader runs again to see the stop
 	if tc, ok := cc.nc.(*net.TCPConn); ok {
 		_ = tc.CloseRead()
 	} else {

@@ -35,6 +35,9 @@ func TestMcproxyFDExhaustion(t *testing.T) {
 	if l := mcLine(t, old, obr, "set fd:k 0 0 1\r\nv\r\n"); l != "STORED\r\n" {
 		t.Fatalf("set: %q", l)
 	}
+	// Idle, the old client parks (a bare descriptor): its first get below
+	// needs a descriptor again, with none left.
+	time.Sleep(400 * time.Millisecond)
 
 	const attempts = 1000
 	var flood []net.Conn

@@ -35,9 +35,11 @@ rounds per mix.
   popbench proxy --idle-conns 10000
 
 --idle-conns N starts the same 3 shards, nutcracker and mcproxy, and holds N
-client connections (one get each, then idle) to mcproxy, then to nutcracker:
-VmRSS delta / N and mcproxy's go_goroutines delta / N, then a get on a sample
-of them. It raises its RLIMIT_NOFILE soft limit to the hard limit.`,
+client connections (one get each, then idle for 12 s) to mcproxy, then to
+nutcracker: the VmRSS delta over the proxy's baseline before they opened / N,
+mcproxy's go_goroutines delta / N, the proxy's open descriptors at the
+measurement minus before (the connections really held), then a get on a
+sample of them. It raises its RLIMIT_NOFILE soft limit to the hard limit.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "addr", Usage: "memcached-protocol `HOST:PORT` to drive (without --compare)"},
 			&cli.StringFlag{Name: "mix", Value: "incr", Usage: "comma-separated mixes: incr, getset, mget"},
@@ -142,9 +144,10 @@ func runIdleConns(c *cli.Context, n int, out io.Writer) error {
 		return proxyWriteJSON(out, rep)
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\tconns\tRSS before KB\tRSS held KB\tbytes/conn\tgoroutines before\theld\tper conn\theap/conn\tanswered\t")
+	fmt.Fprintln(tw, "system\tconns\topen at measure\tconnect s\tsettle s\tRSS before KB\tRSS held KB\tbytes/conn\tgoroutines before\theld\tper conn\theap/conn\tanswered\t")
 	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%d\t%d\t%.3f\t%.0f\t%d/%d\t\n", r.System, r.Conns, r.RSSBeforeKB, r.RSSHeldKB,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.0f\t%d\t%d\t%.0f\t%d\t%d\t%.3f\t%.0f\t%d/%d\t\n", r.System, r.Conns, r.OpenAtMeasure,
+			r.ConnectSeconds, r.SettleSeconds, r.RSSBeforeKB, r.RSSHeldKB,
 			r.BytesPerConn, r.GoroutinesBefore, r.GoroutinesHeld, r.GoroutinesPerConn, r.HeapPerConn, r.Answered, r.Sampled)
 	}
 	return tw.Flush()

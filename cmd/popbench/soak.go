@@ -24,6 +24,7 @@ func soakCommand() *cli.Command {
 			&cli.IntFlag{Name: "edges", Usage: "edge workers", Value: 4},
 			&cli.StringFlag{Name: "algorithm", Usage: "sliding, fixed or token", Value: "sliding"},
 			&cli.Float64Flag{Name: "tolerance", Usage: "growth allowed after warm-up, percent", Value: 5},
+			&cli.BoolFlag{Name: "pprof", Usage: "serve /debug/pprof/ on mcproxy's and the edges' admin listeners (logged) to profile them during the run"},
 			seedFlag(),
 		),
 		Action: func(c *cli.Context) error {
@@ -36,6 +37,7 @@ func soakCommand() *cli.Command {
 					Duration: c.Duration("duration"), Rate: c.Float64("rate"), CapacityRun: c.Duration("capacity-run"),
 					Warmup: c.Duration("warmup"), Interval: c.Duration("interval"), Conns: c.Int("conns"), Keys: c.Uint64("keys"),
 					Edges: c.Int("edges"), Algorithm: alg, Tolerance: c.Float64("tolerance"), Seed: c.Uint64("seed"), Progress: prog,
+					Pprof: c.Bool("pprof"),
 				})
 			})
 			if err != nil {

@@ -11,9 +11,10 @@
 --   windows: quantity, sub-window ms, sub-windows per window (0 fixed),
 --            item TTL ms;
 --   bucket:  interval ns, tolerance ns, burst, unused.
--- Reply: {now sec, now ns, allowed (1/0) of the whole rule, then per limit
--- allowed, then its values: the sub-window counts oldest first (windows),
--- or tat − now in ns (bucket)}.
+-- Reply: {[now sec, now ns: only when taken from TIME], then per limit
+-- allowed (1/0), then its values: the sub-window counts oldest first
+-- (windows), or tat − now in ns (bucket)}. A short reply is cheaper: each
+-- value costs the shard a Lua-to-RESP conversion.
 --
 -- Every limit is decided first without writing; then a Count-mode limit
 -- is charged whatever the outcome, and a Refund-mode one only when the
@@ -108,12 +109,23 @@ for i = 1, m do
     p.q, p.ttl = q, ttl
     p.cur_key = id_key .. p.suffix .. b36(id)
     local counts = {}
-    for j = 0, nw do
-      local v = redis.call('GET', id_key .. p.suffix .. b36(id - nw + j))
-      counts[j + 1] = tonumber(v) or 0
+    for j = 0, nw - 1 do
+      counts[j + 1] = tonumber(redis.call('GET', id_key .. p.suffix .. b36(id - nw + j))) or 0
     end
+    -- A Count-mode limit is charged whatever the outcome: INCRBY at once
+    -- (the count before is the reply minus n) instead of GET now and
+    -- INCRBY below, one call fewer.
+    p.early = not p.refund and not p.undo and p.n <= q
+    local cur
+    if p.early then
+      local v = redis.call('INCRBY', p.cur_key, p.n)
+      if v == p.n then redis.call('PEXPIRE', p.cur_key, ttl) end
+      cur = v - p.n
+    else
+      cur = tonumber(redis.call('GET', p.cur_key)) or 0
+    end
+    counts[nw + 1] = cur
     p.counts, p.nw = counts, nw
-    local cur = counts[nw + 1]
     if p.undo then
       p.allowed = true
     elseif p.n > q then
@@ -134,7 +146,10 @@ for i = 1, m do
   plan[i] = p
 end
 
-local out = {sec, nsec, all and 1 or 0}
+-- The reply carries now only when it came from the shard's clock (the
+-- worker knows its own).
+local out = {}
+if ARGV[1] == "-" then out = {sec, nsec} end
 for i = 1, m do
   local p = plan[i]
   local charge = p.undo or (p.allowed and all) or not p.refund
@@ -158,7 +173,7 @@ for i = 1, m do
     elseif not p.peek and (p.allowed or not p.refund) then
       -- the counts the limit decided on, charged or not
       p.counts[p.nw + 1] = cur + p.n
-      if charge then
+      if charge and not p.early then
         local v = redis.call('INCRBY', p.cur_key, p.n)
         if v == p.n then redis.call('PEXPIRE', p.cur_key, p.ttl) end
         p.counts[p.nw + 1] = v
