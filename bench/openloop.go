@@ -117,15 +117,19 @@ type OpenLoopReport struct {
 	LoadAvg  string  `json:"load_average"`
 	Capacity float64 `json:"capacity_per_s"`
 	// CapacityPath is the path measured closed loop for Capacity.
-	CapacityPath string         `json:"capacity_path"`
-	Workers      int            `json:"workers"`
-	Keys         uint64         `json:"keys"`
-	Seconds      float64        `json:"seconds_per_run"`
-	Rounds       int            `json:"rounds"`
-	Paths        []PathInfo     `json:"paths"`
-	Runs         []*OpenRun     `json:"runs"`
-	Summary      []*OpenSummary `json:"summary"`
-	Notes        []string       `json:"notes,omitempty"`
+	CapacityPath string `json:"capacity_path"`
+	// RLSCapacity is the rls path's own closed-loop capacity, measured
+	// too when it is a path but not the capacity path (a gRPC hop costs
+	// more CPU per decision: the rates may be a larger share of it).
+	RLSCapacity float64        `json:"rls_capacity_per_s,omitempty"`
+	Workers     int            `json:"workers"`
+	Keys        uint64         `json:"keys"`
+	Seconds     float64        `json:"seconds_per_run"`
+	Rounds      int            `json:"rounds"`
+	Paths       []PathInfo     `json:"paths"`
+	Runs        []*OpenRun     `json:"runs"`
+	Summary     []*OpenSummary `json:"summary"`
+	Notes       []string       `json:"notes,omitempty"`
 }
 
 // PathInfo describes a measured path.
@@ -184,6 +188,13 @@ func RunOpenLoop(ctx context.Context, cfg OpenLoopConfig) (*OpenLoopReport, erro
 	if rep.Capacity, err = runClosed(ctx, cfg.CapacityDuration, cfg.Workers, cfg.Keys, cfg.ZipfS, capPath.Op); err != nil {
 		return nil, fmt.Errorf("%w: capacity of %s: no request answered", ErrOpenLoop, cfg.CapacityPath)
 	}
+	for _, p := range paths {
+		if p.Name == PathRLS && cfg.CapacityPath != PathRLS {
+			if rep.RLSCapacity, err = runClosed(ctx, cfg.CapacityDuration, cfg.Workers, cfg.Keys, cfg.ZipfS, p.Op); err != nil {
+				return nil, fmt.Errorf("%w: capacity of %s: no request answered", ErrOpenLoop, PathRLS)
+			}
+		}
+	}
 	rates := cfg.Rates
 	if len(rates) == 0 {
 		for _, f := range cfg.Fractions {
@@ -196,6 +207,9 @@ func RunOpenLoop(ctx context.Context, cfg OpenLoopConfig) (*OpenLoopReport, erro
 		}
 	}
 	logf("capacity (%s, closed loop, %d conns, %v): %.0f/s; rates %v", cfg.CapacityPath, cfg.Workers, cfg.CapacityDuration, rep.Capacity, rates)
+	if rep.RLSCapacity > 0 {
+		logf("capacity of %s (closed loop, %d conns, %v): %.0f/s", PathRLS, cfg.Workers, cfg.CapacityDuration, rep.RLSCapacity)
+	}
 	for ri, rate := range rates {
 		for round := 1; round <= cfg.Rounds; round++ {
 			for _, p := range paths {

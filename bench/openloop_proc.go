@@ -22,6 +22,10 @@ func (a procSample) sub(b procSample) procSample {
 	return procSample{a.User - b.User, a.System - b.System, a.Voluntary - b.Voluntary, a.Preempted - b.Preempted}
 }
 
+func (a procSample) add(b procSample) procSample {
+	return procSample{a.User + b.User, a.System + b.System, a.Voluntary + b.Voluntary, a.Preempted + b.Preempted}
+}
+
 // sampleProcs sums procSample over pids, every thread of each (the
 // process's own /proc/PID/status counts its main thread only). Processes
 // or threads that cannot be read are skipped.

@@ -85,8 +85,12 @@ func (rep *OpenLoopReport) targets() []string {
 	}
 	for _, p := range []string{PathPopGomemcache, PathPopPipe, PathRLS} {
 		if s := rep.summary(p, half); s != nil {
-			notes = append(notes, fmt.Sprintf("at %.0f/s (%.0f%% of capacity): %s p99 %.3f ms = %.2f× the floor's %.3f ms (target ≤ 1.5×: %s)",
-				half, 100*half/rep.Capacity, p, s.Latency.P99, s.P99Ratio, floor.Latency.P99, verdict(s.P99Ratio <= 1.5)))
+			own := ""
+			if p == PathRLS && rep.RLSCapacity > 0 {
+				own = fmt.Sprintf(", %.0f%% of rls's own %.0f/s", 100*half/rep.RLSCapacity, rep.RLSCapacity)
+			}
+			notes = append(notes, fmt.Sprintf("at %.0f/s (%.0f%% of capacity%s): %s p99 %.3f ms = %.2f× the floor's %.3f ms (target ≤ 1.5×: %s)",
+				half, 100*half/rep.Capacity, own, p, s.Latency.P99, s.P99Ratio, floor.Latency.P99, verdict(s.P99Ratio <= 1.5)))
 		}
 	}
 	mc, nc := rep.summary(PathMcproxy, half), rep.summary(PathNutcracker, half)

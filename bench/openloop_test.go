@@ -92,8 +92,8 @@ func TestRunOpenLoopTiny(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Capacity <= 0 {
-		t.Errorf("capacity %v", rep.Capacity)
+	if rep.Capacity <= 0 || rep.RLSCapacity <= 0 {
+		t.Errorf("capacity %v, rls's own %v", rep.Capacity, rep.RLSCapacity)
 	}
 	if want := 2 * len(AllOpenPaths); len(rep.Runs) != want {
 		t.Fatalf("%d runs, want %d", len(rep.Runs), want)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,6 +50,10 @@ type RLSLoadConfig struct {
 	ZipfS float64
 	// Seed seeds the value choices; default 1.
 	Seed uint64
+	// Pids are the server-side processes charged with the run's CPU, by
+	// group name ("rls", "mcproxy", "memcached"; RLSResult.CPU and
+	// ServerCPU); none: not measured.
+	Pids map[string][]int
 }
 
 func (c RLSLoadConfig) withDefaults() RLSLoadConfig {
@@ -88,6 +93,15 @@ type RLSResult struct {
 	Latency         Summary          `json:"latency"`
 	Codes           map[string]int64 `json:"codes"` // overall codes, and gRPC error codes
 	Errors          int64            `json:"errors"`
+	// ServerCPU is the CPU of all RLSLoadConfig.Pids per decision, CPU
+	// that of each group, Generator this process's (the load's clients)
+	// per decision: on a shared machine, steadier than decisions/s.
+	ServerCPU ProcPerRequest            `json:"server_cpu_per_decision"`
+	CPU       map[string]ProcPerRequest `json:"cpu_per_decision,omitempty"`
+	// Syscalls are each group's read and write system calls per decision
+	// (/proc/PID/io syscr + syscw: sockets included; epoll and futex not).
+	Syscalls  map[string]float64 `json:"syscalls_per_decision,omitempty"`
+	Generator ProcPerRequest     `json:"generator_cpu_per_decision"`
 }
 
 // RunRLSLoad drives cfg.Targets for cfg.Duration and reports.
@@ -130,6 +144,7 @@ func RunRLSLoad(ctx context.Context, cfg RLSLoadConfig) (*RLSResult, error) {
 	}
 	ws := make([]worker, cfg.Clients)
 	var wg sync.WaitGroup
+	srv0, gen0, io0 := sampleGroups(cfg.Pids), sampleSelf(), ioGroups(cfg.Pids)
 	start := time.Now()
 	for i := range ws {
 		w := &ws[i]
@@ -159,6 +174,7 @@ func RunRLSLoad(ctx context.Context, cfg RLSLoadConfig) (*RLSResult, error) {
 	}
 	wg.Wait()
 	el := time.Since(start)
+	srv, gen, io := sampleGroups(cfg.Pids), sampleSelf().sub(gen0), ioGroups(cfg.Pids)
 	res := &RLSResult{Target: cfg.Targets[0], Duration: el, Codes: map[string]int64{}}
 	lat := NewLatency()
 	for _, w := range ws {
@@ -171,8 +187,54 @@ func RunRLSLoad(ctx context.Context, cfg RLSLoadConfig) (*RLSResult, error) {
 	}
 	res.Latency = lat.Summary()
 	res.PerSec = float64(res.Requests) / el.Seconds()
-	res.DecisionsPerSec = float64(res.Requests-res.Errors) * float64(cfg.Descriptors) / el.Seconds()
+	decisions := (res.Requests - res.Errors) * int64(cfg.Descriptors)
+	res.DecisionsPerSec = float64(decisions) / el.Seconds()
+	if len(cfg.Pids) > 0 {
+		var all procSample
+		res.CPU, res.Syscalls = map[string]ProcPerRequest{}, map[string]float64{}
+		for g, n := range io {
+			res.Syscalls[g] = float64(n-io0[g]) / float64(max(decisions, 1))
+		}
+		for g, s := range srv {
+			d := s.sub(srv0[g])
+			all = all.add(d)
+			res.CPU[g] = d.per(decisions)
+		}
+		res.ServerCPU = all.per(decisions)
+	}
+	res.Generator = gen.per(decisions)
 	return res, nil
+}
+
+// sampleGroups is sampleProcs of each group.
+func sampleGroups(groups map[string][]int) map[string]procSample {
+	out := make(map[string]procSample, len(groups))
+	for g, pids := range groups {
+		out[g] = sampleProcs(pids)
+	}
+	return out
+}
+
+// ioGroups are each group's read and write system calls so far
+// (/proc/PID/io syscr + syscw); processes that cannot be read count 0.
+func ioGroups(groups map[string][]int) map[string]int64 {
+	out := make(map[string]int64, len(groups))
+	for g, pids := range groups {
+		for _, pid := range pids {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/io")
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				k, v, _ := strings.Cut(line, ": ")
+				if k == "syscr" || k == "syscw" {
+					n, _ := strconv.ParseInt(v, 10, 64)
+					out[g] += n
+				}
+			}
+		}
+	}
+	return out
 }
 
 func rlsRequest(cfg RLSLoadConfig, next func() uint64) *rlv3.RateLimitRequest {
@@ -216,6 +278,22 @@ type RLSPoP struct {
 type RLSProc struct {
 	GRPC, HTTP string // addresses
 	Proc       *procs.Proc
+}
+
+// PidGroups are the PoP's processes by group: "memcached" (the shards),
+// "mcproxy" and "rls" (RLSLoadConfig.Pids).
+func (p *RLSPoP) PidGroups() map[string][]int {
+	g := map[string][]int{}
+	for _, s := range p.Shards {
+		g["memcached"] = append(g["memcached"], s.Pid())
+	}
+	for _, pr := range p.Proxies {
+		g["mcproxy"] = append(g["mcproxy"], pr.Pid())
+	}
+	for _, r := range p.RLS {
+		g["rls"] = append(g["rls"], r.Proc.Pid())
+	}
+	return g
 }
 
 // GRPCAddrs are the rls processes' gRPC addresses.

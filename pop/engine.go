@@ -172,17 +172,27 @@ func (l *Limiter) DecideAll(ctx context.Context, checks []Check, now time.Time, 
 		out[0] = l.decideCheck(ctx, checks[0], now)
 		return
 	}
+	// The first check runs on the caller's goroutine, the others on
+	// goroutines of their own started before it: their store calls are
+	// in flight together.
 	var wg sync.WaitGroup
+	first := -1
 	for i := range checks {
-		if checks[i].Rule == nil {
+		switch {
+		case checks[i].Rule == nil:
 			out[i] = Decision{Allowed: true, Reason: ReasonNoPolicy}
-			continue
+		case first < 0:
+			first = i
+		default:
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out[i] = l.decideCheck(ctx, checks[i], now)
+			}()
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out[i] = l.decideCheck(ctx, checks[i], now)
-		}()
+	}
+	if first >= 0 {
+		out[first] = l.decideCheck(ctx, checks[first], now)
 	}
 	wg.Wait()
 }

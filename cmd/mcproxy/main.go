@@ -91,7 +91,7 @@ func newApp() *cli.App {
 			&cli.StringFlag{Name: "stats-addr", Value: "127.0.0.1", Usage: "address of --stats-port, like nutcracker -a"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 5 * time.Second, Usage: "on SIGTERM, how long in-flight requests may take before connections are closed"},
 			&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, Usage: "on reload, how long replaced shards may take to answer their in-flight requests"},
-			&cli.DurationFlag{Name: "gc-every", Value: daemon.DefaultGCEvery, Usage: "collect garbage at least this often (when the runtime has not on its own): mcproxy's heap is a few MB and its collections minutes apart at a moderate load, which lets its resident set climb for minutes; a collection every 10s keeps it flat for about a millisecond of CPU (0: only the runtime's own pacing)"},
+			&cli.DurationFlag{Name: "gc-every", Value: daemon.DefaultGCEvery, Usage: "collect garbage at least this often (when the runtime has not on its own): mcproxy's heap is a few MB and its collections minutes apart at a moderate load, which lets its resident set climb for minutes; a collection every 10s keeps it flat for a few milliseconds of CPU per collection (0: only the runtime's own pacing)"},
 			&cli.IntFlag{Name: "procs", Usage: "threads running proxy code at once (GOMAXPROCS; 0: one per core). On a host where the proxy shares a few cores with its clients, 1 spends less CPU per request; more cores serve more requests"},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json (log/slog, to stderr)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn or error"},

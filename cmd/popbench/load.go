@@ -30,6 +30,7 @@ func loadCommand() *cli.Command {
 			&cli.BoolFlag{Name: "open", Usage: "open loop at --rate (default 25%,50%,75% of the measured capacity)"},
 			&cli.StringFlag{Name: "paths", Usage: "open loop: comma-separated paths (generator, floor, nutcracker, mcproxy, pop-gomemcache, pop-pipe, rls)", Value: "all"},
 			&cli.StringFlag{Name: "mcproxy", Usage: "open loop: mcproxy binary (default: go build ./cmd/mcproxy)"},
+			&cli.StringFlag{Name: "capacity-path", Usage: "open loop: the path whose closed-loop capacity the N% rates are shares of (pop-gomemcache, pop-pipe, rls, …)", Value: bench.PathPopGomemcache},
 			&cli.StringFlag{Name: "rls-bin", Usage: "open loop: rls binary of the rls path (default: go build ./cmd/rls)"},
 			&cli.StringFlag{Name: "peer", Usage: "with --store redis: in the same run, interleaved, poplimit over the Redis Cluster, poplimit over memcached and envoyproxy/ratelimit's Redis backend (this `BINARY`, built from source) on the same cluster, all over HTTP, fixed window per second"},
 		),

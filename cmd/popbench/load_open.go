@@ -33,7 +33,8 @@ mcproxy: gRPC ShouldRateLimit, one descriptor).
 // runOpenLoad is "popbench load --rate".
 func runOpenLoad(c *cli.Context) error {
 	cfg := bench.OpenLoopConfig{Workers: c.Int("conns"), Keys: c.Uint64("keys"), ZipfS: c.Float64("zipf"),
-		McproxyBin: c.String("mcproxy"), RLSBin: c.String("rls-bin"), Progress: logOut(c)}
+		McproxyBin: c.String("mcproxy"), RLSBin: c.String("rls-bin"),
+		CapacityPath: c.String("capacity-path"), Progress: logOut(c)}
 	if c.IsSet("duration") {
 		cfg.Duration = c.Duration("duration")
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -72,8 +73,16 @@ config with the same --run token and the suites' settings):
 			&cli.BoolFlag{Name: "peer-suites", Usage: "skip the rls_only suites (rls's deliberate differences and extensions)"},
 			&cli.StringFlag{Name: "dir", Usage: "keep configs and logs in `DIR` (default: a removed temp dir)"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write the load generator's own CPU profile to `FILE`"},
 		},
 		Action: func(c *cli.Context) error {
+			if f := c.String("cpuprofile"); f != "" {
+				stop, err := startCPUProfile(f)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			if c.String("conformance") != "" {
 				return rlsConformance(c)
 			}
@@ -195,7 +204,7 @@ func rlsLoad(c *cli.Context) error {
 		rounds = max(c.Int("rounds"), 1)
 	}
 	for range rounds {
-		cfg.Targets = launched.GRPCAddrs()
+		cfg.Targets, cfg.Pids = launched.GRPCAddrs(), launched.PidGroups()
 		r, err := bench.RunRLSLoad(c.Context, cfg)
 		if err != nil {
 			return err
@@ -209,7 +218,7 @@ func rlsLoad(c *cli.Context) error {
 		if peer == nil {
 			continue
 		}
-		cfg.Targets = []string{peer.Addr}
+		cfg.Targets, cfg.Pids = []string{peer.Addr}, map[string][]int{"memcached": launched.PidGroups()["memcached"], "ratelimit": {peer.Pid()}}
 		if r, err = bench.RunRLSLoad(c.Context, cfg); err != nil {
 			return err
 		}
@@ -270,6 +279,19 @@ func launchRLS(c *cli.Context, dir string) (*bench.RLSPoP, *procs.Proc, error) {
 	return p, peer, err
 }
 
+// startCPUProfile profiles this process into file until stop.
+func startCPUProfile(file string) (stop func(), err error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
 func printRLS(c *cli.Context, rs []*bench.RLSResult) error {
 	w := c.App.Writer
 	if c.Bool("json") {
@@ -283,10 +305,10 @@ func printRLS(c *cli.Context, rs []*bench.RLSResult) error {
 
 func printRLSTable(w io.Writer, rs []*bench.RLSResult) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "target\trequests/s\tdecisions/s\tp50 ms\tp99 ms\tp999 ms\terrors\tcodes")
+	fmt.Fprintln(tw, "target\trequests/s\tdecisions/s\tp50 ms\tp99 ms\tp999 ms\tserver µs/dec\tclient µs/dec\terrors\tcodes")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%d\t%v\n", r.Target, r.PerSec, r.DecisionsPerSec,
-			r.Latency.P50, r.Latency.P99, r.Latency.P999, r.Errors, r.Codes)
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%d\t%v\n", r.Target, r.PerSec, r.DecisionsPerSec,
+			r.Latency.P50, r.Latency.P99, r.Latency.P999, r.ServerCPU.CPUUS(), r.Generator.CPUUS(), r.Errors, r.Codes)
 	}
 	tw.Flush()
 }

@@ -61,7 +61,7 @@ func main() {
 			&cli.StringFlag{Name: "config-dir", Usage: "directory of the YAML config files (default: $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY)"},
 			&cli.StringSliceFlag{Name: "memcached", Usage: "memcached or mcproxy `ADDR`; repeatable with --store-client gomemcache; empty = in-process store"},
 			&cli.StringFlag{Name: "store-client", Value: "pipe", Usage: "'pipe' (memcached.PipeStore, pipelined: all descriptors of one request in one write; one --memcached, normally mcproxy) or 'gomemcache'"},
-			&cli.IntFlag{Name: "store-multiplex", Value: 4, Usage: "with --store-client pipe: connections shared by all requests (concurrent store calls are written together); 0 = one pooled connection per call"},
+			&cli.IntFlag{Name: "store-multiplex", Value: 1, Usage: "with --store-client pipe: connections shared by all requests (concurrent store calls are written together: one connection batches best, 0.95 read+write system calls per decision against 1.5 with 4); 0 = one pooled connection per call"},
 			&cli.IntFlag{Name: "workers-per-pop", Value: 1, Usage: "rls processes in the PoP: the local fail mode enforces limit ÷ this"},
 			&cli.DurationFlag{Name: "store-deadline", Usage: "fixed deadline of one decision's store calls; 0 = adaptive within [--store-deadline-floor, --store-deadline-ceiling]"},
 			&cli.DurationFlag{Name: "store-deadline-floor", Value: 250 * time.Millisecond, Usage: "shortest adaptive store deadline (250ms, as edge's: a saturated host schedules a process hundreds of ms late, and a timeout on a store that answers costs exactness)"},
@@ -79,7 +79,7 @@ func main() {
 			&cli.BoolFlag{Name: "fail-closed-unavailable", Usage: "a descriptor failing closed answers gRPC UNAVAILABLE (Envoy's failure_mode_deny decides) instead of OVER_LIMIT"},
 			&cli.Float64Flag{Name: "near-limit-ratio", Value: 0.8, EnvVars: []string{"NEAR_LIMIT_RATIO"}, Usage: "share of a limit above which admissions count as near_limit"},
 			&cli.IntFlag{Name: "max-descriptors", Value: 256, Usage: "descriptors per request; more is INVALID_ARGUMENT"},
-		}, append(storeflag.RedisFlags(), globalflags.Flags()...)...),
+		}, append(grpcFlags(), append(storeflag.RedisFlags(), globalflags.Flags()...)...)...),
 		Action: run,
 	}
 	if err := app.Run(os.Args); err != nil {
@@ -180,7 +180,7 @@ func serve(ctx context.Context, c *cli.Context, logger *slog.Logger, svc *rls.Se
 	if err != nil {
 		return err
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpcOptions(c)...)
 	rlv3.RegisterRateLimitServiceServer(gs, svc)
 	healthpb.RegisterHealthServer(gs, healthSrv)
 	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,6 +91,15 @@ func (mc *muxConn) writer() {
 		case <-mc.closed:
 			return
 		case req = <-mc.queue:
+		}
+		if len(mc.queue) == 0 && mc.inFlight.Load() < mc.maxInFlight {
+			// Alone, and nothing holds this call back: let the
+			// goroutines already runnable (the other descriptors of one
+			// rls request, other requests) queue their calls first, so
+			// this write carries them all. Without it the writer, woken
+			// by the first call, writes it alone, and the next ones wait
+			// for its reply (MuxInFlight) or cost a write of their own.
+			runtime.Gosched()
 		}
 		// Hold back while maxInFlight batches await replies: the calls
 		// arriving meanwhile join this one's write. Bounded by the read

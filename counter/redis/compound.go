@@ -44,8 +44,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, n int64, checks ...
 		return counter.Result{Allowed: true}, nil, nil
 	}
 	keys := make([]string, len(checks))
-	lims := make([]*Limiter, len(checks))
-	args := make([]any, 0, len(checks)*fieldsPerLimit)
+	args := make([]any, headLen, headLen+len(checks)*fieldsPerLimit)
 	for i, c := range checks {
 		lim, ok := c.Allower.(*Limiter)
 		if !ok || lim.s != s {
@@ -64,13 +63,13 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, n int64, checks ...
 		f := lim.fields
 		f[2] = units
 		args = append(args, f[:]...)
-		keys[i], lims[i] = c.Key, lim
+		keys[i] = c.Key
 	}
 	rep, err := s.runKeys(ctx, keys, now, args)
 	if err != nil {
 		return counter.Result{}, nil, err
 	}
-	results, err := rep.results(lims, checks, n)
+	results, err := rep.results(checks, n)
 	if err != nil {
 		return counter.Result{}, nil, err
 	}
@@ -90,8 +89,12 @@ func HashTag(key string) string {
 
 // run is one script call for one limit's fields.
 func (s *Store) run(ctx context.Context, key string, now time.Time, fields []any) (reply, error) {
-	return s.runKeys(ctx, []string{key}, now, fields)
+	return s.runKeys(ctx, []string{key}, now, append(make([]any, headLen, headLen+len(fields)), fields...))
 }
+
+// headLen is the number of script arguments before the limits' fields
+// (now as seconds and nanoseconds, the number of limits).
+const headLen = 3
 
 // reply is the script's reply: the now it used (the worker's, or the
 // shard's with Config.ServerTime) and the values after it.
@@ -100,19 +103,19 @@ type reply struct {
 	vals []int64
 }
 
-// runKeys runs the decision script over keys (one per limit) and args
-// (fieldsPerLimit per limit).
+// runKeys runs the decision script over keys (one per limit) and args:
+// headLen slots it fills, then fieldsPerLimit per limit.
 func (s *Store) runKeys(ctx context.Context, keys []string, now time.Time, args []any) (reply, error) {
-	head := []any{"-", 0, len(keys)}
+	args[0], args[1], args[2] = "-", 0, len(keys)
 	if !s.cfg.ServerTime {
 		ns := now.UnixNano()
 		sec := ns / 1e9
 		if ns%1e9 < 0 {
 			sec--
 		}
-		head = []any{sec, ns - sec*1e9, len(keys)}
+		args[0], args[1] = sec, ns-sec*1e9
 	}
-	raw, err := decideScript.Run(ctx, s.sc, keys, append(head, args...)...).Int64Slice()
+	raw, err := decideScript.Run(ctx, s.sc, keys, args...).Int64Slice()
 	if err != nil {
 		if errors.Is(err, goredis.Nil) {
 			err = ErrReply
@@ -134,10 +137,11 @@ func (s *Store) runKeys(ctx context.Context, keys []string, now time.Time, args 
 }
 
 // results turns the reply into each check's Result.
-func (r reply) results(lims []*Limiter, checks []counter.Check, n int64) ([]counter.Result, error) {
-	out := make([]counter.Result, len(lims))
+func (r reply) results(checks []counter.Check, n int64) ([]counter.Result, error) {
+	out := make([]counter.Result, len(checks))
 	v := r.vals
-	for i, lim := range lims {
+	for i, c := range checks {
+		lim := c.Allower.(*Limiter) // checked by AllowAll
 		units := n
 		if checks[i].Cost > 0 {
 			units = n * checks[i].Cost

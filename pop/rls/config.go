@@ -128,6 +128,9 @@ type Config struct {
 	Files []string
 	// Rules are the engine rules of every limit, in file order.
 	Rules []pop.RuleSpec
+	// Options are those the files compiled with (request-level limit
+	// overrides follow them too).
+	Options Options
 }
 
 // Options change how files compile.
@@ -168,7 +171,7 @@ func LoadDir(dir string, opt Options) (*Config, error) {
 // Parse compiles the documents of files (name → YAML). Every problem of
 // every file is reported (errors.Join of *ConfigError).
 func Parse(files map[string][]byte, opt Options) (*Config, error) {
-	c := &Config{Domains: map[string]*Node{}}
+	c := &Config{Domains: map[string]*Node{}, Options: opt}
 	for n := range files {
 		c.Files = append(c.Files, n)
 	}

@@ -65,6 +65,7 @@ type Service struct {
 	cfg     ServiceConfig
 	cur     atomic.Pointer[loaded]
 	lastErr atomic.Pointer[error]
+	ov      overrides
 }
 
 type loaded struct {
@@ -165,7 +166,8 @@ type descriptor struct {
 	statsKey  string
 	hits      int64
 	unlimited bool
-	check     int // index in the batch, -1 when nothing is decided
+	rule      *pop.Rule // the compiled rule of limit
+	check     int       // index in the batch, -1 when nothing is decided
 }
 
 // errBadRequest marks a request refused as malformed.
@@ -203,10 +205,23 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitReques
 		for _, e := range d.Entries {
 			entries = append(entries, Entry{e.Key, e.Value})
 		}
+		if o := d.GetLimit(); o != nil {
+			if cur.cfg.Domains[req.Domain] == nil {
+				continue // unknown domain: OK, as without the override
+			}
+			ov, err := s.override(cur.cfg.Options, Unit(o.Unit), o.RequestsPerUnit)
+			if err != nil {
+				s.cfg.Stats.badRequest()
+				return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("descriptor %d: %v", i, err))
+			}
+			ds.limit, ds.rule, ds.statsKey = ov.limit, ov.rule, overrideStatsKey(req.Domain, entries)
+			continue
+		}
 		ds.limit, ds.statsKey = cur.cfg.Match(req.Domain, entries)
 		if ds.limit == nil {
 			continue
 		}
+		ds.rule = cur.rules.Rule(ds.limit.FullKey)
 		for _, r := range ds.limit.Replaces {
 			replacing[r] = true
 		}
@@ -224,7 +239,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitReques
 			continue
 		}
 		ds.check = len(checks)
-		checks = append(checks, pop.Check{Rule: cur.rules.Rule(ds.limit.FullKey), Parts: parts(req, i), Hits: ds.hits})
+		checks = append(checks, pop.Check{Rule: ds.rule, Parts: parts(req, i), Hits: ds.hits})
 	}
 	out := make([]pop.Decision, len(checks))
 	s.cfg.Limiter.DecideAll(ctx, checks, now, out)
