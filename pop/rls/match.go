@@ -105,6 +105,9 @@ func globMatch(parts []string, v string) bool {
 	return true
 }
 
+// detailedKey is domain.key_value.key_value… (a key with an empty value
+// without the _): the statistics key of detailed_metric and of a
+// request-level limit.
 func detailedKey(domain string, entries []Entry) string {
 	var b strings.Builder
 	b.WriteString(domain)

@@ -3,7 +3,6 @@ package rls
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/poplimit/poplimit/counter"
@@ -103,21 +102,4 @@ func unitName(u Unit) string {
 		}
 	}
 	return "unknown"
-}
-
-// overrideStatsKey is envoyproxy/ratelimit's statistics key of a
-// descriptor with a request-level limit: domain.key_value.key_value (a key
-// with an empty value without the _).
-func overrideStatsKey(domain string, entries []Entry) string {
-	var b strings.Builder
-	b.WriteString(domain)
-	for _, e := range entries {
-		b.WriteByte('.')
-		b.WriteString(e.Key)
-		if e.Value != "" {
-			b.WriteByte('_')
-			b.WriteString(e.Value)
-		}
-	}
-	return b.String()
 }

@@ -214,7 +214,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitReques
 				s.cfg.Stats.badRequest()
 				return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("descriptor %d: %v", i, err))
 			}
-			ds.limit, ds.rule, ds.statsKey = ov.limit, ov.rule, overrideStatsKey(req.Domain, entries)
+			ds.limit, ds.rule, ds.statsKey = ov.limit, ov.rule, detailedKey(req.Domain, entries) // envoyproxy/ratelimit's descriptorKey
 			continue
 		}
 		ds.limit, ds.statsKey = cur.cfg.Match(req.Domain, entries)
