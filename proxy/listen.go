@@ -132,10 +132,13 @@ func (s *Server) overClientLimit(nc net.Conn) bool {
 
 // parkSweep is the sweep period where connections park: a client idle
 // for one to two of them parks, so a wave of connections that go idle
-// (a pool warming up, a flood) holds few goroutines and runtime
+// (a pool warming up, a flood) holds few goroutines, stacks and runtime
 // descriptors at once (each leaves memory behind that the runtime
-// reuses but never frees: its goroutine's g, its poll descriptor).
-const parkSweep = 100 * time.Millisecond
+// reuses but never frees: its goroutine's g, its poll descriptor, span
+// metadata). A park and resume costs about a dozen system calls and a new
+// clientConn, at most once per request, and only for a client that pauses
+// 50 ms or more.
+const parkSweep = 50 * time.Millisecond
 
 // startIdleSweeper starts the goroutine that advances the coarse clock and
 // closes idle clients, once; s.mu must be held and s not closed.
