@@ -35,6 +35,13 @@ type SoakConfig struct {
 	Warmup time.Duration
 	// Interval between samples; default Duration/60, within 250ms–10s.
 	Interval time.Duration
+	// Rest is how long the traffic pauses (after the requests in flight
+	// have finished) before each of the two samples at rest: one when the
+	// warm-up ends, one at the end. Goroutines and fds are judged on
+	// those, because under traffic they follow the work in flight (mcproxy
+	// runs goroutines only for clients that are not parked), not leaks;
+	// default 1s (mcproxy parks a client idle for 100–200 ms).
+	Rest time.Duration
 	// Keys is the Zipf identity space (exponent 1.1); default 10,000.
 	Keys uint64
 	// Quantity per Window per identity; default 100 per 1s.
@@ -70,6 +77,7 @@ func (c SoakConfig) withDefaults() SoakConfig {
 	defaultTo(&c.Conns, 32)
 	defaultTo(&c.Warmup, c.Duration/10)
 	defaultTo(&c.Interval, min(10*time.Second, max(250*time.Millisecond, c.Duration/60)))
+	defaultTo(&c.Rest, time.Second)
 	defaultTo(&c.Keys, 10000)
 	defaultTo(&c.Quantity, 100)
 	defaultTo(&c.Window, time.Second)
@@ -85,8 +93,9 @@ func (c SoakConfig) withDefaults() SoakConfig {
 // requests open loop at Rate for Duration while sampling every process's
 // RSS, threads, open fds and goroutines, and counts errors (transport
 // errors, statuses other than 2xx and 429) and the edges' fail-open
-// decisions. The verdict: after Warmup, no judged process grew by more
-// than Tolerance (fds and goroutines: or Slack), zero errors, zero
+// decisions. The verdict: after Warmup, no judged process's RSS grew by
+// more than Tolerance, nor its fds and goroutines between the two samples
+// at rest (see Rest) by more than Tolerance or Slack; zero errors, zero
 // fail-open decisions.
 func RunSoak(ctx context.Context, env *Env, cfg SoakConfig) (*SoakResult, error) {
 	cfg = cfg.withDefaults()
@@ -200,7 +209,9 @@ const failOpenReason = "fail_open"
 
 // sampleWhile samples every process at once, then every Interval until
 // Duration has passed since the generator started, and once more at the
-// end (before the generator stops). Each sample also records the
+// end (before the generator stops). At the first sample past the warm-up
+// and after the last one it also takes a sample at rest (Rest: the
+// traffic paused, nothing in flight). Each sample also records the
 // generator's counts and the edges' fail-open total so far.
 func sampleWhile(ctx context.Context, procs []SoakProcess, p *PoP, cfg SoakConfig, gen *soakGen, progress func(time.Duration)) []SoakSample {
 	start := time.Now()
@@ -211,6 +222,14 @@ func sampleWhile(ctx context.Context, procs []SoakProcess, p *PoP, cfg SoakConfi
 		for i, pr := range procs {
 			s.Procs[i], _ = pr.Sample() // a field that cannot be read stays -1
 		}
+		return s
+	}
+	rested := false
+	atRest := func() SoakSample {
+		gen.quiesce(ctx, cfg.Rest)
+		defer gen.resume()
+		s := take()
+		s.Rest = true
 		return s
 	}
 	samples := []SoakSample{take()}
@@ -224,10 +243,15 @@ func sampleWhile(ctx context.Context, procs []SoakProcess, p *PoP, cfg SoakConfi
 			return samples
 		case <-end.C:
 			progress(cfg.Duration)
-			return append(samples, take())
+			samples = append(samples, take())
+			return append(samples, atRest())
 		case <-tick.C:
 			if time.Since(start) < cfg.Duration-cfg.Interval/2 {
 				samples = append(samples, take())
+				if !rested && time.Since(start) >= cfg.Warmup {
+					rested = true
+					samples = append(samples, atRest())
+				}
 			}
 			progress(time.Since(start))
 		}
@@ -248,10 +272,14 @@ type soakGen struct {
 	quit   chan struct{}
 	done   atomic.Int64
 	shed   atomic.Int64
-	counts [numOutcomes]atomic.Int64
-	mu     sync.Mutex
-	lat    *Latency
-	lag    time.Duration
+	// paused: the pacer skips (does not queue, does not shed) the
+	// requests due; inflight counts requests being sent.
+	paused   atomic.Bool
+	inflight atomic.Int64
+	counts   [numOutcomes]atomic.Int64
+	mu       sync.Mutex
+	lat      *Latency
+	lag      time.Duration
 }
 
 func newSoakGen(urls []string, route Route, cfg SoakConfig, rate float64) *soakGen {
@@ -298,6 +326,9 @@ func (g *soakGen) pace(ctx context.Context) {
 			return
 		case now := <-tick.C:
 			due := int64(now.Sub(t0).Seconds() * g.rate)
+			if g.paused.Load() {
+				queued = due
+			}
 			for ; queued < due; queued++ {
 				at := t0.Add(time.Duration(float64(queued) / g.rate * float64(time.Second)))
 				select {
@@ -319,7 +350,9 @@ func (g *soakGen) send(w int) {
 	for at := range g.jobs {
 		lag = max(lag, time.Since(at))
 		c.ID = "k" + strconv.FormatUint(z.Next(), 10)
+		g.inflight.Add(1)
 		o := g.target.Do(context.Background(), w, c, &g.route)
+		g.inflight.Add(-1)
 		lat.Record(time.Since(at))
 		g.counts[o].Add(1)
 		g.done.Add(1)
@@ -329,6 +362,24 @@ func (g *soakGen) send(w int) {
 	g.lag = max(g.lag, lag)
 	g.mu.Unlock()
 }
+
+// quiesce pauses the pacer, waits (at most 10 s) until no request is
+// queued or in flight, then for rest.
+func (g *soakGen) quiesce(ctx context.Context, rest time.Duration) {
+	g.paused.Store(true)
+	deadline := time.Now().Add(10 * time.Second)
+	for (len(g.jobs) > 0 || g.inflight.Load() > 0) && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(rest):
+	}
+}
+
+// resume ends a quiesce: the pacer queues again at the same rate (the
+// requests due during the pause are skipped, not sent late).
+func (g *soakGen) resume() { g.paused.Store(false) }
 
 // stop ends the pacer and waits for the requests in flight.
 func (g *soakGen) stop() {

@@ -53,6 +53,8 @@ type SoakSample struct {
 	Errors   int64
 	FailOpen int64
 	Procs    []Resources
+	// Rest: taken with the traffic paused and nothing in flight.
+	Rest bool
 }
 
 // SoakSampleTable is a SoakSample as the JSON carries it, by process name.
@@ -62,6 +64,7 @@ type SoakSampleTable struct {
 	Errors   int64                `json:"errors"`
 	FailOpen int64                `json:"fail_open_total"`
 	Procs    map[string]Resources `json:"processes"`
+	Rest     bool                 `json:"at_rest,omitempty"`
 }
 
 // SoakFigure is one resource of one process after warm-up.
@@ -94,7 +97,7 @@ func (r *SoakResult) judge(procs []SoakProcess, samples []SoakSample, cfg SoakCo
 		r.Failures = append(r.Failures, fmt.Sprintf(format, args...))
 	}
 	for _, s := range samples {
-		t := SoakSampleTable{At: s.At, Requests: s.Requests, Errors: s.Errors, FailOpen: s.FailOpen, Procs: map[string]Resources{}}
+		t := SoakSampleTable{At: s.At, Requests: s.Requests, Errors: s.Errors, FailOpen: s.FailOpen, Procs: map[string]Resources{}, Rest: s.Rest}
 		for i, pr := range procs {
 			t.Procs[pr.Name] = s.Procs[i]
 		}
@@ -111,20 +114,33 @@ func (r *SoakResult) judge(procs []SoakProcess, samples []SoakSample, cfg SoakCo
 		fail("%d samples after the warm-up: too short to judge", len(samples)-warm)
 		warm = max(0, len(samples)-2)
 	}
-	after := samples[warm:]
+	// RSS and threads: the samples under traffic after the warm-up;
+	// goroutines and fds: the two samples at rest when there are both
+	// (under traffic they follow the work in flight), else the same.
+	var busy, rest []SoakSample
+	for _, s := range samples[warm:] {
+		if s.Rest {
+			rest = append(rest, s)
+		} else {
+			busy = append(busy, s)
+		}
+	}
+	if len(rest) < 2 {
+		rest = busy
+	}
 	for i, pr := range procs {
-		pick := func(f func(Resources) int64) []int64 {
+		pick := func(from []SoakSample, f func(Resources) int64) []int64 {
 			var v []int64
-			for _, s := range after {
+			for _, s := range from {
 				v = append(v, f(s.Procs[i]))
 			}
 			return v
 		}
 		p := SoakProcResult{Name: pr.Name, Pid: pr.Pid, Judged: pr.Judged,
-			RSSKB:      figure(pick(func(x Resources) int64 { return x.RSSKB }), cfg.Tolerance, 0, pr.Judged),
-			Goroutines: figure(pick(func(x Resources) int64 { return x.Goroutines }), cfg.Tolerance, cfg.Slack, pr.Judged),
-			FDs:        figure(pick(func(x Resources) int64 { return x.FDs }), cfg.Tolerance, cfg.Slack, pr.Judged),
-			Threads:    figure(pick(func(x Resources) int64 { return x.Threads }), 0, 0, false),
+			RSSKB:      figure(pick(busy, func(x Resources) int64 { return x.RSSKB }), cfg.Tolerance, 0, pr.Judged),
+			Goroutines: figure(pick(rest, func(x Resources) int64 { return x.Goroutines }), cfg.Tolerance, cfg.Slack, pr.Judged),
+			FDs:        figure(pick(rest, func(x Resources) int64 { return x.FDs }), cfg.Tolerance, cfg.Slack, pr.Judged),
+			Threads:    figure(pick(busy, func(x Resources) int64 { return x.Threads }), 0, 0, false),
 		}
 		for _, f := range []struct {
 			name string
@@ -181,7 +197,7 @@ func (r *SoakResult) Tables() []*Table {
 		Header: []string{"capacity/s", "rate/s", "requests", "admitted", "rejected", "errors", "fail-open", "store errors", "shed", "p50 ms", "p99 ms", "p999 ms", "verdict"}}
 	sum.Add(r.Capacity, r.Rate, r.Requests, r.Admitted, r.Rejected, r.Errors, r.Counters.FailOpen, r.Counters.StoreErrors, r.Shed,
 		r.Latency.P50, r.Latency.P99, r.Latency.P999, verdict)
-	procs := &Table{Title: fmt.Sprintf("Per process after warm-up: start / end / max, drift %% (limit +%.0f%%; fds and goroutines +%d)", r.Tolerance, r.Slack),
+	procs := &Table{Title: fmt.Sprintf("Per process after warm-up: start / end / max, drift %% (limit +%.0f%%; fds and goroutines +%d, at rest: traffic paused, nothing in flight)", r.Tolerance, r.Slack),
 		Header: []string{"process", "pid", "RSS MB", "RSS drift %", "goroutines", "goroutines drift %", "fds", "fds drift %", "threads", "ok"}}
 	mb := func(kb int64) string {
 		if kb < 0 {
