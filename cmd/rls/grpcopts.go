@@ -9,7 +9,6 @@ import (
 func grpcFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.UintFlag{Name: "grpc-stream-workers", Value: 0, Usage: "goroutines kept to run RPCs (their stacks stay grown); 0 = a new goroutine per RPC"},
-		&cli.BoolFlag{Name: "grpc-shared-write-buffer", Usage: "release a connection's write buffer between flushes"},
 		&cli.IntFlag{Name: "grpc-read-buffer", Value: 0, Usage: "gRPC connection read buffer bytes; 0 = grpc's default (32 KiB)"},
 		&cli.IntFlag{Name: "grpc-write-buffer", Value: 0, Usage: "gRPC connection write buffer bytes; 0 = grpc's default (32 KiB)"},
 	}
@@ -20,9 +19,6 @@ func grpcOptions(c *cli.Context) []grpc.ServerOption {
 	var opts []grpc.ServerOption
 	if n := c.Uint("grpc-stream-workers"); n > 0 {
 		opts = append(opts, grpc.NumStreamWorkers(uint32(n)))
-	}
-	if c.Bool("grpc-shared-write-buffer") {
-		opts = append(opts, grpc.SharedWriteBuffer(true))
 	}
 	if n := c.Int("grpc-read-buffer"); n > 0 {
 		opts = append(opts, grpc.ReadBufferSize(n))
