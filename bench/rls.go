@@ -281,11 +281,17 @@ type RLSProc struct {
 }
 
 // PidGroups are the PoP's processes by group: "memcached" (the shards),
-// "mcproxy" and "rls" (RLSLoadConfig.Pids).
+// "redis" (every node of the PoP's Redis Cluster, replicas too: they
+// apply every write), "mcproxy" and "rls" (RLSLoadConfig.Pids).
 func (p *RLSPoP) PidGroups() map[string][]int {
 	g := map[string][]int{}
 	for _, s := range p.Shards {
 		g["memcached"] = append(g["memcached"], s.Pid())
+	}
+	if p.Redis != nil {
+		for _, n := range p.Redis.Nodes {
+			g["redis"] = append(g["redis"], n.Pid())
+		}
 	}
 	for _, pr := range p.Proxies {
 		g["mcproxy"] = append(g["mcproxy"], pr.Pid())

@@ -218,7 +218,8 @@ func rlsLoad(c *cli.Context) error {
 		if peer == nil {
 			continue
 		}
-		cfg.Targets, cfg.Pids = []string{peer.Addr}, map[string][]int{"memcached": launched.PidGroups()["memcached"], "ratelimit": {peer.Pid()}}
+		stores := launched.PidGroups() // the peer is charged with the same store processes
+		cfg.Targets, cfg.Pids = []string{peer.Addr}, map[string][]int{"memcached": stores["memcached"], "redis": stores["redis"], "ratelimit": {peer.Pid()}}
 		if r, err = bench.RunRLSLoad(c.Context, cfg); err != nil {
 			return err
 		}
