@@ -20,12 +20,24 @@ type OpenLoopConfig struct {
 	// Fractions of the measured capacity when Rates is empty; default
 	// 0.25, 0.5, 0.75.
 	Fractions []float64
-	// Duration of each run (one path at one rate); default 2s.
+	// Duration of each run (one path at one rate in one round); default
+	// 2s, sent in slices of Slice.
 	Duration time.Duration
-	// Rounds of the interleaved sequence of paths per rate; default 3.
+	// Slice is how long one path runs before the next takes over: each
+	// round rotates through the paths Duration/Slice times (the first path
+	// of each rotation shifts by one), so that machine noise lasting more
+	// than a rotation (paths × Slice) falls on every path alike instead of
+	// on one run;
+	// default 100ms (Duration when longer).
+	Slice time.Duration
+	// Rounds of the interleaved sequence of paths per rate; default 5.
+	// The report gives each path's p99 pooled over the rounds and the
+	// median of its per-round p99 (and of its ratio to the floor's in
+	// the same round).
 	Rounds int
-	// Workers is the number of sending goroutines (each sends its share
-	// of the schedule, and at most one request at a time); default 32.
+	// Workers is the number of sending goroutines (each sends the next
+	// unclaimed request of the schedule when its previous one is
+	// answered, at most one at a time); default 32.
 	Workers int
 	// Keys and ZipfS: the identity space, Zipf-drawn; default 10,000 and
 	// 1.1.
@@ -56,7 +68,9 @@ func (c OpenLoopConfig) withDefaults() OpenLoopConfig {
 		c.Fractions = []float64{0.25, 0.5, 0.75}
 	}
 	defaultTo(&c.Duration, 2*time.Second)
-	defaultTo(&c.Rounds, 3)
+	defaultTo(&c.Slice, 100*time.Millisecond)
+	c.Slice = min(c.Slice, c.Duration)
+	defaultTo(&c.Rounds, 5)
 	defaultTo(&c.Workers, 32)
 	defaultTo(&c.Keys, 10000)
 	if c.ZipfS <= 1 {
@@ -108,6 +122,13 @@ type OpenSummary struct {
 	P50Ratio   float64 `json:"p50_ratio_to_floor"`
 	P99Ratio   float64 `json:"p99_ratio_to_floor"`
 	AddedP99MS float64 `json:"added_p99_ms"`
+	// MedianP99MS is the median over rounds of the path's p99 in each
+	// round; MedianP99Ratio of its ratio to the floor's p99 in the same
+	// round, MedianAddedP99MS of its excess over it. A burst of machine
+	// noise in one round moves the pooled p99 but not these.
+	MedianP99MS      float64 `json:"median_p99_ms"`
+	MedianP99Ratio   float64 `json:"median_p99_ratio_to_floor"`
+	MedianAddedP99MS float64 `json:"median_added_p99_ms"`
 }
 
 // OpenLoopReport is RunOpenLoop's result.
@@ -125,6 +146,7 @@ type OpenLoopReport struct {
 	Workers     int            `json:"workers"`
 	Keys        uint64         `json:"keys"`
 	Seconds     float64        `json:"seconds_per_run"`
+	Slice       float64        `json:"seconds_per_slice"`
 	Rounds      int            `json:"rounds"`
 	Paths       []PathInfo     `json:"paths"`
 	Runs        []*OpenRun     `json:"runs"`
@@ -181,7 +203,7 @@ func RunOpenLoop(ctx context.Context, cfg OpenLoopConfig) (*OpenLoopReport, erro
 	capPath, paths := paths[len(paths)-1], paths[:len(paths)-1]
 	rep := &OpenLoopReport{Date: time.Now().UTC().Format(time.RFC3339), NumCPU: runtime.NumCPU(),
 		CapacityPath: cfg.CapacityPath, Workers: cfg.Workers, Keys: cfg.Keys,
-		Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, LoadAvg: loadAvg()}
+		Seconds: cfg.Duration.Seconds(), Slice: cfg.Slice.Seconds(), Rounds: cfg.Rounds, LoadAvg: loadAvg()}
 	for _, p := range paths {
 		rep.Paths = append(rep.Paths, PathInfo{p.Name, p.Detail})
 	}
@@ -212,17 +234,15 @@ func RunOpenLoop(ctx context.Context, cfg OpenLoopConfig) (*OpenLoopReport, erro
 	}
 	for ri, rate := range rates {
 		for round := 1; round <= cfg.Rounds; round++ {
-			for _, p := range paths {
-				s := openSchedule{Rate: rate, Duration: cfg.Duration, Workers: cfg.Workers, Keys: cfg.Keys,
-					ZipfS: cfg.ZipfS, Seed: uint64(ri*100 + round)}
-				run, err := measureOpen(ctx, s, p)
-				if err != nil {
-					return nil, err
-				}
+			runs, err := measureRound(ctx, cfg, rate, uint64(ri*100+round), paths)
+			if err != nil {
+				return nil, err
+			}
+			for _, run := range runs {
 				run.Round = round
 				rep.Runs = append(rep.Runs, run)
 				logf("%-14s %6.0f/s round %d: p50 %.3f p99 %.3f p999 %.3f ms (service p99 %.3f, late p99 %.3f) errors %d queued %d unsent %d",
-					p.Name, rate, round, run.Latency.P50, run.Latency.P99, run.Latency.P999, run.Service.P99,
+					run.Path, rate, round, run.Latency.P50, run.Latency.P99, run.Latency.P999, run.Service.P99,
 					run.Lateness.P99, run.Errors, run.Queued, run.Unsent)
 			}
 		}
@@ -230,25 +250,6 @@ func RunOpenLoop(ctx context.Context, cfg OpenLoopConfig) (*OpenLoopReport, erro
 	rep.summarise(rates, paths)
 	rep.Notes = append(rep.Notes, rep.targets()...)
 	return rep, nil
-}
-
-// measureOpen runs s on p and charges it the CPU and context switches of
-// this process, p's proxy and p's shards.
-func measureOpen(ctx context.Context, s openSchedule, p *openPath) (*OpenRun, error) {
-	var proxy []int
-	if p.Proxy != 0 {
-		proxy = []int{p.Proxy}
-	}
-	self0, px0, sh0, sv0 := sampleSelf(), sampleProcs(proxy), sampleProcs(p.Shards), sampleProcs(p.Server)
-	c, err := runOpen(ctx, s, p.Op)
-	if err != nil {
-		return nil, err
-	}
-	run := &OpenRun{Path: p.Name, Rate: s.Rate, counts: c,
-		client: sampleSelf().sub(self0), proxy: sampleProcs(proxy).sub(px0), shard: sampleProcs(p.Shards).sub(sh0),
-		server: sampleProcs(p.Server).sub(sv0)}
-	run.fill()
-	return run, nil
 }
 
 // fill derives the summaries and per-request figures from the raw counts.

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -12,9 +13,13 @@ import (
 type openOp func(ctx context.Context, worker int, key uint64) error
 
 // openSchedule is one open-loop run: Rate requests per second for
-// Duration, request i intended at start + i/Rate, spread over Workers
-// sending goroutines (worker w sends requests w, w+Workers, …), each with
-// its own Zipf stream of Keys identities.
+// Duration, request i intended at start + i/Rate, sent by whichever of the
+// Workers sending goroutines is free first (each claims the next unclaimed
+// request when its previous one is answered, sleeps until its intended
+// time, and sends it), each worker with its own Zipf stream of Keys
+// identities. A slow request delays only its own worker: the requests
+// intended meanwhile go to the others, as an edge serves each user's
+// request on its own goroutine.
 type openSchedule struct {
 	Rate     float64
 	Duration time.Duration
@@ -31,16 +36,15 @@ type openSchedule struct {
 // openCounts is what one open-loop run measured.
 type openCounts struct {
 	// Latency is from each request's intended send time to its answer
-	// (no coordinated omission: a request that waited for its worker to
-	// finish the previous one carries that wait); Service from its actual
-	// start; Lateness is the generator's own error, the delay between the
-	// intended time and the wake-up of a worker that was idle (asleep)
-	// waiting for it.
+	// (no coordinated omission: a request that found every worker busy
+	// carries its wait); Service from its actual start; Lateness is the
+	// generator's own error, the delay between the intended time and the
+	// wake-up of the worker that was idle (asleep) waiting for it.
 	Latency, Service, Lateness *Latency
 	// Sent, Errors: requests made, and those that failed. Queued counts
-	// requests whose worker was still busy at their intended time (they
-	// start late, and their latency says so). Unsent is what the grace
-	// period cut.
+	// requests that started late because every worker was busy at their
+	// intended time (their latency says by how much). Unsent is what the
+	// grace period cut.
 	Sent, Errors, Queued, Unsent int64
 	Seconds                      float64
 }
@@ -68,51 +72,78 @@ func (s openSchedule) intended(i int64) time.Duration {
 	return time.Duration(float64(i) * float64(time.Second) / s.Rate)
 }
 
-// runOpen runs the schedule against op. It returns when every intended
-// request was sent and answered, when the grace period ends, or when ctx
-// ends (then with ctx's error).
+// runOpen runs the schedule against op and returns its counts (see
+// runOpenInto).
 func runOpen(ctx context.Context, s openSchedule, op openOp) (*openCounts, error) {
-	if s.Workers < 1 {
-		s.Workers = 1
+	per := newWorkerCounts(max(1, s.Workers))
+	err := runOpenInto(ctx, s, op, per)
+	return mergeCounts(per), err
+}
+
+// newWorkerCounts returns one openCounts per worker, for runOpenInto.
+func newWorkerCounts(workers int) []*openCounts {
+	per := make([]*openCounts, workers)
+	for i := range per {
+		per[i] = newOpenCounts()
 	}
+	return per
+}
+
+// mergeCounts merges per-worker counts into one.
+func mergeCounts(per []*openCounts) *openCounts {
+	out := newOpenCounts()
+	for _, c := range per {
+		out.merge(c)
+	}
+	return out
+}
+
+// runOpenInto runs the schedule against op, worker w adding what it
+// measured to per[w] (len(per) workers; s.Workers is ignored), so that
+// successive runs of one path accumulate into the same histograms without
+// allocating new ones; the run's wall time is added to per[0].Seconds. It
+// returns when every intended request was sent and answered, when the
+// grace period ends, or when ctx ends (then with ctx's error).
+func runOpenInto(ctx context.Context, s openSchedule, op openOp, per []*openCounts) error {
 	if s.Grace <= 0 {
 		s.Grace = s.Duration
 	}
 	n := s.total()
 	start := time.Now().Add(time.Millisecond) // every worker is asleep at t0
 	stop := start.Add(s.Duration + s.Grace)
-	out := newOpenCounts()
-	var mu sync.Mutex
+	var next, sent atomic.Int64
 	var wg sync.WaitGroup
-	for w := 0; w < s.Workers; w++ {
+	for w := range per {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := openWorker(ctx, s, op, w, n, start, stop)
-			mu.Lock()
-			out.merge(c)
-			mu.Unlock()
+			sent.Add(openWorker(ctx, s, op, w, per[w], &next, n, start, stop))
 		}()
 	}
 	wg.Wait()
-	out.Seconds = time.Since(start).Seconds()
-	return out, ctx.Err()
+	per[0].Unsent += n - sent.Load()
+	per[0].Seconds += time.Since(start).Seconds()
+	return ctx.Err()
 }
 
-// openWorker sends worker w's share of the n requests of s.
-func openWorker(ctx context.Context, s openSchedule, op openOp, w int, n int64, start, stop time.Time) *openCounts {
-	c := newOpenCounts()
+// openWorker sends requests of s into c until none is left (n in all,
+// claimed through next) or stop or ctx ends; it returns how many it sent.
+func openWorker(ctx context.Context, s openSchedule, op openOp, w int, c *openCounts, next *atomic.Int64, n int64, start, stop time.Time) int64 {
 	z, err := NewZipf(s.Seed*1000+uint64(w), s.ZipfS, s.Keys)
 	if err != nil {
 		z = nil // a bad ZipfS: key 0 only (RunOpenLoop checks it first)
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	for i := int64(w); i < n; i += int64(s.Workers) {
+	var sent int64
+	for {
+		i := next.Add(1) - 1
+		if i >= n {
+			return sent
+		}
 		t := start.Add(s.intended(i))
 		if t.After(stop) || time.Now().After(stop) || ctx.Err() != nil {
-			c.Unsent += (n-1-i)/int64(s.Workers) + 1
-			break
+			return sent
 		}
 		slept := false
 		if wait := time.Until(t); wait > 0 {
@@ -120,8 +151,7 @@ func openWorker(ctx context.Context, s openSchedule, op openOp, w int, n int64, 
 			select {
 			case <-timer.C:
 			case <-ctx.Done():
-				c.Unsent += (n-1-i)/int64(s.Workers) + 1
-				return c
+				return sent
 			}
 			slept = true
 		}
@@ -132,6 +162,7 @@ func openWorker(ctx context.Context, s openSchedule, op openOp, w int, n int64, 
 		t0 := time.Now()
 		err := op(ctx, w, key)
 		t1 := time.Now()
+		sent++
 		c.Sent++
 		if err != nil {
 			c.Errors++
@@ -144,7 +175,6 @@ func openWorker(ctx context.Context, s openSchedule, op openOp, w int, n int64, 
 			c.Queued++
 		}
 	}
-	return c
 }
 
 // runClosed runs op for d with conns goroutines in a closed loop (each

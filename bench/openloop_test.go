@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,6 +65,90 @@ func TestRunOpenNoCoordinatedOmission(t *testing.T) {
 	}
 }
 
+// TestRunOpenSlowRequestDelaysOnlyItsWorker: the first request blocks
+// its worker until every other request of the schedule was answered. The
+// other workers send all of them meanwhile (a worker does not own a fixed
+// share of the schedule), so the blocked request is released; with a
+// fixed share per worker its share would wait behind it and the release
+// would time out.
+func TestRunOpenSlowRequestDelaysOnlyItsWorker(t *testing.T) {
+	const n = 200
+	var first atomic.Bool
+	var done atomic.Int64
+	var released atomic.Bool
+	op := func(context.Context, int, uint64) error {
+		if first.CompareAndSwap(false, true) {
+			deadline := time.Now().Add(10 * time.Second)
+			for done.Load() < n-1 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			released.Store(done.Load() == n-1)
+			return nil
+		}
+		done.Add(1)
+		return nil
+	}
+	s := openSchedule{Rate: 2000, Duration: 100 * time.Millisecond, Workers: 4, Keys: 10, ZipfS: 1.1, Seed: 1, Grace: time.Minute}
+	c, err := runOpen(context.Background(), s, op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !released.Load() {
+		t.Fatalf("the slow request waited 10s for the other %d: only %d were answered meanwhile", n-1, done.Load())
+	}
+	if c.Sent != n || c.Unsent != 0 || c.Latency.Count() != n {
+		t.Errorf("sent %d unsent %d latencies %d, want %d 0 %d", c.Sent, c.Unsent, c.Latency.Count(), n, n)
+	}
+}
+
+// TestRunOpenIntoAccumulates: successive runs into the same per-worker
+// counts add up (the slices of one path and round).
+func TestRunOpenIntoAccumulates(t *testing.T) {
+	per := newWorkerCounts(3)
+	s := openSchedule{Rate: 1000, Duration: 30 * time.Millisecond, Keys: 10, ZipfS: 1.1, Seed: 1, Grace: time.Minute}
+	for range 3 {
+		if err := runOpenInto(context.Background(), s, func(context.Context, int, uint64) error { return nil }, per); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := mergeCounts(per)
+	if c.Sent != 90 || c.Latency.Count() != 90 || c.Unsent != 0 || c.Seconds <= 0 {
+		t.Errorf("sent %d latencies %d unsent %d seconds %v, want 90 90 0 > 0", c.Sent, c.Latency.Count(), c.Unsent, c.Seconds)
+	}
+}
+
+// TestMeasureRoundRotatesSlices: a round sends each path's Duration in
+// slices, the paths taking turns, the first of each rotation shifted by
+// one; every path gets its whole schedule.
+func TestMeasureRoundRotatesSlices(t *testing.T) {
+	var mu sync.Mutex
+	var order []string
+	var paths []*openPath
+	for _, name := range []string{"a", "b", "c"} {
+		paths = append(paths, &openPath{Name: name, Op: func(context.Context, int, uint64) error {
+			mu.Lock()
+			if len(order) == 0 || order[len(order)-1] != name {
+				order = append(order, name)
+			}
+			mu.Unlock()
+			return nil
+		}})
+	}
+	cfg := OpenLoopConfig{Duration: 60 * time.Millisecond, Slice: 20 * time.Millisecond, Workers: 2}.withDefaults()
+	runs, err := measureRound(context.Background(), cfg, 1000, 1, paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(order, ""), "abcbcacab"; got != want {
+		t.Errorf("slices ran in order %q, want %q", got, want)
+	}
+	for i, r := range runs {
+		if r.Path != paths[i].Name || r.Sent != 60 || r.Unsent != 0 || r.Latency.Count != 60 {
+			t.Errorf("run %d: %s sent %d unsent %d latencies %d, want %s 60 0 60", i, r.Path, r.Sent, r.Unsent, r.Latency.Count, paths[i].Name)
+		}
+	}
+}
+
 // TestRunOpenGraceCutsTheRest: a path that never answers in time leaves
 // the rest of the schedule unsent (counted), and the run ends.
 func TestRunOpenGraceCutsTheRest(t *testing.T) {
@@ -86,7 +172,7 @@ func TestRunOpenLoopTiny(t *testing.T) {
 	fixture.RequireMemcached(t)
 	fixture.RequireNutcracker(t)
 	rep, err := RunOpenLoop(context.Background(), OpenLoopConfig{
-		Rates: []float64{200}, Duration: 200 * time.Millisecond, Rounds: 2, Workers: 4, Keys: 100,
+		Rates: []float64{200}, Duration: 200 * time.Millisecond, Slice: 100 * time.Millisecond, Rounds: 2, Workers: 4, Keys: 100,
 		CapacityDuration: 200 * time.Millisecond, McproxyBin: fixture.Binary(t, "mcproxy"), RLSBin: fixture.Binary(t, "rls"),
 	})
 	if err != nil {
@@ -110,8 +196,11 @@ func TestRunOpenLoopTiny(t *testing.T) {
 		if s.Sent+s.Unsent != 80 || s.Errors != 0 {
 			t.Errorf("%s: sent %d unsent %d errors %d, want 80 requests, no error", s.Path, s.Sent, s.Unsent, s.Errors)
 		}
-		if s.P99Ratio <= 0 {
-			t.Errorf("%s: p99 ratio to the floor %v", s.Path, s.P99Ratio)
+		if s.P99Ratio <= 0 || s.MedianP99Ratio <= 0 || s.MedianP99MS <= 0 {
+			t.Errorf("%s: p99 ratio to the floor %v, median over rounds %v (of p99 %v)", s.Path, s.P99Ratio, s.MedianP99Ratio, s.MedianP99MS)
+		}
+		if s.Path == PathFloor && (s.MedianP99Ratio != 1 || s.MedianAddedP99MS != 0) {
+			t.Errorf("floor: median ratio to itself %v, added %v", s.MedianP99Ratio, s.MedianAddedP99MS)
 		}
 		if s.Path != PathGenerator && s.Path != PathFloor && s.Proxy.UserUS+s.Proxy.SystemUS+s.Proxy.Voluntary == 0 {
 			t.Errorf("%s: nothing charged to the proxy: %+v", s.Path, s.Proxy)
@@ -136,5 +225,19 @@ func TestRunOpenLoopBadConfig(t *testing.T) {
 	}
 	if _, err := RunOpenLoop(context.Background(), OpenLoopConfig{Paths: []string{"nope"}}); !errors.Is(err, ErrOpenLoop) {
 		t.Error("unknown path: no error")
+	}
+}
+
+// TestMedian: odd and even counts, unsorted input left as it was.
+func TestMedian(t *testing.T) {
+	xs := []float64{3, 1, 2}
+	if m := median(xs); m != 2 || xs[0] != 3 {
+		t.Errorf("median %v of %v", m, xs)
+	}
+	if m := median([]float64{4, 1, 2, 3}); m != 2.5 {
+		t.Errorf("median %v, want 2.5", m)
+	}
+	if m := median(nil); m != 0 {
+		t.Errorf("median of none %v", m)
 	}
 }

@@ -16,12 +16,17 @@ when the previous is answered) through a launched or existing PoP.
 With --rate (or --open): open loop. It starts 3 memcached shards, nutcracker
 and mcproxy over them (the same YAML), measures the capacity of the full
 decision (pop over gomemcache through mcproxy, closed loop, --conns), then at
-each rate runs every path for --duration (default 2s), the paths interleaved,
---rounds rounds (default 3). Requests have fixed intended send times (rate R:
-one every 1/R s, spread over --conns sending goroutines); latency is measured
-from the intended time (no coordinated omission), service time from the
+each rate runs every path for --duration (default 2s) per round, --rounds
+rounds (default 5), in slices of --slice (100ms): the paths take turns slice
+by slice, so machine noise falls on all of them alike. Requests have fixed
+intended send times (rate R: one every 1/R s), each sent by whichever of the
+--conns sending goroutines is free first (a slow request delays no other);
+latency is measured from the intended time (no coordinated omission; "queued"
+counts requests that found every goroutine busy), service time from the
 actual start, and the generator's lateness (wake-up after the intended time)
-is reported. Paths: generator (no request: the generator's own CPU),
+is reported. Beside each path's p99 pooled over the rounds, the report gives
+the median over rounds of its p99 and of its ratio to the floor's p99 in the
+same round. Paths: generator (no request: the generator's own CPU),
 floor (gomemcache incr to one memcached), nutcracker, mcproxy (the same incr
 through each), pop-gomemcache and pop-pipe (a full pop decision through
 mcproxy over each client), rls (a full decision through one cmd/rls over
@@ -37,6 +42,9 @@ func runOpenLoad(c *cli.Context) error {
 		CapacityPath: c.String("capacity-path"), Progress: logOut(c)}
 	if c.IsSet("duration") {
 		cfg.Duration = c.Duration("duration")
+	}
+	if c.IsSet("slice") {
+		cfg.Slice = c.Duration("slice")
 	}
 	if c.IsSet("rounds") {
 		cfg.Rounds = c.Int("rounds")

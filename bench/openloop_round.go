@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"context"
+	"time"
+)
+
+// openAcc accumulates one path's slices of one round: per-worker counts
+// (reused, so a slice allocates no histogram) and the CPU charged.
+type openAcc struct {
+	path                         *openPath
+	per                          []*openCounts
+	client, proxy, shard, server procSample
+}
+
+// measureRound runs one round of every path at rate: cfg.Duration per
+// path, sent in slices of cfg.Slice, the paths rotated slice by slice
+// (rotation k starts at path k mod len(paths)). It returns one OpenRun per
+// path, in paths' order; seed varies the Zipf streams by round.
+func measureRound(ctx context.Context, cfg OpenLoopConfig, rate float64, seed uint64, paths []*openPath) ([]*OpenRun, error) {
+	accs := make([]*openAcc, len(paths))
+	for i, p := range paths {
+		accs[i] = &openAcc{path: p, per: newWorkerCounts(cfg.Workers)}
+	}
+	slices := max(1, int((cfg.Duration+cfg.Slice-1)/cfg.Slice))
+	for k := range slices {
+		d := min(cfg.Slice, cfg.Duration-time.Duration(k)*cfg.Slice)
+		for j := range accs {
+			a := accs[(k+j)%len(accs)]
+			s := openSchedule{Rate: rate, Duration: d, Workers: cfg.Workers, Keys: cfg.Keys,
+				ZipfS: cfg.ZipfS, Seed: seed*1000 + uint64(k)}
+			if err := a.slice(ctx, s); err != nil {
+				return nil, err
+			}
+		}
+	}
+	runs := make([]*OpenRun, len(accs))
+	for i, a := range accs {
+		runs[i] = &OpenRun{Path: a.path.Name, Rate: rate, counts: mergeCounts(a.per),
+			client: a.client, proxy: a.proxy, shard: a.shard, server: a.server}
+		runs[i].fill()
+	}
+	return runs, nil
+}
+
+// slice runs s on the path and charges it the CPU and context switches of
+// this process, the path's proxy, shards and server. The other processes
+// are read outside this process's own sample, so reading /proc is not
+// charged to the client.
+func (a *openAcc) slice(ctx context.Context, s openSchedule) error {
+	p := a.path
+	var proxy []int
+	if p.Proxy != 0 {
+		proxy = []int{p.Proxy}
+	}
+	px0, sh0, sv0 := sampleProcs(proxy), sampleProcs(p.Shards), sampleProcs(p.Server)
+	self0 := sampleSelf()
+	if err := runOpenInto(ctx, s, p.Op, a.per); err != nil {
+		return err
+	}
+	a.client = a.client.add(sampleSelf().sub(self0))
+	a.proxy = a.proxy.add(sampleProcs(proxy).sub(px0))
+	a.shard = a.shard.add(sampleProcs(p.Shards).sub(sh0))
+	a.server = a.server.add(sampleProcs(p.Server).sub(sv0))
+	return nil
+}
