@@ -13,5 +13,8 @@
 //     a client's reader (parse, dispatch), clientio.go: its writer
 //     (pipelined requests answered in order);
 //   - config.go, reload.go: the Twemproxy-compatible YAML configuration
-//     and its reload.
+//     and its reload;
+//   - procs.go: GOMAXPROCS that follows the load (GovernProcs, mcproxy's
+//     default): one P while one is enough, fewer thread wake-ups per
+//     request.
 package proxy

@@ -92,7 +92,7 @@ func newApp() *cli.App {
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 5 * time.Second, Usage: "on SIGTERM, how long in-flight requests may take before connections are closed"},
 			&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, Usage: "on reload, how long replaced shards may take to answer their in-flight requests"},
 			&cli.DurationFlag{Name: "gc-every", Value: daemon.DefaultGCEvery, Usage: "collect garbage at least this often (when the runtime has not on its own): mcproxy's heap is a few MB and its collections minutes apart at a moderate load, which lets its resident set climb for minutes; a collection every 10s keeps it flat for a few milliseconds of CPU per collection (0: only the runtime's own pacing)"},
-			&cli.IntFlag{Name: "procs", Usage: "threads running proxy code at once (GOMAXPROCS; 0: one per core). On a host where the proxy shares a few cores with its clients, 1 spends less CPU per request; more cores serve more requests"},
+			&cli.IntFlag{Name: "procs", Usage: "threads running proxy code at once (GOMAXPROCS). 0: follow the load, one while one is enough (fewer thread wake-ups and less CPU per request at a low or moderate load), doubling up to one per core while they are busy (proxy.GovernProcs); the GOMAXPROCS environment variable, when set, fixes it instead. N: always N"},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json (log/slog, to stderr)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn or error"},
 		},
@@ -124,10 +124,11 @@ func run(c *cli.Context) error {
 	slog.SetDefault(log)
 	switch n := c.Int("procs"); {
 	case n < 0:
-		return fmt.Errorf("--procs %d: want 0 (one per core) or more", n)
+		return fmt.Errorf("--procs %d: want 0 (follow the load) or more", n)
 	case n > 0:
 		runtime.GOMAXPROCS(n)
 	}
+	adaptive := c.Int("procs") == 0 && os.Getenv("GOMAXPROCS") == ""
 	pools, err := poolsFromFlags(c, log)
 	if err != nil {
 		return err
@@ -137,6 +138,10 @@ func run(c *cli.Context) error {
 	// graceful stop (not the default death) and /metrics is up.
 	ctx, stop := daemon.StopContext(context.Background())
 	defer stop()
+	if adaptive { // on one P from before the proxy serves
+		procsDone := proxy.GovernProcs(ctx, proxy.ProcsConfig{Logger: log})
+		defer func() { stop(); <-procsDone }()
+	}
 	p := proxy.NewProxy(proxyConfig(c, log))
 	stopOps, err := serveOps(c, p, log)
 	defer stopOps()

@@ -1,0 +1,9 @@
+//go:build !unix
+
+package proxy
+
+import "time"
+
+// processCPU is nil where getrusage does not exist: GovernProcs then
+// leaves GOMAXPROCS alone.
+var processCPU func() time.Duration
