@@ -13,6 +13,12 @@ type openAcc struct {
 	client, proxy, shard, server procSample
 }
 
+// sliceGrace is how long a slice may go on sending its late requests: a
+// stall longer than a slice must not drop them (they are the slowest, the
+// tail itself), but a path that cannot keep up must not hold the run
+// forever; what is still unsent after it is counted in Unsent.
+const sliceGrace = time.Second
+
 // measureRound runs one round of every path at rate: cfg.Duration per
 // path, sent in slices of cfg.Slice, the paths rotated slice by slice
 // (rotation k starts at path k mod len(paths)). It returns one OpenRun per
@@ -28,7 +34,7 @@ func measureRound(ctx context.Context, cfg OpenLoopConfig, rate float64, seed ui
 		for j := range accs {
 			a := accs[(k+j)%len(accs)]
 			s := openSchedule{Rate: rate, Duration: d, Workers: cfg.Workers, Keys: cfg.Keys,
-				ZipfS: cfg.ZipfS, Seed: seed*1000 + uint64(k)}
+				ZipfS: cfg.ZipfS, Seed: seed*1000 + uint64(k), Grace: sliceGrace}
 			if err := a.slice(ctx, s); err != nil {
 				return nil, err
 			}
