@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,7 +44,8 @@ type RLSLoadConfig struct {
 	Duration time.Duration
 	// Domain and Key name the descriptors sent: each request carries
 	// Descriptors descriptors {Key: value}, the values Zipf-distributed
-	// over Keys values; defaults "bench", "user", 3, 10000.
+	// over Keys values (each client cycles through rlsRing requests drawn
+	// before the timed phase); defaults "bench", "user", 3, 10000.
 	Domain, Key string
 	Descriptors int
 	Keys        uint64
@@ -102,6 +105,21 @@ type RLSResult struct {
 	// (/proc/PID/io syscr + syscw: sockets included; epoll and futex not).
 	Syscalls  map[string]float64 `json:"syscalls_per_decision,omitempty"`
 	Generator ProcPerRequest     `json:"generator_cpu_per_decision"`
+	// Processes are the server-side processes measured, by group.
+	Processes map[string]int `json:"processes,omitempty"`
+}
+
+// ProcessList is Processes as "rls×1 mcproxy×1 memcached×3" (groups in
+// name order), "" when none were measured.
+func (r *RLSResult) ProcessList() string {
+	gs := make([]string, 0, len(r.Processes))
+	for g, n := range r.Processes {
+		if n > 0 {
+			gs = append(gs, fmt.Sprintf("%s×%d", g, n))
+		}
+	}
+	slices.Sort(gs)
+	return strings.Join(gs, " ")
 }
 
 // RunRLSLoad drives cfg.Targets for cfg.Duration and reports.
@@ -143,6 +161,19 @@ func RunRLSLoad(ctx context.Context, cfg RLSLoadConfig) (*RLSResult, error) {
 		n, err int64
 	}
 	ws := make([]worker, cfg.Clients)
+	// Each client cycles through requests drawn before timing: building
+	// them was a tenth of the generator's CPU, which shares the cores with
+	// the server measured. And its collector runs less often for the run
+	// (the generator allocates a lot and keeps little).
+	ring := make([][]*rlv3.RateLimitRequest, len(ws))
+	for i := range ring {
+		z := rand.NewZipf(rand.New(rand.NewPCG(cfg.Seed, uint64(i))), cfg.ZipfS, 1, cfg.Keys-1)
+		ring[i] = make([]*rlv3.RateLimitRequest, rlsRing)
+		for j := range ring[i] {
+			ring[i][j] = rlsRequest(cfg, z.Uint64)
+		}
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	var wg sync.WaitGroup
 	srv0, gen0, io0 := sampleGroups(cfg.Pids), sampleSelf(), ioGroups(cfg.Pids)
 	start := time.Now()
@@ -150,12 +181,12 @@ func RunRLSLoad(ctx context.Context, cfg RLSLoadConfig) (*RLSResult, error) {
 		w := &ws[i]
 		w.lat, w.codes = NewLatency(), map[string]int64{}
 		client := clients[i%len(clients)]
-		z := rand.NewZipf(rand.New(rand.NewPCG(cfg.Seed, uint64(i))), cfg.ZipfS, 1, cfg.Keys-1)
+		reqs := ring[i]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for runCtx.Err() == nil && time.Now().Before(stop) {
-				req := rlsRequest(cfg, z.Uint64)
+			for n := 0; runCtx.Err() == nil && time.Now().Before(stop); n++ {
+				req := reqs[n%len(reqs)]
 				t := time.Now()
 				resp, err := client.ShouldRateLimit(runCtx, req)
 				if runCtx.Err() != nil {
@@ -190,6 +221,10 @@ func RunRLSLoad(ctx context.Context, cfg RLSLoadConfig) (*RLSResult, error) {
 	decisions := (res.Requests - res.Errors) * int64(cfg.Descriptors)
 	res.DecisionsPerSec = float64(decisions) / el.Seconds()
 	if len(cfg.Pids) > 0 {
+		res.Processes = map[string]int{}
+		for g, pids := range cfg.Pids {
+			res.Processes[g] = len(pids)
+		}
 		var all procSample
 		res.CPU, res.Syscalls = map[string]ProcPerRequest{}, map[string]float64{}
 		for g, n := range io {
@@ -236,6 +271,11 @@ func ioGroups(groups map[string][]int) map[string]int64 {
 	}
 	return out
 }
+
+// rlsRing is the number of requests each client draws before timing and
+// cycles through (with 64 clients, 3 descriptors: 98,304 draws, ten per
+// value of the default 10,000).
+const rlsRing = 512
 
 func rlsRequest(cfg RLSLoadConfig, next func() uint64) *rlv3.RateLimitRequest {
 	req := &rlv3.RateLimitRequest{Domain: cfg.Domain, Descriptors: make([]*rlcommon.RateLimitDescriptor, cfg.Descriptors)}

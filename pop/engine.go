@@ -160,10 +160,11 @@ type Check struct {
 // len(checks); out[i] answers checks[i]). Each check runs the same stages
 // as Decide (mitigation cache, breaker, in-flight slot, leases, shared
 // count, fail mode, metrics under the rule's name as the policy); the
-// checks run concurrently so that their store calls meet in the store's
-// pipeline (memcached.PipeStore with Multiplex writes them in one batch).
-// A check with a nil Rule is admitted with ReasonNoPolicy; a negative Hits
-// is refused (Status 400, ReasonNoPolicy is not used: Reason "bad_input").
+// checks run concurrently, on long-lived workers (engine_pool.go), so that
+// their store calls meet in the store's pipeline (memcached.PipeStore with
+// Multiplex writes them in one batch). A check with a nil Rule is admitted
+// with ReasonNoPolicy; a negative Hits is refused (Status 400, Reason
+// "bad_input").
 func (l *Limiter) DecideAll(ctx context.Context, checks []Check, now time.Time, out []Decision) {
 	if len(out) != len(checks) {
 		panic("pop: DecideAll: len(out) != len(checks)")
@@ -172,29 +173,25 @@ func (l *Limiter) DecideAll(ctx context.Context, checks []Check, now time.Time, 
 		out[0] = l.decideCheck(ctx, checks[0], now)
 		return
 	}
-	// The first check runs on the caller's goroutine, the others on
-	// goroutines of their own started before it: their store calls are
-	// in flight together.
-	var wg sync.WaitGroup
-	first := -1
+	// Every check goes to a worker, the caller only waits: its goroutine
+	// (one per gRPC call) then never grows its stack down the decision.
+	b := &checkBatch{}
+	jobs := b.jobs[:0]
+	if len(checks) > len(b.jobs) {
+		jobs = make([]checkJob, 0, len(checks))
+	}
 	for i := range checks {
-		switch {
-		case checks[i].Rule == nil:
+		if checks[i].Rule == nil {
 			out[i] = Decision{Allowed: true, Reason: ReasonNoPolicy}
-		case first < 0:
-			first = i
-		default:
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				out[i] = l.decideCheck(ctx, checks[i], now)
-			}()
+			continue
 		}
+		jobs = append(jobs, checkJob{l: l, ctx: ctx, c: &checks[i], now: now, out: &out[i], wg: &b.wg})
 	}
-	if first >= 0 {
-		out[first] = l.decideCheck(ctx, checks[first], now)
+	b.wg.Add(len(jobs))
+	for i := range jobs {
+		goCheck(&jobs[i])
 	}
-	wg.Wait()
+	b.wg.Wait()
 }
 
 // ReasonBadInput is the Reason of a check DecideAll refused as malformed.

@@ -306,10 +306,20 @@ func printRLS(c *cli.Context, rs []*bench.RLSResult) error {
 
 func printRLSTable(w io.Writer, rs []*bench.RLSResult) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "target\trequests/s\tdecisions/s\tp50 ms\tp99 ms\tp999 ms\tserver µs/dec\tclient µs/dec\terrors\tcodes")
+	fmt.Fprintln(tw, "target\tserver processes\trequests/s\tdecisions/s\tp50 ms\tp99 ms\tp999 ms\tserver µs/dec\tclient µs/dec\terrors\tcodes")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%d\t%v\n", r.Target, r.PerSec, r.DecisionsPerSec,
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%d\t%v\n", r.Target, r.ProcessList(), r.PerSec, r.DecisionsPerSec,
 			r.Latency.P50, r.Latency.P99, r.Latency.P999, r.ServerCPU.CPUUS(), r.Generator.CPUUS(), r.Errors, r.Codes)
 	}
 	tw.Flush()
+	// With --peer the rounds alternate rls, peer: their ratios, round by
+	// round (the same machine's load at nearly the same time).
+	for i := 0; i+1 < len(rs); i += 2 {
+		a, b := rs[i], rs[i+1]
+		if !strings.HasPrefix(b.Target, "envoyproxy/ratelimit") || b.DecisionsPerSec == 0 || a.Latency.P99 == 0 {
+			return
+		}
+		fmt.Fprintf(w, "round %d: %s / %s: %.2f× the decisions/s, p99 %.2f× (%.1f against %.1f ms)\n", i/2+1, a.Target, b.Target,
+			a.DecisionsPerSec/b.DecisionsPerSec, a.Latency.P99/b.Latency.P99, a.Latency.P99, b.Latency.P99)
+	}
 }

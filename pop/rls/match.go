@@ -18,25 +18,13 @@ func (c *Config) Match(domain string, entries []Entry) (l *Limit, statsKey strin
 	if n == nil || len(entries) == 0 {
 		return nil, ""
 	}
-	var v2m strings.Builder
-	v2m.WriteString(domain)
 	useV2M := false
 	for i, e := range entries {
 		next, how := n.child(e)
 		if next == nil {
 			return nil, ""
 		}
-		v2m.WriteByte('.')
-		v2m.WriteString(e.Key)
-		switch {
-		case how == byValue || (next.ValueToMetric && e.Value != ""):
-			v2m.WriteByte('_')
-			v2m.WriteString(e.Value)
-			useV2M = useV2M || how != byValue
-		case how == byWildcard:
-			v2m.WriteByte('_')
-			v2m.WriteString(next.value)
-		}
+		useV2M = useV2M || (how != byValue && next.ValueToMetric && e.Value != "")
 		if i == len(entries)-1 {
 			if next.Limit == nil {
 				return nil, ""
@@ -46,7 +34,7 @@ func (c *Config) Match(domain string, entries []Entry) (l *Limit, statsKey strin
 			case l.DetailedMetric:
 				return l, detailedKey(domain, entries)
 			case useV2M:
-				return l, v2m.String()
+				return l, c.valueToMetricKey(domain, entries)
 			}
 			return l, l.FullKey
 		}
@@ -56,6 +44,31 @@ func (c *Config) Match(domain string, entries []Entry) (l *Limit, statsKey strin
 		n = next
 	}
 	return nil, ""
+}
+
+// valueToMetricKey is the statistics key of a match through a
+// value_to_metric node (entries matched all the way): the node path,
+// with the request's value after each key matched by value or marked
+// value_to_metric, and the pattern after each wildcard.
+func (c *Config) valueToMetricKey(domain string, entries []Entry) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	n := c.Domains[domain]
+	for _, e := range entries {
+		next, how := n.child(e)
+		b.WriteByte('.')
+		b.WriteString(e.Key)
+		switch {
+		case how == byValue || (next.ValueToMetric && e.Value != ""):
+			b.WriteByte('_')
+			b.WriteString(e.Value)
+		case how == byWildcard:
+			b.WriteByte('_')
+			b.WriteString(next.value)
+		}
+		n = next
+	}
+	return b.String()
 }
 
 const (

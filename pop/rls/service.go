@@ -188,8 +188,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitReques
 	}
 	cur := s.cur.Load()
 	descs := make([]descriptor, len(req.Descriptors))
-	var checks []pop.Check
-	replacing := map[string]bool{}
+	checks := make([]pop.Check, 0, len(req.Descriptors))
+	var replacing map[string]bool // the names replaced, made by the first replaces
 	var ebuf [8]Entry
 	for i, d := range req.Descriptors {
 		ds := &descs[i]
@@ -223,12 +223,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitReques
 		}
 		ds.rule = cur.rules.Rule(ds.limit.FullKey)
 		for _, r := range ds.limit.Replaces {
+			if replacing == nil {
+				replacing = map[string]bool{}
+			}
 			replacing[r] = true
 		}
 		if ds.limit.Unlimited {
 			ds.unlimited, ds.limit = true, nil
 		}
 	}
+	var pbuf partsBuf
 	for i := range descs {
 		ds := &descs[i]
 		if ds.limit == nil {
@@ -239,19 +243,28 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitReques
 			continue
 		}
 		ds.check = len(checks)
-		checks = append(checks, pop.Check{Rule: ds.rule, Parts: parts(req, i), Hits: ds.hits})
+		checks = append(checks, pop.Check{Rule: ds.rule, Parts: pbuf.parts(req, i), Hits: ds.hits})
 	}
 	out := make([]pop.Decision, len(checks))
 	s.cfg.Limiter.DecideAll(ctx, checks, now, out)
 	return s.answer(req, descs, out, now)
 }
 
+// partsBuf holds the parts of one request's descriptors: one allocation
+// for the usual few short descriptors.
+type partsBuf struct{ free []string }
+
 // parts are the identity of descriptor i: the domain, then each key and
 // value (the wildcard and key-only nodes count per value, as
 // envoyproxy/ratelimit's cache keys).
-func parts(req *rlv3.RateLimitRequest, i int) []string {
+func (b *partsBuf) parts(req *rlv3.RateLimitRequest, i int) []string {
 	d := req.Descriptors[i]
-	p := make([]string, 0, 1+2*len(d.Entries))
+	n := 1 + 2*len(d.Entries)
+	if len(b.free) < n {
+		b.free = make([]string, max(n, 3*len(req.Descriptors)))
+	}
+	p := b.free[:0:n]
+	b.free = b.free[n:]
 	p = append(p, req.Domain)
 	for _, e := range d.Entries {
 		p = append(p, e.Key, e.Value)
@@ -295,11 +308,17 @@ func (s *Service) validate(req *rlv3.RateLimitRequest) error {
 // limit (the last one over it, if any).
 func (s *Service) answer(req *rlv3.RateLimitRequest, descs []descriptor, out []pop.Decision, now time.Time) (*rlv3.RateLimitResponse, error) {
 	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(descs))}
+	// One allocation each for the statuses, their limits and their
+	// durations (not one per descriptor).
+	sts := make([]rlv3.RateLimitResponse_DescriptorStatus, len(descs))
+	lims := make([]rlv3.RateLimitResponse_RateLimit, len(out))
+	durs := make([]durationpb.Duration, len(out))
 	var closest *rlv3.RateLimitResponse_DescriptorStatus
 	var closestReset time.Duration
 	minRemaining := uint32(math.MaxUint32)
 	for i, ds := range descs {
-		st := &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
+		st := &sts[i]
+		st.Code = rlv3.RateLimitResponse_OK
 		resp.Statuses[i] = st
 		switch {
 		case ds.unlimited:
@@ -312,10 +331,14 @@ func (s *Service) answer(req *rlv3.RateLimitRequest, descs []descriptor, out []p
 		if d.Reason == pop.ReasonFailClosed && s.cfg.FailClosedUnavailable {
 			return nil, status.Error(codes.Unavailable, "rls: the counter store is unavailable and "+l.FullKey+" fails closed")
 		}
-		st.CurrentLimit = &rlv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: rlv3.RateLimitResponse_RateLimit_Unit(l.Unit)}
+		cl := &lims[ds.check]
+		cl.Name, cl.RequestsPerUnit, cl.Unit = l.Name, l.RequestsPerUnit, rlv3.RateLimitResponse_RateLimit_Unit(l.Unit)
+		st.CurrentLimit = cl
 		st.LimitRemaining = uint32(min(max(d.Binding.Result.Remaining, 0), math.MaxUint32))
 		reset := resetOf(l, d, now)
-		st.DurationUntilReset = durationpb.New(reset)
+		dur := &durs[ds.check]
+		dur.Seconds, dur.Nanos = int64(reset/time.Second), int32(reset%time.Second) // durationpb.New's
+		st.DurationUntilReset = dur
 		over := !d.Allowed || d.Shadow != ""
 		if d.Shadow != "" {
 			st.LimitRemaining = 0

@@ -19,8 +19,19 @@ type Stats struct {
 	globalShadowMode, badRequests     prometheus.Counter
 	reloads                           *prometheus.CounterVec
 	mu                                sync.Mutex
-	keys                              map[string]bool
+	keys                              map[statsID]*keyStats // the (domain, stats key) pairs seen, overflow ones included
+	labelled                          int                   // keys labelled by their own name (at most maxKeys)
 	maxKeys                           int
+}
+
+// statsID is a descriptor's statistics identity: its domain and stats key.
+type statsID struct{ domain, statsKey string }
+
+// keyStats are the counters of one label pair, each resolved on its first
+// use (a series appears once it counts, as with WithLabelValues).
+type keyStats struct {
+	domain, key                       string // the labels
+	total, over, near, within, shadow prometheus.Counter
 }
 
 // overflowKey labels the hits of keys beyond MaxKeys.
@@ -42,7 +53,7 @@ func NewStats(reg prometheus.Registerer, maxKeys int) (*Stats, error) {
 		globalShadowMode: prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_global_shadow_mode", Help: "Requests over the limit answered OK by the global shadow mode."}),
 		badRequests:      prometheus.NewCounter(prometheus.CounterOpts{Name: "poplimit_rls_invalid_requests_total", Help: "ShouldRateLimit requests refused with INVALID_ARGUMENT."}),
 		reloads:          prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poplimit_rls_config_loads_total", Help: "Config loads by result (ok, error; an error keeps the previous config)."}, []string{"result"}),
-		keys:             map[string]bool{},
+		keys:             map[statsID]*keyStats{},
 		maxKeys:          orDefault(maxKeys, 10000),
 	}
 	for _, c := range []prometheus.Collector{s.total, s.over, s.near, s.within, s.shadow, s.globalShadowMode, s.badRequests, s.reloads} {
@@ -57,30 +68,63 @@ func (s *Stats) descriptor(domain, statsKey string, hits int64, over, near, shad
 	if s == nil {
 		return
 	}
-	key := strings.TrimPrefix(statsKey, domain+".")
 	s.mu.Lock()
-	if !s.keys[domain+"\x00"+key] {
-		if len(s.keys) >= s.maxKeys {
-			key = overflowKey
-		} else {
-			s.keys[domain+"\x00"+key] = true
+	ks := s.keys[statsID{domain, statsKey}]
+	if ks == nil {
+		ks = s.newKey(domain, statsKey)
+	}
+	total := statCounter(&ks.total, s.total, ks)
+	var c1, c2 prometheus.Counter
+	switch {
+	case over:
+		c1 = statCounter(&ks.over, s.over, ks)
+		if shadow {
+			c2 = statCounter(&ks.shadow, s.shadow, ks)
+		}
+	default:
+		c1 = statCounter(&ks.within, s.within, ks)
+		if near {
+			c2 = statCounter(&ks.near, s.near, ks)
 		}
 	}
 	s.mu.Unlock()
 	h := float64(hits)
-	s.total.WithLabelValues(domain, key).Add(h)
-	switch {
-	case over:
-		s.over.WithLabelValues(domain, key).Add(h)
-		if shadow {
-			s.shadow.WithLabelValues(domain, key).Add(h)
-		}
-	default:
-		s.within.WithLabelValues(domain, key).Add(h)
-		if near {
-			s.near.WithLabelValues(domain, key).Add(h)
-		}
+	total.Add(h)
+	c1.Add(h)
+	if c2 != nil {
+		c2.Add(h)
 	}
+}
+
+// newKey records the pair (domain, statsKey): labelled by its own key
+// (statsKey after "domain.") while fewer than maxKeys are, else by
+// overflowKey. s.mu held.
+func (s *Stats) newKey(domain, statsKey string) *keyStats {
+	key := strings.TrimPrefix(statsKey, domain+".")
+	if s.labelled >= s.maxKeys {
+		key = overflowKey
+	} else {
+		s.labelled++
+	}
+	ks := &keyStats{domain: domain, key: key}
+	if key == overflowKey {
+		// One set of counters per domain's overflow, not one per key.
+		o := statsID{domain, "\x00" + overflowKey}
+		if s.keys[o] == nil {
+			s.keys[o] = ks
+		}
+		return s.keys[o]
+	}
+	s.keys[statsID{domain, statsKey}] = ks
+	return ks
+}
+
+// statCounter is *c, resolved from vec on first use. s.mu held.
+func statCounter(c *prometheus.Counter, vec *prometheus.CounterVec, ks *keyStats) prometheus.Counter {
+	if *c == nil {
+		*c = vec.WithLabelValues(ks.domain, ks.key)
+	}
+	return *c
 }
 
 func (s *Stats) globalShadow() {
