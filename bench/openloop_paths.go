@@ -30,7 +30,8 @@ const (
 	PathMcproxy    = "mcproxy"
 	// PathPopGomemcache and PathPopPipe are a full pop decision (policy
 	// match, identity, sliding window in the store) through mcproxy, over
-	// gomemcache and over the pipelining PipeStore.
+	// gomemcache and over the pipelining PipeStore with one multiplexed
+	// connection (edge's and rls's default client).
 	PathPopGomemcache = "pop-gomemcache"
 	PathPopPipe       = "pop-pipe"
 )
@@ -155,11 +156,11 @@ func openPaths(names []string, t *openTargets) ([]*openPath, error) {
 			p.Op = incrOp(gomc(t.mcAddr), t.keys)
 		case PathPopGomemcache, PathPopPipe:
 			var st counter.Store = gomc(t.mcAddr)
-			p.Detail = "pop decision (sliding window) over gomemcache through mcproxy"
+			p.Detail = "pop decision (sliding window) over gomemcache through mcproxy (edge --store-client gomemcache)"
 			if name == PathPopPipe {
-				ps := memcached.NewPipeStore(memcached.PipeConfig{Addr: t.mcAddr, Timeout: time.Second})
+				ps := memcached.NewPipeStore(memcached.PipeConfig{Addr: t.mcAddr, Timeout: time.Second, Multiplex: 1})
 				st, p.close = ps, func() { ps.Close() }
-				p.Detail = "pop decision (sliding window) over PipeStore through mcproxy"
+				p.Detail = "pop decision (sliding window) over PipeStore, one multiplexed connection, through mcproxy (edge's and rls's default: --store-client pipe --store-multiplex 1)"
 			}
 			op, err := popOp(st, t.quantity, t.keys, t.popWorkers)
 			if err != nil {

@@ -38,7 +38,9 @@ func (p *PoP) RedisURL() string {
 }
 
 // storeArgs are the edge flags naming the store: --store redis://… for a
-// StoreRedis PoP, else --memcached for each of servers.
+// StoreRedis PoP, else --memcached for each of servers, with
+// --store-client gomemcache when there are several (shards without a
+// proxy: edge's default client speaks to one address).
 func (p *PoP) storeArgs(servers []string) []string {
 	if p.Redis != nil {
 		return []string{"--store", p.RedisURL()}
@@ -46,6 +48,9 @@ func (p *PoP) storeArgs(servers []string) []string {
 	var args []string
 	for _, s := range servers {
 		args = append(args, "--memcached", s)
+	}
+	if len(servers) > 1 {
+		args = append(args, "--store-client", "gomemcache")
 	}
 	return args
 }

@@ -12,8 +12,9 @@ import (
 
 // Memcached clients Open can build (Options.Client).
 const (
-	// ClientGomemcache is memcached.Store over bradfitz/gomemcache (the
-	// default, as cmd/edge's --store-client).
+	// ClientGomemcache is memcached.Store over bradfitz/gomemcache (Open's
+	// default; cmd/edge and cmd/rls default to ClientPipe with one
+	// multiplexed connection).
 	ClientGomemcache = "gomemcache"
 	// ClientPipe is memcached.PipeStore: pipelined, one round trip per
 	// sliding-window decision.

@@ -6,8 +6,7 @@
 //
 //	edge --listen 127.0.0.1:7480 --upstream http://127.0.0.1:9000 \
 //	     --memcached 127.0.0.1:7411 --policy testdata/policies/example.yml \
-//	     --admin 127.0.0.1:7481 --workers-per-pop 4 \
-//	     --store-client gomemcache
+//	     --admin 127.0.0.1:7481 --workers-per-pop 4
 //
 // The admin listener serves /metrics (Prometheus), /healthz (JSON: ok,
 // degraded with reasons, failing) and POST /reload (behind --reload-token
@@ -83,8 +82,8 @@ func main() {
 			&cli.IntFlag{Name: "breaker-failures", Value: 5, Usage: "consecutive hard store failures (refused, reset, EOF, server error; not timeouts) that open the circuit breaker"},
 			&cli.DurationFlag{Name: "breaker-window", Value: 2 * time.Second, Usage: "failing store calls (timeouts included) with no success at all for this long open the breaker; timeouts while other calls succeed never do"},
 			&cli.DurationFlag{Name: "breaker-open", Value: 500 * time.Millisecond, Usage: "how long the breaker stays open before a half-open probe"},
-			&cli.StringFlag{Name: "store-client", Value: "gomemcache", Usage: "memcached client: 'gomemcache' (memcached.Store over bradfitz/gomemcache, the project's designated workers' client; several addresses are hashed by gomemcache) or 'pipe' (memcached.PipeStore: pipelined, one round trip per sliding-window decision and ~20% less CPU per decision; one --memcached address, normally mcproxy)"},
-			&cli.IntFlag{Name: "store-multiplex", Value: 0, Usage: "with --store-client pipe: number of connections shared by all requests (concurrent store calls are written together, replies read in order: fewer syscalls); 0 = one pooled connection per call"},
+			&cli.StringFlag{Name: "store-client", Value: "pipe", Usage: "memcached client: 'pipe' (memcached.PipeStore, as rls: pipelined, one round trip per sliding-window decision, concurrent decisions' calls written together; one --memcached address, normally mcproxy) or 'gomemcache' (memcached.Store over bradfitz/gomemcache, two round trips per sliding-window decision; several --memcached addresses are hashed by gomemcache)"},
+			&cli.IntFlag{Name: "store-multiplex", Value: 1, Usage: "with --store-client pipe: number of connections shared by all requests (concurrent store calls are written together, replies read in order: fewer syscalls; one connection batches best); 0 = one pooled connection per call"},
 			&cli.StringFlag{Name: "events", Usage: "write rejection events as JSON lines to `FILE` ('-' for stderr); empty disables"},
 			// The upstream exchange (pop.ForwardConfig): 504 when a timeout expires, 413 over the body limit.
 			&cli.DurationFlag{Name: "upstream-dial-timeout", Value: 5 * time.Second, Usage: "connecting to the upstream (504 on expiry; 5s: a LAN upstream connects in milliseconds, 5s rides out two lost SYNs)"},
