@@ -9,7 +9,7 @@ import (
 
 // GOMAXPROCS that follows the load (mcproxy's --procs 0, the default).
 //
-// At a low or moderate load a proxy on more than one P pays for the
+// At a low load a proxy on more than one P pays for the
 // parallelism it does not use: a request is two goroutine wake-ups (the
 // client's reader, then the shard connection's reader), and with an idle P
 // around, the Go scheduler starts a second thread for every goroutine the
@@ -19,7 +19,7 @@ import (
 // --rate 6600,13200, two runs each, alternating): one P made 0.60 and
 // 0.20–0.31 voluntary context switches per request against 0.94–1.00 and
 // 0.73–0.74 with two (nutcracker, single-threaded: 0.50–0.65 and
-// 0.25–0.32), and 20–40% less CPU per request. But one P is one thread:
+// 0.25–0.41), and 5–40% less CPU per request. But one P is one thread:
 // requests queue behind each other on it, and on a contended machine the
 // kernel gives one thread half the CPU it gives two. Past a moderate load
 // the tail suffered: at 13,200/s on a loaded machine (load average 9–12,
