@@ -9,7 +9,7 @@ import (
 
 // GOMAXPROCS that follows the load (mcproxy's --procs 0, the default).
 //
-// At a low or moderate load a proxy on more than one P pays for the
+// At a low load a proxy on more than one P pays for the
 // parallelism it does not use: a request is two goroutine wake-ups (the
 // client's reader, then the shard connection's reader), and with an idle P
 // around, the Go scheduler starts a second thread for every goroutine the
@@ -19,11 +19,17 @@ import (
 // --rate 6600,13200, two runs each, alternating): one P made 0.60 and
 // 0.20–0.31 voluntary context switches per request against 0.94–1.00 and
 // 0.73–0.74 with two (nutcracker, single-threaded: 0.50–0.65 and
-// 0.25–0.32), and 20–40% less CPU per request. Under a load one P cannot
-// carry, more Ps serve more requests. GovernProcs therefore runs the
-// process on one P and doubles the Ps (up to Max) while they are busy,
-// halving them again once the load would fit in half of them with room
-// to spare.
+// 0.25–0.41), and 5–40% less CPU per request. But one P is one thread:
+// requests queue behind each other on it, and on a contended machine the
+// kernel gives one thread half the CPU it gives two. Past a moderate load
+// the tail suffered: at 13,200/s on a loaded machine (load average 9–12,
+// 5 interleaved 2 s runs) the service p99 through one P was 4.6–69 ms
+// against 2.2–53 ms through two (the faster in 4 of 5 runs), and on a
+// quieter one (load average 3) 1.8–2.9 ms against nutcracker's 1.0–1.2.
+// GovernProcs therefore runs the process on one P only while it is
+// lightly loaded, doubling the Ps (up to Max) as soon as they are more
+// than 40% busy, and halving them again once the load would fit in half
+// of them with room to spare.
 
 // ProcsConfig configures GovernProcs. Zero means default.
 type ProcsConfig struct {
@@ -35,13 +41,14 @@ type ProcsConfig struct {
 	Interval time.Duration
 	// Raise: when the process used more than this share of its Ps' time
 	// over two consecutive intervals, the Ps double (at most Max).
-	// Default 0.8.
+	// Default 0.4 (on 2 cores: about 10,000 requests/s through memcached).
 	Raise float64
 	// Lower: when, for LowerAfter consecutive intervals, the process used
 	// less than this share of half its Ps' time, the Ps halve (at least
-	// one). Default 0.45: what more Ps cost (spinning, wake-ups) makes the
-	// same load use more CPU on more Ps, so the two thresholds leave a
-	// wide band where the count stays.
+	// one). Default 0.35: what more Ps cost (spinning, wake-ups) makes the
+	// same load use 20–30% more CPU on twice the Ps, so a load that halves
+	// them (under 0.35 of a P at 2) is under 0.3 of the one P left, and
+	// the count does not swing back and forth.
 	Lower float64
 	// LowerAfter is the number of intervals under Lower before the Ps
 	// halve; default 20 (2 s at the default Interval).
@@ -66,10 +73,10 @@ func (c ProcsConfig) withDefaults() ProcsConfig {
 		c.Interval = 100 * time.Millisecond
 	}
 	if c.Raise <= 0 {
-		c.Raise = 0.8
+		c.Raise = 0.4
 	}
 	if c.Lower <= 0 {
-		c.Lower = 0.45
+		c.Lower = 0.35
 	}
 	if c.LowerAfter <= 0 {
 		c.LowerAfter = 20

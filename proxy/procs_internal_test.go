@@ -12,7 +12,7 @@ import (
 // row (a busy one in between starts the count again), and never go
 // under one.
 func TestProcsGovernorStep(t *testing.T) {
-	g := newProcsGovernor(ProcsConfig{Max: 6}.withDefaults())
+	g := newProcsGovernor(ProcsConfig{Max: 6, Raise: 0.8, Lower: 0.45}.withDefaults())
 	steps := []struct {
 		cores float64
 		want  int
@@ -126,5 +126,32 @@ func TestGovernProcsOff(t *testing.T) {
 	<-GovernProcs(context.Background(), ProcsConfig{Max: 1, SetProcs: func(int) { set = true }}) // closed at once
 	if set {
 		t.Fatal("GovernProcs set GOMAXPROCS with Max 1")
+	}
+}
+
+// TestProcsGovernorDefaults: with the default thresholds a light load
+// (0.3 of a core) stays on one P, a moderate one (0.5) gets two and keeps
+// them, and only a load under 0.35 cores for 2 s gives one back.
+func TestProcsGovernorDefaults(t *testing.T) {
+	g := newProcsGovernor(ProcsConfig{Max: 2}.withDefaults())
+	for range 50 {
+		if got := g.step(0.3); got != 1 {
+			t.Fatalf("0.3 cores: %d Ps, want 1", got)
+		}
+	}
+	g.step(0.5)
+	if got := g.step(0.5); got != 2 {
+		t.Fatalf("0.5 cores twice: %d Ps, want 2", got)
+	}
+	for range 50 {
+		if got := g.step(0.6); got != 2 {
+			t.Fatalf("0.6 cores at 2 Ps: %d Ps, want 2", got)
+		}
+	}
+	for range 19 {
+		g.step(0.3)
+	}
+	if got := g.step(0.3); got != 1 {
+		t.Fatalf("0.3 cores for 20 intervals at 2 Ps: %d Ps, want 1", got)
 	}
 }

@@ -79,7 +79,7 @@ func main() {
 			&cli.BoolFlag{Name: "fail-closed-unavailable", Usage: "a descriptor failing closed answers gRPC UNAVAILABLE (Envoy's failure_mode_deny decides) instead of OVER_LIMIT"},
 			&cli.Float64Flag{Name: "near-limit-ratio", Value: 0.8, EnvVars: []string{"NEAR_LIMIT_RATIO"}, Usage: "share of a limit above which admissions count as near_limit"},
 			&cli.IntFlag{Name: "max-descriptors", Value: 256, Usage: "descriptors per request; more is INVALID_ARGUMENT"},
-			&cli.IntFlag{Name: "gc-heap-floor-mib", Value: 16, Usage: "the garbage collector's heap goal is at least this many MiB (memory ≤ max(floor, 2 × live heap)): with rls's few MB of live heap, Go's default goal (4 MB) makes the collector run ten times a second under load; 0 = Go's default; ignored when GOGC is set"},
+			&cli.IntFlag{Name: "gc-heap-floor-mib", Value: daemon.DefaultHeapFloorMiB, Usage: "the garbage collector's heap goal is at least this many MiB (memory ≤ max(floor, 2 × live heap)): with rls's few MB of live heap, Go's default goal (4 MB) makes the collector run ten times a second under load; 0 = Go's default; ignored when GOGC is set"},
 		}, append(grpcFlags(), append(storeflag.RedisFlags(), globalflags.Flags()...)...)...),
 		Action: run,
 	}
@@ -114,7 +114,7 @@ func run(c *cli.Context) error {
 	if floor < 0 {
 		return fmt.Errorf("--gc-heap-floor-mib %d: want ≥ 0", floor)
 	}
-	startGCFloor(uint64(floor)<<20, logger)
+	daemon.StartHeapFloor(uint64(floor)<<20, logger)
 	ctx, stop := daemon.StopContext(context.Background())
 	defer stop()
 	dir, err := configDir(c)

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"io"
@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-func TestGCFloorPercent(t *testing.T) {
+func TestHeapFloorPercent(t *testing.T) {
 	for _, c := range []struct {
 		floor, live uint64
 		want        int
@@ -22,30 +22,30 @@ func TestGCFloorPercent(t *testing.T) {
 		{64 << 20, 1 << 10, 10000}, // tiny heap: capped
 		{64 << 20, 21 << 20, 204},  // 21 MiB × 3.04 ≈ 64 MiB
 	} {
-		if got := gcFloorPercent(c.floor, c.live); got != c.want {
-			t.Errorf("gcFloorPercent(%d, %d) = %d, want %d", c.floor, c.live, got, c.want)
+		if got := heapFloorPercent(c.floor, c.live); got != c.want {
+			t.Errorf("heapFloorPercent(%d, %d) = %d, want %d", c.floor, c.live, got, c.want)
 		}
 	}
 }
 
-// TestGCFloorRetunesAfterCollections: after a collection of this test's
+// TestHeapFloorRetunesAfterCollections: after a collection of this test's
 // small heap, GOGC is the floor's (far above 100), and 0 or GOGC in the
 // environment leave it alone.
-func TestGCFloorRetunesAfterCollections(t *testing.T) {
+func TestHeapFloorRetunesAfterCollections(t *testing.T) {
 	if _, ok := os.LookupEnv("GOGC"); ok {
 		t.Skip("GOGC is set")
 	}
 	prev := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(prev)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if g := startGCFloor(0, logger); g != nil {
+	if g := StartHeapFloor(0, logger); g != nil {
 		t.Fatal("floor 0 started a tuner")
 	}
-	g := startGCFloor(1<<30, logger)
+	g := StartHeapFloor(1<<30, logger)
 	if g == nil {
 		t.Fatal("no tuner")
 	}
-	defer g.stop()
+	defer g.Stop()
 	// The finalizer runs on its own goroutine after the collection: wait
 	// for it (bounded; it does not depend on timing to pass).
 	deadline := time.Now().Add(10 * time.Second)
@@ -60,7 +60,7 @@ func TestGCFloorRetunesAfterCollections(t *testing.T) {
 		t.Fatalf("runtime GOGC %d, tuner says %d", cur, g.Percent())
 	}
 	t.Setenv("GOGC", "100")
-	if g := startGCFloor(1<<30, logger); g != nil {
+	if g := StartHeapFloor(1<<30, logger); g != nil {
 		t.Fatal("GOGC set, yet a tuner started")
 	}
 }
