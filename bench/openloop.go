@@ -49,7 +49,8 @@ type OpenLoopConfig struct {
 	// Paths to measure, in order; default AllOpenPaths.
 	Paths []string
 	// CapacityPath is the path whose closed-loop throughput is the
-	// capacity (default PathPopGomemcache); CapacityDuration its run
+	// capacity (default PathPopPipe: the full decision over edge's and
+	// rls's default store client); CapacityDuration its run
 	// (default 2s).
 	CapacityPath     string
 	CapacityDuration time.Duration
@@ -81,7 +82,7 @@ func (c OpenLoopConfig) withDefaults() OpenLoopConfig {
 		c.Paths = AllOpenPaths
 	}
 	if c.CapacityPath == "" {
-		c.CapacityPath = PathPopGomemcache
+		c.CapacityPath = PathPopPipe
 	}
 	defaultTo(&c.CapacityDuration, 2*time.Second)
 	return c

@@ -15,7 +15,8 @@ when the previous is answered) through a launched or existing PoP.
 
 With --rate (or --open): open loop. It starts 3 memcached shards, nutcracker
 and mcproxy over them (the same YAML), measures the capacity of the full
-decision (pop over gomemcache through mcproxy, closed loop, --conns), then at
+decision (pop over the default pipe client through mcproxy, closed loop,
+--conns; --capacity-path picks another path), then at
 each rate runs every path for --duration (default 2s) per round, --rounds
 rounds (default 5), in slices of --slice (100ms): the paths take turns slice
 by slice, so machine noise falls on all of them alike. Requests have fixed
