@@ -15,8 +15,9 @@ when the previous is answered) through a launched or existing PoP.
 
 With --rate (or --open): open loop. It starts 3 memcached shards, nutcracker
 and mcproxy over them (the same YAML), measures the capacity of the full
-decision (pop over the default pipe client through mcproxy, closed loop,
---conns; --capacity-path picks another path), then at
+decision over gomemcache through mcproxy (one round trip per store
+operation, like the floor's and the proxies' paths; closed loop, --conns;
+--capacity-path picks another path), then at
 each rate runs every path for --duration (default 2s) per round, --rounds
 rounds (default 5), in slices of --slice (100ms): the paths take turns slice
 by slice, so machine noise falls on all of them alike. Requests have fixed
