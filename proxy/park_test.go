@@ -14,6 +14,31 @@ import (
 	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
 
+// parkTimeout is the parking tests' request timeout: a short one makes
+// the sweeper run every 50 ms.
+const parkTimeout = 200 * time.Millisecond
+
+// requirePark skips the test where connections do not park, and checks
+// that it leaves no goroutine behind.
+func requirePark(t *testing.T) {
+	t.Helper()
+	if !parkSupported {
+		t.Skip("connections park on Linux only")
+	}
+	noLeaksInternal(t)
+}
+
+// eachNetwork runs fn as a subtest per network (TCP, Unix), each against
+// its own server (request timeout parkTimeout) over its own memcached.
+func eachNetwork(t *testing.T, fn func(t *testing.T, srv *Server, ln net.Listener)) {
+	t.Helper()
+	for _, ln := range tcpAndUnix(t) {
+		t.Run(ln.Addr().Network(), func(t *testing.T) {
+			fn(t, serveOn(t, ln, ServerConfig{RequestTimeout: parkTimeout}, fixture.Memcached(t, 1)[0].Addr), ln)
+		})
+	}
+}
+
 // waitParked waits up to d for srv's parked connection count to reach
 // want and returns the last count seen.
 func waitParked(srv *Server, want int64, d time.Duration) int64 {
@@ -26,93 +51,81 @@ func waitParked(srv *Server, want int64, d time.Duration) int64 {
 // CLOSE-WAIT), one that idles past the idle timeout is closed, and
 // Shutdown closes the parked ones with no goroutine left behind.
 func TestIdleConnectionsPark(t *testing.T) {
-	if !parkSupported {
-		t.Skip("connections park on Linux only")
-	}
-	noLeaksInternal(t)
-	ms := fixture.Memcached(t, 1)
-	// A short request timeout makes the sweeper run every 50 ms.
-	cfg := ServerConfig{RequestTimeout: 200 * time.Millisecond}
-	for _, ln := range tcpAndUnix(t) {
-		t.Run(ln.Addr().Network(), func(t *testing.T) {
-			srv := serveOn(t, ln, cfg, ms[0].Addr)
-			const n = 60
-			conns := make([]net.Conn, n)
-			brs := make([]*bufio.Reader, n)
-			ask := func(i int, req, want string) {
-				t.Helper()
-				_ = conns[i].SetDeadline(time.Now().Add(5 * time.Second))
-				fmt.Fprint(conns[i], req)
-				if l, err := brs[i].ReadString('\n'); err != nil || l != want {
-					t.Fatalf("conn %d: %q: got %q %v, want %q", i, req, l, err, want)
-				}
+	requirePark(t)
+	eachNetwork(t, func(t *testing.T, srv *Server, ln net.Listener) {
+		const n = 60
+		conns := make([]net.Conn, n)
+		brs := make([]*bufio.Reader, n)
+		ask := func(i int, req, want string) {
+			t.Helper()
+			_ = conns[i].SetDeadline(time.Now().Add(5 * time.Second))
+			fmt.Fprint(conns[i], req)
+			if l, err := brs[i].ReadString('\n'); err != nil || l != want {
+				t.Fatalf("conn %d: %q: got %q %v, want %q", i, req, l, err, want)
 			}
-			base := runtime.NumGoroutine()
-			for i := range conns {
-				c, err := net.Dial(ln.Addr().Network(), ln.Addr().String())
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = c.Close() })
-				conns[i], brs[i] = c, bufio.NewReader(c)
-				ask(i, "get park:none\r\n", "END\r\n")
+		}
+		base := runtime.NumGoroutine()
+		for i := range conns {
+			c, err := net.Dial(ln.Addr().Network(), ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
 			}
-			if got := waitParked(srv, n, 3*time.Second); got != n {
-				t.Fatalf("%d of %d idle connections parked", got, n)
+			t.Cleanup(func() { _ = c.Close() })
+			conns[i], brs[i] = c, bufio.NewReader(c)
+			ask(i, "get park:none\r\n", "END\r\n")
+		}
+		if got := waitParked(srv, n, 3*time.Second); got != n {
+			t.Fatalf("%d of %d idle connections parked", got, n)
+		}
+		time.Sleep(50 * time.Millisecond) // readers return after parking
+		// A few more than before they connected (the parker, the idle
+		// sweeper, the shard session), none per connection.
+		if g := runtime.NumGoroutine(); g > base+5 {
+			t.Errorf("goroutines: %d with %d connections parked, %d before they connected", g, n, base)
+		}
+		// A third send (resumed and answered), a third close.
+		for i := 0; i < n/3; i++ {
+			ask(i, fmt.Sprintf("set park:%d 0 0 1\r\nv\r\n", i), "STORED\r\n")
+			ask(i, fmt.Sprintf("incr park:%d 1\r\n", i), "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n")
+		}
+		for i := n / 3; i < 2*n/3; i++ {
+			_ = conns[i].Close()
+		}
+		if got := waitConns(t, srv, n-n/3, time.Second); got != n-n/3 {
+			t.Errorf("%d connections open 1 s after %d of %d parked ones closed", got, n/3, n)
+		}
+		if ln.Addr().Network() == "tcp" {
+			if cw := closeWait(t, ln.Addr().(*net.TCPAddr).Port); cw != 0 {
+				t.Errorf("%d connections in CLOSE-WAIT", cw)
 			}
-			time.Sleep(50 * time.Millisecond) // readers return after parking
-			// A few more than before they connected (the parker, the idle
-			// sweeper, the shard session), none per connection.
-			if g := runtime.NumGoroutine(); g > base+5 {
-				t.Errorf("goroutines: %d with %d connections parked, %d before they connected", g, n, base)
-			}
-			// A third send (resumed and answered), a third close.
-			for i := 0; i < n/3; i++ {
-				ask(i, fmt.Sprintf("set park:%d 0 0 1\r\nv\r\n", i), "STORED\r\n")
-				ask(i, fmt.Sprintf("incr park:%d 1\r\n", i), "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n")
-			}
-			for i := n / 3; i < 2*n/3; i++ {
-				_ = conns[i].Close()
-			}
-			if got := waitConns(t, srv, n-n/3, time.Second); got != n-n/3 {
-				t.Errorf("%d connections open 1 s after %d of %d parked ones closed", got, n/3, n)
-			}
-			if ln.Addr().Network() == "tcp" {
-				if cw := closeWait(t, ln.Addr().(*net.TCPAddr).Port); cw != 0 {
-					t.Errorf("%d connections in CLOSE-WAIT", cw)
-				}
-			}
-			// They park again and still answer; the idle timeout closes
-			// parked ones.
-			if got := waitParked(srv, n-n/3, 3*time.Second); got != n-n/3 {
-				t.Fatalf("%d of %d connections parked again", got, n-n/3)
-			}
-			ask(0, "get park:none\r\n", "END\r\n")
-			srv.SetClientLimits(0, 300*time.Millisecond)
-			if got := waitConns(t, srv, 0, 3*time.Second); got != 0 {
-				t.Errorf("%d connections open after the idle timeout", got)
-			}
-			_ = conns[n-1].SetDeadline(time.Now().Add(time.Second))
-			if _, err := brs[n-1].ReadByte(); err == nil {
-				t.Error("a parked connection past the idle timeout was not closed")
-			}
-		})
-	}
+		}
+		// They park again and still answer; the idle timeout closes
+		// parked ones.
+		if got := waitParked(srv, n-n/3, 3*time.Second); got != n-n/3 {
+			t.Fatalf("%d of %d connections parked again", got, n-n/3)
+		}
+		ask(0, "get park:none\r\n", "END\r\n")
+		srv.SetClientLimits(0, 300*time.Millisecond)
+		if got := waitConns(t, srv, 0, 3*time.Second); got != 0 {
+			t.Errorf("%d connections open after the idle timeout", got)
+		}
+		_ = conns[n-1].SetDeadline(time.Now().Add(time.Second))
+		if _, err := brs[n-1].ReadByte(); err == nil {
+			t.Error("a parked connection past the idle timeout was not closed")
+		}
+	})
 }
 
 // TestParkedShutdown: Shutdown closes parked connections and stops the
 // parker (goleak).
 func TestParkedShutdown(t *testing.T) {
-	if !parkSupported {
-		t.Skip("connections park on Linux only")
-	}
-	noLeaksInternal(t)
+	requirePark(t)
 	ms := fixture.Memcached(t, 1)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := serveOn(t, ln, ServerConfig{RequestTimeout: 200 * time.Millisecond}, ms[0].Addr)
+	srv := serveOn(t, ln, ServerConfig{RequestTimeout: parkTimeout}, ms[0].Addr)
 	var conns []net.Conn
 	for range 20 {
 		c, err := net.Dial("tcp", ln.Addr().String())
@@ -180,58 +193,49 @@ func parkedConns(t *testing.T, srv *Server, ln net.Listener, n int) ([]net.Conn,
 // parked connection ends (the client closes, the idle timeout) closes
 // it, so the process's descriptors come back to where they were.
 func TestParkedDescriptors(t *testing.T) {
-	if !parkSupported {
-		t.Skip("connections park on Linux only")
-	}
-	noLeaksInternal(t)
-	for _, ln := range tcpAndUnix(t) {
-		t.Run(ln.Addr().Network(), func(t *testing.T) {
-			srv := serveOn(t, ln, ServerConfig{RequestTimeout: 200 * time.Millisecond}, fixture.Memcached(t, 1)[0].Addr)
-			warm, _ := parkedConns(t, srv, ln, 1) // starts the sweeper and the parker
-			base, goroutines := openFDs(t), runtime.NumGoroutine()
-			const n = 40
-			conns, _ := parkedConns(t, srv, ln, n)
-			time.Sleep(50 * time.Millisecond) // readers return after parking
-			// Each connection: the client's socket and the parked one.
-			if got := openFDs(t) - base; got != 2*n {
-				t.Errorf("%d descriptors more with %d connections parked, want %d (client and server side)", got, n, 2*n)
-			}
-			if g := runtime.NumGoroutine(); g > goroutines+2 {
-				t.Errorf("goroutines: %d with %d connections parked, %d before", g, n, goroutines)
-			}
-			for _, c := range conns[:n/2] {
-				_ = c.Close()
-			}
-			if got := waitConns(t, srv, int64(1+n-n/2), time.Second); got != int64(1+n-n/2) {
-				t.Errorf("%d connections open 1 s after %d parked clients closed, want %d", got, n/2, 1+n-n/2)
-			}
-			srv.SetClientLimits(0, 300*time.Millisecond)
-			if got := waitConns(t, srv, 0, 3*time.Second); got != 0 {
-				t.Fatalf("%d connections open after the idle timeout", got)
-			}
-			for _, c := range append(conns[n/2:], warm...) {
-				_ = c.Close()
-			}
-			// base counted the first connection's two sockets.
-			if got := waitCount(func() int64 { return int64(openFDs(t) - base) }, -2, time.Second); got != -2 {
-				t.Errorf("%d descriptors more than with one connection parked, after all closed, want -2", got)
-			}
-		})
-	}
+	requirePark(t)
+	eachNetwork(t, func(t *testing.T, srv *Server, ln net.Listener) {
+		warm, _ := parkedConns(t, srv, ln, 1) // starts the sweeper and the parker
+		base, goroutines := openFDs(t), runtime.NumGoroutine()
+		const n = 40
+		conns, _ := parkedConns(t, srv, ln, n)
+		time.Sleep(50 * time.Millisecond) // readers return after parking
+		// Each connection: the client's socket and the parked one.
+		if got := openFDs(t) - base; got != 2*n {
+			t.Errorf("%d descriptors more with %d connections parked, want %d (client and server side)", got, n, 2*n)
+		}
+		if g := runtime.NumGoroutine(); g > goroutines+2 {
+			t.Errorf("goroutines: %d with %d connections parked, %d before", g, n, goroutines)
+		}
+		for _, c := range conns[:n/2] {
+			_ = c.Close()
+		}
+		if got := waitConns(t, srv, int64(1+n-n/2), time.Second); got != int64(1+n-n/2) {
+			t.Errorf("%d connections open 1 s after %d parked clients closed, want %d", got, n/2, 1+n-n/2)
+		}
+		srv.SetClientLimits(0, 300*time.Millisecond)
+		if got := waitConns(t, srv, 0, 3*time.Second); got != 0 {
+			t.Fatalf("%d connections open after the idle timeout", got)
+		}
+		for _, c := range append(conns[n/2:], warm...) {
+			_ = c.Close()
+		}
+		// base counted the first connection's two sockets.
+		if got := waitCount(func() int64 { return int64(openFDs(t) - base) }, -2, time.Second); got != -2 {
+			t.Errorf("%d descriptors more than with one connection parked, after all closed, want -2", got)
+		}
+	})
 }
 
 // TestParkedClientLimit: parked connections count against
 // client_connections, and a parked one that closes makes room.
 func TestParkedClientLimit(t *testing.T) {
-	if !parkSupported {
-		t.Skip("connections park on Linux only")
-	}
-	noLeaksInternal(t)
+	requirePark(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := serveOn(t, ln, ServerConfig{MaxClients: 4, RequestTimeout: 200 * time.Millisecond}, fixture.Memcached(t, 1)[0].Addr)
+	srv := serveOn(t, ln, ServerConfig{MaxClients: 4, RequestTimeout: parkTimeout}, fixture.Memcached(t, 1)[0].Addr)
 	conns, _ := parkedConns(t, srv, ln, 4)
 	extra := func() string {
 		c, err := net.Dial("tcp", ln.Addr().String())
@@ -260,38 +264,32 @@ func TestParkedClientLimit(t *testing.T) {
 // its writing side is answered, then closed (no CLOSE-WAIT); on TCP and
 // Unix sockets.
 func TestParkedHalfClose(t *testing.T) {
-	if !parkSupported {
-		t.Skip("connections park on Linux only")
-	}
-	noLeaksInternal(t)
-	for _, ln := range tcpAndUnix(t) {
-		t.Run(ln.Addr().Network(), func(t *testing.T) {
-			srv := serveOn(t, ln, ServerConfig{RequestTimeout: 200 * time.Millisecond}, fixture.Memcached(t, 1)[0].Addr)
-			conns, brs := parkedConns(t, srv, ln, 3)
-			for i, c := range conns {
-				fmt.Fprint(c, "get half:none\r\nversion\r\n")
-				if err := c.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
-					t.Fatal(err)
-				}
-				for _, want := range []string{"END\r\n", "VERSION " + DefaultVersion + "\r\n"} {
-					if l, err := brs[i].ReadString('\n'); err != nil || l != want {
-						t.Fatalf("conn %d: got %q %v, want %q", i, l, err, want)
-					}
-				}
-				if _, err := brs[i].ReadByte(); err != io.EOF {
-					t.Errorf("conn %d: after the replies: %v, want EOF", i, err)
+	requirePark(t)
+	eachNetwork(t, func(t *testing.T, srv *Server, ln net.Listener) {
+		conns, brs := parkedConns(t, srv, ln, 3)
+		for i, c := range conns {
+			fmt.Fprint(c, "get half:none\r\nversion\r\n")
+			if err := c.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"END\r\n", "VERSION " + DefaultVersion + "\r\n"} {
+				if l, err := brs[i].ReadString('\n'); err != nil || l != want {
+					t.Fatalf("conn %d: got %q %v, want %q", i, l, err, want)
 				}
 			}
-			if got := waitConns(t, srv, 0, time.Second); got != 0 {
-				t.Errorf("%d connections open 1 s after the half-closed clients were answered", got)
+			if _, err := brs[i].ReadByte(); err != io.EOF {
+				t.Errorf("conn %d: after the replies: %v, want EOF", i, err)
 			}
-			if ln.Addr().Network() == "tcp" {
-				if cw := closeWait(t, ln.Addr().(*net.TCPAddr).Port); cw != 0 {
-					t.Errorf("%d connections in CLOSE-WAIT", cw)
-				}
+		}
+		if got := waitConns(t, srv, 0, time.Second); got != 0 {
+			t.Errorf("%d connections open 1 s after the half-closed clients were answered", got)
+		}
+		if ln.Addr().Network() == "tcp" {
+			if cw := closeWait(t, ln.Addr().(*net.TCPAddr).Port); cw != 0 {
+				t.Errorf("%d connections in CLOSE-WAIT", cw)
 			}
-		})
-	}
+		}
+	})
 }
 
 // TestPipelineGrowsQueue: a connection starts with a queue of firstQueue
@@ -299,36 +297,33 @@ func TestParkedHalfClose(t *testing.T) {
 // order, through the grown queue, and parks afterwards.
 func TestPipelineGrowsQueue(t *testing.T) {
 	noLeaksInternal(t)
-	for _, ln := range tcpAndUnix(t) {
-		t.Run(ln.Addr().Network(), func(t *testing.T) {
-			srv := serveOn(t, ln, ServerConfig{RequestTimeout: 200 * time.Millisecond}, fixture.Memcached(t, 1)[0].Addr)
-			c, err := net.Dial(ln.Addr().Network(), ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-			const n = 20 * firstQueue
-			var req []byte
-			for i := range n {
-				v := fmt.Sprint(i)
-				req = fmt.Appendf(req, "set grow:%d 0 0 %d\r\n%s\r\nget grow:%d\r\n", i, len(v), v, i)
-			}
-			go func() { _, _ = c.Write(req) }()
-			br := bufio.NewReader(c)
-			for i := range n {
-				v := fmt.Sprint(i)
-				for _, want := range []string{"STORED\r\n", fmt.Sprintf("VALUE grow:%d 0 %d\r\n", i, len(v)), v + "\r\n", "END\r\n"} {
-					if l, err := br.ReadString('\n'); err != nil || l != want {
-						t.Fatalf("request %d: got %q %v, want %q", i, l, err, want)
-					}
+	eachNetwork(t, func(t *testing.T, srv *Server, ln net.Listener) {
+		c, err := net.Dial(ln.Addr().Network(), ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		const n = 20 * firstQueue
+		var req []byte
+		for i := range n {
+			v := fmt.Sprint(i)
+			req = fmt.Appendf(req, "set grow:%d 0 0 %d\r\n%s\r\nget grow:%d\r\n", i, len(v), v, i)
+		}
+		go func() { _, _ = c.Write(req) }()
+		br := bufio.NewReader(c)
+		for i := range n {
+			v := fmt.Sprint(i)
+			for _, want := range []string{"STORED\r\n", fmt.Sprintf("VALUE grow:%d 0 %d\r\n", i, len(v)), v + "\r\n", "END\r\n"} {
+				if l, err := br.ReadString('\n'); err != nil || l != want {
+					t.Fatalf("request %d: got %q %v, want %q", i, l, err, want)
 				}
 			}
-			if parkSupported {
-				if got := waitParked(srv, 1, 3*time.Second); got != 1 {
-					t.Errorf("%d connections parked after the pipeline, want 1", got)
-				}
+		}
+		if parkSupported {
+			if got := waitParked(srv, 1, 3*time.Second); got != 1 {
+				t.Errorf("%d connections parked after the pipeline, want 1", got)
 			}
-		})
-	}
+		}
+	})
 }
