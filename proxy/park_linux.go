@@ -159,25 +159,63 @@ func (p *parker) start() bool {
 		_ = syscall.Close(pipe[1])
 		return false
 	}
+	// The loop waits for the epoll instance in the runtime's poller (an
+	// epoll descriptor is itself readable when it has events), never in
+	// a blocking epoll_wait: a goroutine blocked in a system call keeps
+	// its P until sysmon takes it back, up to 10 ms later when the
+	// process has been idle, and under GOMAXPROCS 1 (GovernProcs at low
+	// load) every other goroutine waits that long. Measured before: at
+	// 2,000 requests/s mcproxy's service p99 6.9 ms at --procs 1, 0.9 ms
+	// at --procs 2.
+	ef, rc := pollableEpoll(epfd)
+	if rc == nil {
+		_ = syscall.Close(epfd)
+		_ = syscall.Close(pipe[0])
+		_ = syscall.Close(pipe[1])
+		return false
+	}
 	p.epfd, p.wakeW = epfd, pipe[1]
 	p.spare = openSpare()
 	p.done = make(chan struct{})
-	go p.loop(epfd, pipe[0])
+	go p.loop(epfd, ef, rc, pipe[0])
 	return true
 }
 
-// loop wakes the connections epoll reports until close.
-func (p *parker) loop(epfd, wakeR int) {
+// pollableEpoll wraps the epoll descriptor epfd in an os.File served by
+// the runtime's poller and returns it with its RawConn (nil, nil when it
+// cannot: the caller still owns epfd).
+func pollableEpoll(epfd int) (*os.File, syscall.RawConn) {
+	if syscall.SetNonblock(epfd, true) != nil {
+		return nil, nil
+	}
+	ef := os.NewFile(uintptr(epfd), "mcproxy-park-epoll")
+	rc, err := ef.SyscallConn()
+	if err != nil {
+		return nil, nil
+	}
+	return ef, rc
+}
+
+// loop wakes the connections epoll reports until close; it closes ef
+// (the epoll instance epfd: not ef.Fd(), which would make it blocking)
+// and wakeR when it returns.
+func (p *parker) loop(epfd int, ef *os.File, rc syscall.RawConn, wakeR int) {
 	defer close(p.done)
 	defer syscall.Close(wakeR)
-	defer syscall.Close(epfd)
+	defer ef.Close()
 	events := make([]syscall.EpollEvent, 256)
 	for {
-		n, err := syscall.EpollWait(epfd, events, -1)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
+		var n int
+		var err error
+		rerr := rc.Read(func(fd uintptr) bool {
+			for {
+				n, err = syscall.EpollWait(int(fd), events, 0)
+				if err != syscall.EINTR {
+					return err != nil || n > 0
+				}
+			}
+		})
+		if rerr != nil || err != nil {
 			return
 		}
 		for _, ev := range events[:n] {
