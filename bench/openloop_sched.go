@@ -133,8 +133,8 @@ func openWorker(ctx context.Context, s openSchedule, op openOp, w int, c *openCo
 	if err != nil {
 		z = nil // a bad ZipfS: key 0 only (RunOpenLoop checks it first)
 	}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	sl := newSleeper()
+	defer sl.close()
 	var sent int64
 	for {
 		i := next.Add(1) - 1
@@ -147,10 +147,8 @@ func openWorker(ctx context.Context, s openSchedule, op openOp, w int, c *openCo
 		}
 		slept := false
 		if wait := time.Until(t); wait > 0 {
-			timer.Reset(wait)
-			select {
-			case <-timer.C:
-			case <-ctx.Done():
+			sl.sleep(wait, ctx.Done())
+			if ctx.Err() != nil {
 				return sent
 			}
 			slept = true
