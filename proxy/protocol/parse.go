@@ -133,7 +133,10 @@ func requestLine(buf []byte, lim Limits) (line []byte, n int, err error) {
 	}
 	nl := bytes.IndexByte(buf, '\n')
 	if nl < 0 {
-		if len(buf) > lim.maxLine() && (!isGetPrefix(buf) || len(buf) > lim.maxGetLine()) {
+		// A line at the limit may have its '\r' here and its '\n' still
+		// to come: the '\r' is not part of the line.
+		pending := bytes.TrimSuffix(buf, []byte{'\r'})
+		if len(pending) > lim.maxLine() && (!isGetPrefix(pending) || len(pending) > lim.maxGetLine()) {
 			return nil, 0, ErrLineTooLong
 		}
 		return nil, 0, ErrIncomplete
