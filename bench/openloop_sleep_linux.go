@@ -21,7 +21,7 @@ type sleeper struct {
 	rc  syscall.RawConn
 	fd  int
 	buf [8]byte
-	t   *time.Timer // fallback when the timerfd could not be made
+	t   *timerSleeper // fallback when the timerfd could not be made
 }
 
 // newSleeper returns a sleeper; close releases it.
@@ -37,8 +37,7 @@ func newSleeper() *sleeper {
 		s.f.Close()
 		s.f = nil
 	}
-	s.t = time.NewTimer(time.Hour)
-	s.t.Stop()
+	s.t = newTimerSleeper()
 	return s
 }
 
@@ -47,12 +46,7 @@ func newSleeper() *sleeper {
 // interval of the schedule).
 func (s *sleeper) sleep(d time.Duration, done <-chan struct{}) {
 	if s.f == nil {
-		s.t.Reset(d)
-		select {
-		case <-s.t.C:
-		case <-done:
-			s.t.Stop()
-		}
+		s.t.sleep(d, done)
 		return
 	}
 	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
@@ -71,6 +65,6 @@ func (s *sleeper) close() {
 	if s.f != nil {
 		s.f.Close()
 	} else {
-		s.t.Stop()
+		s.t.close()
 	}
 }

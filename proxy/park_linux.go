@@ -169,7 +169,6 @@ func (p *parker) start() bool {
 	// at --procs 2.
 	ef, rc := pollableEpoll(epfd)
 	if rc == nil {
-		_ = syscall.Close(epfd)
 		_ = syscall.Close(pipe[0])
 		_ = syscall.Close(pipe[1])
 		return false
@@ -182,15 +181,17 @@ func (p *parker) start() bool {
 }
 
 // pollableEpoll wraps the epoll descriptor epfd in an os.File served by
-// the runtime's poller and returns it with its RawConn (nil, nil when it
-// cannot: the caller still owns epfd).
+// the runtime's poller and returns it with its RawConn, or closes epfd
+// and returns nil, nil when it cannot.
 func pollableEpoll(epfd int) (*os.File, syscall.RawConn) {
 	if syscall.SetNonblock(epfd, true) != nil {
+		_ = syscall.Close(epfd)
 		return nil, nil
 	}
 	ef := os.NewFile(uintptr(epfd), "mcproxy-park-epoll")
 	rc, err := ef.SyscallConn()
 	if err != nil {
+		_ = ef.Close() // the File owns epfd now
 		return nil, nil
 	}
 	return ef, rc
