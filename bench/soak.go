@@ -40,7 +40,8 @@ type SoakConfig struct {
 	// warm-up ends, one at the end. Goroutines and fds are judged on
 	// those, because under traffic they follow the work in flight (mcproxy
 	// runs goroutines only for clients that are not parked), not leaks;
-	// default 1s (mcproxy parks a client idle for 100–200 ms).
+	// default 2s (mcproxy parks a client silent for 1–1.5 s, its
+	// --park-after).
 	Rest time.Duration
 	// Keys is the Zipf identity space (exponent 1.1); default 10,000.
 	Keys uint64
@@ -77,7 +78,7 @@ func (c SoakConfig) withDefaults() SoakConfig {
 	defaultTo(&c.Conns, 32)
 	defaultTo(&c.Warmup, c.Duration/10)
 	defaultTo(&c.Interval, min(10*time.Second, max(250*time.Millisecond, c.Duration/60)))
-	defaultTo(&c.Rest, time.Second)
+	defaultTo(&c.Rest, 2*time.Second)
 	defaultTo(&c.Keys, 10000)
 	defaultTo(&c.Quantity, 100)
 	defaultTo(&c.Window, time.Second)

@@ -96,6 +96,7 @@ type clientLimits struct {
 	idle     atomic.Int64 // nanoseconds; 0 = no idle timeout
 	tick     atomic.Int64 // coarse clock (UnixNano), advanced by the sweeper
 	request  atomic.Int64 // nanoseconds; 0 = no request timeout
+	park     int64        // nanoseconds (ParkAfter); 0 = never park; set once by NewServer
 	rejected atomic.Uint64
 	idled    atomic.Uint64
 	slow     atomic.Uint64 // closed by the request timeout
@@ -130,15 +131,13 @@ func (s *Server) overClientLimit(nc net.Conn) bool {
 	return true
 }
 
-// parkSweep is the sweep period where connections park: a client idle
-// for one to two of them parks, so a wave of connections that go idle
-// (a pool warming up, a flood) holds few goroutines, stacks and runtime
-// descriptors at once (each leaves memory behind that the runtime
-// reuses but never frees: its goroutine's g, its poll descriptor, span
-// metadata). A park and resume costs about a dozen system calls and a new
-// clientConn, at most once per request, and only for a client that pauses
-// 50 ms or more.
-const parkSweep = 50 * time.Millisecond
+// Parking a client idle for ParkAfter (see ServerConfig) lets a wave of
+// connections that go idle (a pool warming up, a flood) hold few
+// goroutines, stacks and runtime descriptors at once (each leaves memory
+// behind that the runtime reuses but never frees: its goroutine's g, its
+// poll descriptor, span metadata). A park and resume costs about a dozen
+// system calls and a new clientConn, at most once per request, and only
+// for a client that pauses ParkAfter or more.
 
 // startIdleSweeper starts the goroutine that advances the coarse clock and
 // closes idle clients, once; s.mu must be held and s not closed.
@@ -161,29 +160,26 @@ func (s *Server) stopIdleSweeper() {
 	}
 }
 
-// sweepIdle closes, every quarter of the idle or request timeout
-// (10ms..1s; at most parkSweep where connections park), the clients that
+// sweepIdle closes, every quarter of the idle or request timeout or of
+// ParkAfter (the shortest; 10ms..1s), the clients that
 // have read nothing for the idle timeout and have no request queued
 // (parked ones too), and those whose incomplete request began more than
 // the request timeout ago: their reading side stops, so the replies
 // still due are written before the connection closes. It asks the
-// clients that have read nothing since the previous sweep to park
-// (askPark).
+// clients that have read nothing for ParkAfter to park (askPark).
 func (s *Server) sweepIdle(stop <-chan struct{}) {
 	defer s.wg.Done()
 	every := func() time.Duration {
 		d := time.Second
-		if parkSupported {
-			d = parkSweep
-		}
-		for _, v := range []int64{s.cl.idle.Load(), s.cl.request.Load()} {
+		for _, v := range []int64{s.cl.idle.Load(), s.cl.request.Load(), s.cl.park} {
 			if v > 0 {
 				d = min(d, max(time.Duration(v)/4, 10*time.Millisecond))
 			}
 		}
 		return d
 	}
-	t := time.NewTimer(every())
+	period := every()
+	t := time.NewTimer(period)
 	defer t.Stop()
 	for {
 		select {
@@ -191,10 +187,13 @@ func (s *Server) sweepIdle(stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		prev := s.cl.tick.Load()
 		now := s.now().UnixNano()
 		s.cl.tick.Store(now)
 		idle, req := s.cl.idle.Load(), s.cl.request.Load()
+		// A client's active tick is the last sweep before its last read,
+		// at most a period earlier: one whose tick is older than
+		// ParkAfter and a period has been silent for ParkAfter at least.
+		parkBefore := now - s.cl.park - int64(period)
 		s.mu.Lock()
 		for cc := range s.conns {
 			if cc.stopped.Load() {
@@ -207,8 +206,8 @@ func (s *Server) sweepIdle(stop <-chan struct{}) {
 			case idle > 0 && now-cc.active.Load() > idle && cc.queueLen() == 0:
 				s.cl.idled.Add(1)
 				cc.stopReading()
-			case p == 0 && cc.active.Load() < prev:
-				cc.askPark() // nothing read for a whole sweep
+			case p == 0 && s.cl.park > 0 && cc.active.Load() < parkBefore:
+				cc.askPark() // nothing read for ParkAfter
 			}
 		}
 		s.mu.Unlock()
@@ -216,6 +215,7 @@ func (s *Server) sweepIdle(stop <-chan struct{}) {
 			s.cl.idled.Add(uint64(s.park.expire(now - idle)))
 		}
 		s.mem.maybe(s.st.parked.Load(), time.Unix(0, now), &s.wg)
-		t.Reset(every())
+		period = every()
+		t.Reset(period)
 	}
 }

@@ -18,6 +18,10 @@ import (
 // the sweeper run every 50 ms.
 const parkTimeout = 200 * time.Millisecond
 
+// parkAfter is the parking tests' ParkAfter: short, so that they wait
+// little for connections to park.
+const parkAfter = 50 * time.Millisecond
+
 // requirePark skips the test where connections do not park, and checks
 // that it leaves no goroutine behind.
 func requirePark(t *testing.T) {
@@ -34,7 +38,7 @@ func eachNetwork(t *testing.T, fn func(t *testing.T, srv *Server, ln net.Listene
 	t.Helper()
 	for _, ln := range tcpAndUnix(t) {
 		t.Run(ln.Addr().Network(), func(t *testing.T) {
-			fn(t, serveOn(t, ln, ServerConfig{RequestTimeout: parkTimeout}, fixture.Memcached(t, 1)[0].Addr), ln)
+			fn(t, serveOn(t, ln, ServerConfig{RequestTimeout: parkTimeout, ParkAfter: parkAfter}, fixture.Memcached(t, 1)[0].Addr), ln)
 		})
 	}
 }
@@ -125,7 +129,7 @@ func TestParkedShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := serveOn(t, ln, ServerConfig{RequestTimeout: parkTimeout}, ms[0].Addr)
+	srv := serveOn(t, ln, ServerConfig{RequestTimeout: parkTimeout, ParkAfter: parkAfter}, ms[0].Addr)
 	var conns []net.Conn
 	for range 20 {
 		c, err := net.Dial("tcp", ln.Addr().String())
@@ -235,7 +239,7 @@ func TestParkedClientLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := serveOn(t, ln, ServerConfig{MaxClients: 4, RequestTimeout: parkTimeout}, fixture.Memcached(t, 1)[0].Addr)
+	srv := serveOn(t, ln, ServerConfig{MaxClients: 4, RequestTimeout: parkTimeout, ParkAfter: parkAfter}, fixture.Memcached(t, 1)[0].Addr)
 	conns, _ := parkedConns(t, srv, ln, 4)
 	extra := func() string {
 		c, err := net.Dial("tcp", ln.Addr().String())
@@ -326,4 +330,65 @@ func TestPipelineGrowsQueue(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestParkAfter: a client parks once it has been silent for ParkAfter,
+// not before (a pause between bursts keeps its connection state), and
+// with a negative ParkAfter never.
+func TestParkAfter(t *testing.T) {
+	requirePark(t)
+	ms := fixture.Memcached(t, 1)
+	for _, tc := range []struct {
+		name  string
+		after time.Duration
+	}{{"400ms", 400 * time.Millisecond}, {"never", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := serveOn(t, ln, ServerConfig{RequestTimeout: parkTimeout, ParkAfter: tc.after}, ms[0].Addr)
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			if l := askLine(t, c, br, "get parkafter:none\r\n"); l != "END\r\n" {
+				t.Fatalf("get: %q", l)
+			}
+			sent := time.Now()
+			// The sweeper runs every 50 ms (a quarter of the request
+			// timeout): a client that parked early would be seen.
+			time.Sleep(250 * time.Millisecond)
+			if got, silent := srv.st.parked.Load(), time.Since(sent); got != 0 && silent < 400*time.Millisecond {
+				t.Fatalf("parked after %v of silence, want %v", silent, tc.after)
+			}
+			if tc.after < 0 {
+				time.Sleep(500 * time.Millisecond)
+				if got := srv.st.parked.Load(); got != 0 {
+					t.Fatalf("%d parked with ParkAfter %v", got, tc.after)
+				}
+			} else if got := waitParked(srv, 1, 3*time.Second); got != 1 {
+				t.Fatalf("%d parked %v after the last request, want 1", got, time.Since(sent))
+			}
+			if l := askLine(t, c, br, "get parkafter:none\r\n"); l != "END\r\n" {
+				t.Fatalf("get after the pause: %q", l)
+			}
+		})
+	}
+}
+
+// askLine sends req on c and returns the first line of the reply.
+func askLine(t *testing.T, c net.Conn, br *bufio.Reader, req string) string {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := fmt.Fprint(c, req); err != nil {
+		t.Fatal(err)
+	}
+	l, err := br.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

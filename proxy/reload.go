@@ -137,6 +137,9 @@ type ProxyConfig struct {
 	// request not complete this long after its first byte closes the
 	// client); zero: DefaultRequestTimeout, negative: never.
 	RequestTimeout time.Duration
+	// ParkAfter is every pool's ServerConfig.ParkAfter (a client silent
+	// this long parks); zero: DefaultParkAfter, negative: never.
+	ParkAfter time.Duration
 }
 
 // Proxy runs the pools of one configuration, each with its own listener,
@@ -459,7 +462,7 @@ func (p *Proxy) start(s PoolSpec, rt *Router, ln net.Listener) *livePool {
 	srv, err := NewServer(ServerConfig{
 		Router: rt, Limits: p.cfg.Limits, Version: p.cfg.Version, MaxPipeline: p.cfg.MaxPipeline,
 		Logger: p.log.With("pool", s.Name), MaxClients: s.ClientConnections, ClientIdleTimeout: s.ClientTimeout,
-		RequestTimeout: p.cfg.RequestTimeout,
+		RequestTimeout: p.cfg.RequestTimeout, ParkAfter: p.cfg.ParkAfter,
 	})
 	if err != nil {
 		panic(err) // only for a nil Router

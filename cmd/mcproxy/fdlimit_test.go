@@ -24,7 +24,7 @@ func TestMcproxyFDExhaustion(t *testing.T) {
 	bin := buildMcproxy(t)
 	ms := fixture.Memcached(t, 1)
 	addr, admin := fixture.FreeAddr(t), fixture.FreeAddr(t)
-	p := startMcproxy(t, prl, addr, "--nofile=256:256", bin, "--listen", addr, "--shard", ms[0].Addr, "--admin", admin)
+	p := startMcproxy(t, prl, addr, "--nofile=256:256", bin, "--listen", addr, "--shard", ms[0].Addr, "--admin", admin, "--park-after", "50ms")
 
 	old, err := net.Dial("tcp", addr)
 	if err != nil {
