@@ -24,7 +24,8 @@ type IdleConnsConfig struct {
 	Sample int
 	// Settle is how long the connections stay idle after the last one
 	// was answered before measuring; default 12 s. mcproxy parks an idle
-	// connection within 0.1 s, and after a wave of parked clients it
+	// connection within 0.1 s when hundreds are idle (1.1 s otherwise:
+	// --park-after), and after a wave of parked clients it
 	// returns their freed memory to the OS once the wave stops growing,
 	// at most every 10 s: 12 s covers a release that an earlier one
 	// during the wave delayed. Both proxies get the same settle.

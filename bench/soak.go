@@ -40,8 +40,8 @@ type SoakConfig struct {
 	// warm-up ends, one at the end. Goroutines and fds are judged on
 	// those, because under traffic they follow the work in flight (mcproxy
 	// runs goroutines only for clients that are not parked), not leaks;
-	// default 2s (mcproxy parks a client silent for 1–1.5 s, its
-	// --park-after).
+	// default 2s (with few clients, mcproxy parks one silent for 1–1.1 s,
+	// its --park-after).
 	Rest time.Duration
 	// Keys is the Zipf identity space (exponent 1.1); default 10,000.
 	Keys uint64

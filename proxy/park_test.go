@@ -392,3 +392,29 @@ func askLine(t *testing.T, c net.Conn, br *bufio.Reader, req string) string {
 	}
 	return l
 }
+
+// TestManyIdleClientsParkAtOnce: once parkEagerAt clients or more are
+// idle, they park within a few sweeps however long ParkAfter is (a
+// fleet's pools, a flood: memory first).
+func TestManyIdleClientsParkAtOnce(t *testing.T) {
+	requirePark(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serveOn(t, ln, ServerConfig{ParkAfter: time.Hour}, fixture.Memcached(t, 1)[0].Addr)
+	n := parkEagerAt + 44
+	for i := range n {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		if l := askLine(t, c, bufio.NewReader(c), fmt.Sprintf("get eager:%d\r\n", i)); l != "END\r\n" {
+			t.Fatalf("conn %d: %q", i, l)
+		}
+	}
+	if got := waitParked(srv, int64(n), 3*time.Second); got != int64(n) {
+		t.Fatalf("%d of %d idle clients parked with ParkAfter 1h", got, n)
+	}
+}

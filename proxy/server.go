@@ -61,19 +61,21 @@ type ServerConfig struct {
 	// connection parks (Linux): it is kept as a bare descriptor in the
 	// server's epoll set, with no goroutine, buffer or queue, and its next
 	// request first resumes it (about a dozen system calls and a new
-	// connection state). The sweeper checks every quarter of it (10 ms to
-	// 1 s), so a client parks after ParkAfter to 1.5 × ParkAfter of
-	// silence. Zero means DefaultParkAfter; negative means never.
+	// connection state). A client parks after ParkAfter to ParkAfter +
+	// 100 ms of silence, or after 50–100 ms while at least 256 idle
+	// clients are waiting to park (a fleet's pools, a flood: memory
+	// first). Zero means DefaultParkAfter; negative means never.
 	ParkAfter time.Duration
 }
 
 // DefaultParkAfter is ServerConfig.ParkAfter's default. Parking exists
-// for the many connections that stay idle (a fleet's pools, a flood), not
-// for a client's pause between bursts: with 50–100 ms, an open loop at
-// 15,000 requests/s whose paths take turns every 100 ms resumed
-// connections on every turn, and mcproxy's p99 over the floor was worse
-// than nutcracker's (popbench load --rate 7500,15000, see README
-// "Latency at a given rate").
+// for the many connections that stay idle (a fleet's pools, a flood:
+// those park at once, see parkEagerAt), not for a few clients' pauses
+// between bursts: when every idle client parked after 50–100 ms, an open
+// loop whose paths take turns every 100 ms resumed mcproxy's connections
+// on every turn, and mcproxy's p99 over the floor was worse than
+// nutcracker's (popbench load --rate, see README "Latency at a given
+// rate").
 const DefaultParkAfter = time.Second
 
 func (c ServerConfig) parkAfter() time.Duration {
@@ -144,9 +146,10 @@ type Server struct {
 	cl  clientLimits
 	acc acceptStats
 
-	park   parker     // idle connections with no goroutine (Linux)
-	queues sync.Pool  // request queues of parked connections (getQueue)
-	mem    memRelease // returns idle clients' memory to the OS (sweeper)
+	park   parker        // idle connections with no goroutine (Linux)
+	idlers []*clientConn // the sweeper's idle clients, reused between sweeps
+	queues sync.Pool     // request queues of parked connections (getQueue)
+	mem    memRelease    // returns idle clients' memory to the OS (sweeper)
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
