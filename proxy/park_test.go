@@ -394,8 +394,9 @@ func askLine(t *testing.T, c net.Conn, br *bufio.Reader, req string) string {
 }
 
 // TestManyIdleClientsParkAtOnce: once parkEagerAt clients or more are
-// idle, they park within a few sweeps however long ParkAfter is (a
-// fleet's pools, a flood: memory first).
+// idle or parked, every idle one parks within a few sweeps however long
+// ParkAfter is (a fleet's pools, a flood: memory first), the wave's last
+// ones too.
 func TestManyIdleClientsParkAtOnce(t *testing.T) {
 	requirePark(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

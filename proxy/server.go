@@ -62,9 +62,8 @@ type ServerConfig struct {
 	// server's epoll set, with no goroutine, buffer or queue, and its next
 	// request first resumes it (about a dozen system calls and a new
 	// connection state). A client parks after ParkAfter to ParkAfter +
-	// 100 ms of silence, or after 50–100 ms while at least 256 idle
-	// clients are waiting to park (a fleet's pools, a flood: memory
-	// first). Zero means DefaultParkAfter; negative means never.
+	// 100 ms of silence, or after 50–100 ms while at least 256 clients
+	// are idle or parked (a fleet's pools, a flood: memory first). Zero means DefaultParkAfter; negative means never.
 	ParkAfter time.Duration
 }
 

@@ -83,7 +83,7 @@ func newApp() *cli.App {
 			&cli.IntFlag{Name: "embedded", Usage: "serve N in-process memory shards instead of memcached"},
 			&cli.IntFlag{Name: "max-item-size", Value: 1 << 20, Usage: "largest value in bytes"},
 			&cli.IntFlag{Name: "client-connections", Usage: "most concurrent clients per pool, beyond: SERVER_ERROR and close (0: no limit; with --config, for pools without client_connections)"},
-			&cli.DurationFlag{Name: "park-after", Value: proxy.DefaultParkAfter, Usage: "Linux: a client silent this long parks (kept as a bare descriptor, no goroutine or buffer, until it sends again; its next request pays a resume of about a dozen system calls); while 256 or more clients are idle, every idle one parks after 50-100 ms. 0: never"},
+			&cli.DurationFlag{Name: "park-after", Value: proxy.DefaultParkAfter, Usage: "Linux: a client silent this long parks (kept as a bare descriptor, no goroutine or buffer, until it sends again; its next request pays a resume of about a dozen system calls); while 256 or more clients are idle or parked, every idle one parks after 50-100 ms. 0: never"},
 			&cli.DurationFlag{Name: "client-idle-timeout", Usage: "close clients idle this long (0: never; with --config, for pools without client_timeout)"},
 			&cli.DurationFlag{Name: "client-request-timeout", Value: proxy.DefaultRequestTimeout, Usage: "close a client whose command line or data block is not complete this long after its first byte (slow clients; 10s: a real client completes a request in one round trip, an attacker trickling bytes is cut); replies already due are written first (negative: never)"},
 			&cli.StringFlag{Name: "admin", Value: DefaultAdmin, Usage: "HTTP address of /metrics (Prometheus), /healthz and /stats.json (Twemproxy stats); \"\" disables"},
