@@ -136,17 +136,16 @@ func (s *Server) overClientLimit(nc net.Conn) bool {
 // whole sweep) from which the sweeper parks every idle one, not only those
 // silent for ParkAfter (see ServerConfig); counting the parked ones keeps
 // a wave's last stragglers, and the clients of a mostly idle fleet, on the
-// short delay. A wave of connections that go idle (a
-// fleet's pools, a flood) then holds few goroutines, stacks and runtime
-// descriptors at once: each leaves memory behind that the runtime reuses
-// but never frees (its goroutine's g, its poll descriptor, span
-// metadata). Measured with `popbench proxy --idle-conns 10000` (about
-// 3,000 new clients/s): 217–245 B per idle connection parking after
-// 50–100 ms, 876–899 B with a plain 1 s ParkAfter, 205–293 B with
-// parkEagerAt. A few idle clients
-// cost little unparked (about 8.5 KB each), and each park and resume
-// costs about a dozen system calls and a new clientConn on the client's
-// next request, so they wait ParkAfter.
+// short delay. A wave of connections that go idle (a fleet's pools, a
+// flood) then holds few goroutines, stacks and runtime descriptors at
+// once: each leaves memory behind that the runtime reuses but never frees
+// (its goroutine's g, its poll descriptor, span metadata). Measured with
+// `popbench proxy --idle-conns 10000` (about 3,000 new clients/s): 217–245
+// B per idle connection parking after 50–100 ms, 876–899 B with a plain
+// 1 s ParkAfter, 205–293 B with parkEagerAt. A few idle clients cost
+// little unparked (about 8.5 KB each), and each park and resume costs
+// about a dozen system calls and a new clientConn on the client's next
+// request, so they wait ParkAfter.
 const (
 	parkSweep   = 50 * time.Millisecond
 	parkEagerAt = 256
@@ -196,6 +195,7 @@ func (s *Server) sweepIdle(stop <-chan struct{}) {
 		return d
 	}
 	period := every()
+	var idlers []*clientConn // reused from sweep to sweep
 	t := time.NewTimer(period)
 	defer t.Stop()
 	for {
@@ -214,7 +214,6 @@ func (s *Server) sweepIdle(stop <-chan struct{}) {
 		// for a whole period (idle: parked at once when parkEagerAt
 		// clients are idle, parked ones included).
 		parkBefore := now - s.cl.park - int64(period)
-		idlers := s.idlers[:0]
 		s.mu.Lock()
 		for cc := range s.conns {
 			if cc.stopped.Load() {
@@ -242,7 +241,7 @@ func (s *Server) sweepIdle(stop <-chan struct{}) {
 		}
 		s.mu.Unlock()
 		clear(idlers)
-		s.idlers = idlers[:0]
+		idlers = idlers[:0]
 		if idle > 0 {
 			s.cl.idled.Add(uint64(s.park.expire(now - idle)))
 		}

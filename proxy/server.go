@@ -63,7 +63,8 @@ type ServerConfig struct {
 	// request first resumes it (about a dozen system calls and a new
 	// connection state). A client parks after ParkAfter to ParkAfter +
 	// 100 ms of silence, or after 50–100 ms while at least 256 clients
-	// are idle or parked (a fleet's pools, a flood: memory first). Zero means DefaultParkAfter; negative means never.
+	// are idle or parked (a fleet's pools, a flood: memory first). Zero
+	// means DefaultParkAfter; negative means never.
 	ParkAfter time.Duration
 }
 
@@ -77,27 +78,25 @@ type ServerConfig struct {
 // rate").
 const DefaultParkAfter = time.Second
 
-func (c ServerConfig) parkAfter() time.Duration {
-	switch {
-	case c.ParkAfter < 0:
-		return 0
-	case c.ParkAfter == 0:
-		return DefaultParkAfter
-	}
-	return c.ParkAfter
-}
+func (c ServerConfig) parkAfter() time.Duration { return orDefault(c.ParkAfter, DefaultParkAfter) }
 
 // DefaultRequestTimeout is ServerConfig.RequestTimeout's default.
 const DefaultRequestTimeout = 10 * time.Second
 
 func (c ServerConfig) requestTimeout() time.Duration {
+	return orDefault(c.RequestTimeout, DefaultRequestTimeout)
+}
+
+// orDefault reads a duration setting whose zero means def and whose
+// negative means never (0, off).
+func orDefault(d, def time.Duration) time.Duration {
 	switch {
-	case c.RequestTimeout < 0:
+	case d < 0:
 		return 0
-	case c.RequestTimeout == 0:
-		return DefaultRequestTimeout
+	case d == 0:
+		return def
 	}
-	return c.RequestTimeout
+	return d
 }
 
 // bigRequest is the size from which a request counts against
@@ -145,10 +144,9 @@ type Server struct {
 	cl  clientLimits
 	acc acceptStats
 
-	park   parker        // idle connections with no goroutine (Linux)
-	idlers []*clientConn // the sweeper's idle clients, reused between sweeps
-	queues sync.Pool     // request queues of parked connections (getQueue)
-	mem    memRelease    // returns idle clients' memory to the OS (sweeper)
+	park   parker     // idle connections with no goroutine (Linux)
+	queues sync.Pool  // request queues of parked connections (getQueue)
+	mem    memRelease // returns idle clients' memory to the OS (sweeper)
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.
