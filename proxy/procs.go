@@ -26,10 +26,23 @@ import (
 // 5 interleaved 2 s runs) the service p99 through one P was 4.6–69 ms
 // against 2.2–53 ms through two (the faster in 4 of 5 runs), and on a
 // quieter one (load average 3) 1.8–2.9 ms against nutcracker's 1.0–1.2.
-// GovernProcs therefore runs the process on one P only while it is
-// lightly loaded, doubling the Ps (up to Max) as soon as they are more
-// than 40% busy, and halving them again once the load would fit in half
-// of them with room to spare.
+// GovernProcs therefore runs the process on one P while it is lightly or
+// moderately loaded, doubling the Ps (up to Max) once they are more than
+// 70% busy, and halving them again once the load would fit in half of
+// them under 60% busy.
+//
+// The 70% was 40% until the open loop measured it at the load that
+// matters (popbench load --rate 25%,50%,75%, binaries alternated, 2026-12-
+// 02): at 40%, half of capacity (11,000–20,000/s here) ran on two Ps, and
+// mcproxy used 30.5–48.4 µs of CPU per request against nutcracker's
+// 27.1–39.9, more in 10 runs of 10; at 70% it stayed on one P and used
+// 25.7–42.4 against 26.1–42.0, less in 6 runs of 7 (the seventh, with
+// the old 35% to halve them, was left on two Ps by the capacity
+// measurement's closed loop).
+// On this shared 2-core machine one P also lost no closed-loop throughput
+// (popbench proxy --compare, 64 connections: 1.00–1.34× nutcracker, two
+// Ps 1.05–1.29×): there the load generator holds the other core anyway.
+// Where the proxy has cores of its own, a saturated P passes 70% at once.
 
 // ProcsConfig configures GovernProcs. Zero means default.
 type ProcsConfig struct {
@@ -41,14 +54,15 @@ type ProcsConfig struct {
 	Interval time.Duration
 	// Raise: when the process used more than this share of its Ps' time
 	// over two consecutive intervals, the Ps double (at most Max).
-	// Default 0.4 (on 2 cores: about 10,000 requests/s through memcached).
+	// Default 0.7: one P is cheaper per request (fewer thread wake-ups)
+	// until it nears saturation.
 	Raise float64
 	// Lower: when, for LowerAfter consecutive intervals, the process used
 	// less than this share of half its Ps' time, the Ps halve (at least
-	// one). Default 0.35: what more Ps cost (spinning, wake-ups) makes the
-	// same load use 20–30% more CPU on twice the Ps, so a load that halves
-	// them (under 0.35 of a P at 2) is under 0.3 of the one P left, and
-	// the count does not swing back and forth.
+	// one). Default 0.6: under Raise, so a load that halves them is under
+	// Raise on the Ps left even when fewer Ps cost no less per request
+	// (they usually cost 20–30% less: fewer wake-ups), and the count does
+	// not swing back and forth.
 	Lower float64
 	// LowerAfter is the number of intervals under Lower before the Ps
 	// halve; default 20 (2 s at the default Interval).
@@ -73,10 +87,10 @@ func (c ProcsConfig) withDefaults() ProcsConfig {
 		c.Interval = 100 * time.Millisecond
 	}
 	if c.Raise <= 0 {
-		c.Raise = 0.4
+		c.Raise = 0.7
 	}
 	if c.Lower <= 0 {
-		c.Lower = 0.35
+		c.Lower = 0.6
 	}
 	if c.LowerAfter <= 0 {
 		c.LowerAfter = 20

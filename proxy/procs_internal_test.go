@@ -129,29 +129,30 @@ func TestGovernProcsOff(t *testing.T) {
 	}
 }
 
-// TestProcsGovernorDefaults: with the default thresholds a light load
-// (0.3 of a core) stays on one P, a moderate one (0.5) gets two and keeps
-// them, and only a load under 0.35 cores for 2 s gives one back.
+// TestProcsGovernorDefaults: with the default thresholds a light or
+// moderate load (0.6 of a core) stays on one P, a load near saturation
+// (0.75) gets two and keeps them while it uses more than 0.6 of a core,
+// and only a load under 0.6 cores for 2 s gives one back.
 func TestProcsGovernorDefaults(t *testing.T) {
 	g := newProcsGovernor(ProcsConfig{Max: 2}.withDefaults())
 	for range 50 {
-		if got := g.step(0.3); got != 1 {
-			t.Fatalf("0.3 cores: %d Ps, want 1", got)
+		if got := g.step(0.6); got != 1 {
+			t.Fatalf("0.6 cores: %d Ps, want 1", got)
 		}
 	}
-	g.step(0.5)
-	if got := g.step(0.5); got != 2 {
-		t.Fatalf("0.5 cores twice: %d Ps, want 2", got)
+	g.step(0.75)
+	if got := g.step(0.75); got != 2 {
+		t.Fatalf("0.75 cores twice: %d Ps, want 2", got)
 	}
 	for range 50 {
-		if got := g.step(0.6); got != 2 {
-			t.Fatalf("0.6 cores at 2 Ps: %d Ps, want 2", got)
+		if got := g.step(0.65); got != 2 {
+			t.Fatalf("0.65 cores at 2 Ps: %d Ps, want 2", got)
 		}
 	}
 	for range 19 {
-		g.step(0.3)
+		g.step(0.55)
 	}
-	if got := g.step(0.3); got != 1 {
-		t.Fatalf("0.3 cores for 20 intervals at 2 Ps: %d Ps, want 1", got)
+	if got := g.step(0.55); got != 1 {
+		t.Fatalf("0.55 cores for 20 intervals at 2 Ps: %d Ps, want 1", got)
 	}
 }
