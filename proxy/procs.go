@@ -26,23 +26,26 @@ import (
 // 5 interleaved 2 s runs) the service p99 through one P was 4.6–69 ms
 // against 2.2–53 ms through two (the faster in 4 of 5 runs), and on a
 // quieter one (load average 3) 1.8–2.9 ms against nutcracker's 1.0–1.2.
+// That measurement (service time of an independent incr client) set
+// the first threshold at 40%. The open loop at the load the limiter is
+// judged at (popbench load --rate 25%,50%,75%, binaries alternated,
+// 2026-12-02) then showed the opposite: at 40%, half of capacity
+// (11,000–20,000/s here) ran on two Ps, and mcproxy used 30.5–48.4 µs of
+// CPU per request against nutcracker's 27.1–39.9 (10–26% more, in 10 runs
+// of 10); held on one P it used 25.7–42.4 against 26.1–42.0 (less in 5
+// runs of 7, 1% more in a sixth; the seventh, which kept the old 35% to
+// halve, was left on two Ps by the capacity measurement's closed loop),
+// and its added p99 was at or under nutcracker's more often (4 runs of 7,
+// pooled and on the median of rounds, against 2 of 10). On this shared
+// 2-core machine one P also lost no closed-loop throughput (popbench proxy
+// --compare, 64 connections: 1.00–1.34× nutcracker, two Ps 1.05–1.29×):
+// there the load generator holds the other core anyway. Where the proxy
+// has cores of its own, a saturated P passes 70% at once.
+//
 // GovernProcs therefore runs the process on one P while it is lightly or
 // moderately loaded, doubling the Ps (up to Max) once they are more than
 // 70% busy, and halving them again once the load would fit in half of
 // them under 60% busy.
-//
-// The 70% was 40% until the open loop measured it at the load that
-// matters (popbench load --rate 25%,50%,75%, binaries alternated, 2026-12-
-// 02): at 40%, half of capacity (11,000–20,000/s here) ran on two Ps, and
-// mcproxy used 30.5–48.4 µs of CPU per request against nutcracker's
-// 27.1–39.9, more in 10 runs of 10; at 70% it stayed on one P and used
-// 25.7–42.4 against 26.1–42.0, less in 6 runs of 7 (the seventh, with
-// the old 35% to halve them, was left on two Ps by the capacity
-// measurement's closed loop).
-// On this shared 2-core machine one P also lost no closed-loop throughput
-// (popbench proxy --compare, 64 connections: 1.00–1.34× nutcracker, two
-// Ps 1.05–1.29×): there the load generator holds the other core anyway.
-// Where the proxy has cores of its own, a saturated P passes 70% at once.
 
 // ProcsConfig configures GovernProcs. Zero means default.
 type ProcsConfig struct {
