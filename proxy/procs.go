@@ -30,13 +30,13 @@ import (
 // the first threshold at 40%. The open loop at the load the limiter is
 // judged at (popbench load --rate 25%,50%,75%, binaries alternated,
 // 2026-12-02) then showed the opposite: at 40%, half of capacity
-// (11,000–20,000/s here) ran on two Ps, and mcproxy used 30.5–48.4 µs of
-// CPU per request against nutcracker's 27.1–39.9 (10–26% more, in 10 runs
-// of 10); held on one P it used 25.7–42.4 against 26.1–42.0 (less in 5
-// runs of 7, 1% more in a sixth; the seventh, which kept the old 35% to
+// (11,000–20,000/s here) ran on two Ps, and mcproxy used 30.5–52.0 µs of
+// CPU per request against nutcracker's 27.1–44.1 (10–26% more, in 12 runs
+// of 12); held on one P it used 25.7–43.5 against 26.1–44.2 (less in 6
+// runs of 9, 0.3–1.2% more in two; the ninth, which kept the old 35% to
 // halve, was left on two Ps by the capacity measurement's closed loop),
-// and its added p99 was at or under nutcracker's more often (4 runs of 7,
-// pooled and on the median of rounds, against 2 of 10). On this shared
+// and its added p99 was at or under nutcracker's somewhat more often (5
+// runs of 9, pooled and on the median of rounds, against 4 of 12). On this shared
 // 2-core machine one P also lost no closed-loop throughput (popbench proxy
 // --compare, 64 connections: 1.00–1.34× nutcracker, two Ps 1.05–1.29×):
 // there the load generator holds the other core anyway. Where the proxy
