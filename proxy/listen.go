@@ -219,15 +219,16 @@ func (s *Server) sweepIdle(stop <-chan struct{}) {
 			if cc.stopped.Load() {
 				continue
 			}
+			active := cc.active.Load()
 			switch p := cc.partial.Load(); {
 			case req > 0 && p != 0 && now-p > req:
 				s.cl.slow.Add(1)
 				cc.stopReading()
-			case idle > 0 && now-cc.active.Load() > idle && cc.queueLen() == 0:
+			case idle > 0 && now-active > idle && cc.queueLen() == 0:
 				s.cl.idled.Add(1)
 				cc.stopReading()
-			case p == 0 && s.cl.park > 0 && cc.active.Load() < prev:
-				if cc.active.Load() < parkBefore {
+			case p == 0 && s.cl.park > 0 && active < prev:
+				if active < parkBefore {
 					cc.askPark() // nothing read for ParkAfter
 				} else {
 					idlers = append(idlers, cc)

@@ -36,11 +36,11 @@ import (
 // runs of 9, 0.3–1.2% more in two; the ninth, which kept the old 35% to
 // halve, was left on two Ps by the capacity measurement's closed loop),
 // and its added p99 was at or under nutcracker's somewhat more often (5
-// runs of 9, pooled and on the median of rounds, against 4 of 12). On this shared
-// 2-core machine one P also lost no closed-loop throughput (popbench proxy
-// --compare, 64 connections: 1.00–1.34× nutcracker, two Ps 1.05–1.29×):
-// there the load generator holds the other core anyway. Where the proxy
-// has cores of its own, a saturated P passes 70% at once.
+// runs of 9, pooled and on the median of rounds, against 4 of 12). On
+// this shared 2-core machine one P also lost no closed-loop throughput
+// (popbench proxy --compare, 64 connections: 1.00–1.34× nutcracker, two
+// Ps 1.05–1.29×): there the load generator holds the other core anyway.
+// Where the proxy has cores of its own, a saturated P passes 70% at once.
 //
 // GovernProcs therefore runs the process on one P while it is lightly or
 // moderately loaded, doubling the Ps (up to Max) once they are more than
