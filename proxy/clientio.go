@@ -169,12 +169,7 @@ func (cc *clientConn) writeNow() {
 		cc.giveBack(o.held)
 		o.held = 0
 	case err != nil:
-		o.dead = true
-		o.buf = o.buf[:0]
-		cc.giveBack(o.held)
-		o.held = 0
-		_ = cc.sock.Shutdown() // the reader sees EOF (Close would wait for it)
-		cc.endWaits()
+		cc.writeFailed()
 	default:
 		if n > 0 {
 			o.buf = o.buf[:copy(o.buf, o.buf[n:])]
@@ -182,6 +177,22 @@ func (cc *clientConn) writeNow() {
 		o.busy = true
 		go cc.writeDirect()
 	}
+}
+
+// writeFailed marks the output dead after a failed write: the replies
+// answered and not written are dropped at once, and so is every later
+// one (answerReady), so the entries still queued are answered to nothing
+// and closeWhenAnswered can end. Dropping buf here matters: a drain may
+// have filled it while writeDirect's write blocked, and answerReady stops
+// at a full buffer. out.mu is held.
+func (cc *clientConn) writeFailed() {
+	o := &cc.out
+	o.dead = true
+	o.buf = o.buf[:0]
+	cc.giveBack(o.held)
+	o.held = 0
+	_ = cc.sock.Shutdown() // the reader sees EOF (Close would wait for it)
+	cc.endWaits()
 }
 
 // writeDirect is the writer goroutine with a raw socket, started by
@@ -210,9 +221,7 @@ func (cc *clientConn) writeDirect() {
 			o.spare = buf[:0]
 		}
 		if err != nil {
-			o.dead = true
-			_ = cc.sock.Shutdown() // the reader sees EOF (Close would wait for it)
-			cc.endWaits()
+			cc.writeFailed()
 		}
 	}
 	done := o.eof && o.head == nil

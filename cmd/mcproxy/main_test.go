@@ -100,7 +100,18 @@ func (p *proc) stop(t *testing.T) {
 			t.Errorf("mcproxy exit after SIGTERM: %v\n%s", err, p.logs)
 		}
 	case <-time.After(10 * time.Second):
-		t.Errorf("mcproxy did not exit after SIGTERM")
+		// SIGQUIT makes the Go runtime print every goroutine: where it hangs.
+		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case err := <-p.done:
+			p.done <- err // for the cleanup
+		case <-time.After(5 * time.Second):
+		}
+		logs := p.logs.String()
+		if dump := os.Getenv("POPLIMIT_STOP_DUMP"); dump != "" {
+			_ = os.WriteFile(dump, []byte(logs), 0o644)
+		}
+		t.Errorf("mcproxy did not exit after SIGTERM; its goroutines:\n%s", logs[max(0, len(logs)-20000):])
 	}
 }
 
