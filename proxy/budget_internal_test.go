@@ -69,7 +69,22 @@ func serveBackend(t *testing.T, b Backend, budget int64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(ServerConfig{Router: r, MaxClientBytes: budget})
+	srv, addr := listenServer(t, ServerConfig{Router: r, MaxClientBytes: budget})
+	t.Cleanup(func() {
+		_ = b.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		_ = r.Close()
+	})
+	return addr
+}
+
+// listenServer serves cfg on a free loopback port; the caller shuts it
+// down.
+func listenServer(t *testing.T, cfg ServerConfig) (*Server, string) {
+	t.Helper()
+	srv, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,14 +93,7 @@ func serveBackend(t *testing.T, b Backend, budget int64) string {
 		t.Fatal(err)
 	}
 	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = b.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		_ = r.Close()
-	})
-	return ln.Addr().String()
+	return srv, ln.Addr().String()
 }
 
 // TestClientByteBudget: while the backend holds a client's big sets, the

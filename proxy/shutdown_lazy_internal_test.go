@@ -61,17 +61,9 @@ func TestShutdownAfterLazyClientLeft(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := NewServer(ServerConfig{Router: r})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = srv.Serve(ln) }()
+		srv, addr := listenServer(t, ServerConfig{Router: r})
 		if run == 0 {
-			c, err := net.Dial("tcp", ln.Addr().String())
+			c, err := net.Dial("tcp", addr)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,7 +76,7 @@ func TestShutdownAfterLazyClientLeft(t *testing.T) {
 			}
 			_ = c.Close()
 		}
-		lazy, err := net.Dial("tcp", ln.Addr().String())
+		lazy, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
