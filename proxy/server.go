@@ -388,6 +388,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.mu.Lock()
 		for cc := range s.conns {
 			_ = cc.nc.Close()
+			// Writes fail from here on: answer what is ready to
+			// nothing at once rather than on the next reply, so the
+			// connection ends once its calls have finished.
+			if cc.sock.Raw() {
+				go cc.drain()
+			} else {
+				cc.signal()
+			}
 		}
 		s.mu.Unlock()
 		<-done
