@@ -71,9 +71,14 @@ func (cc *clientConn) queue(e *entry) {
 			break
 		}
 	}
-	if !ready {
-		return
+	if ready {
+		cc.answerNow()
 	}
+}
+
+// answerNow answers the entries that are ready: at once with a raw
+// socket (drain), else by waking the writer goroutine.
+func (cc *clientConn) answerNow() {
 	if cc.sock.Raw() {
 		cc.drain()
 	} else {

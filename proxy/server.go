@@ -391,11 +391,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			// Writes fail from here on: answer what is ready to
 			// nothing at once rather than on the next reply, so the
 			// connection ends once its calls have finished.
-			if cc.sock.Raw() {
-				go cc.drain()
-			} else {
-				cc.signal()
-			}
+			cc.answerNow()
 		}
 		s.mu.Unlock()
 		<-done
