@@ -35,10 +35,15 @@ type OpenLoopConfig struct {
 	// median of its per-round p99 (and of its ratio to the floor's in
 	// the same round).
 	Rounds int
-	// Workers is the number of sending goroutines (each sends the next
-	// unclaimed request of the schedule when its previous one is
-	// answered, at most one at a time); default 32.
-	Workers int
+	// Workers is the number of sending goroutines each run starts with
+	// (each sends the next unclaimed request of the schedule when its
+	// previous one is answered, at most one at a time), and the closed
+	// loop's clients; default 32. MaxWorkers is how many senders a run
+	// may grow to, one more each time a request comes due with no other
+	// sender free to wait for the next (an edge serves every request on
+	// its own goroutine: a request must not wait for the generator while
+	// the path is slow); default 1024; at most Workers: a fixed pool.
+	Workers, MaxWorkers int
 	// Keys and ZipfS: the identity space, Zipf-drawn; default 10,000 and
 	// 1.1.
 	Keys  uint64
@@ -77,6 +82,8 @@ func (c OpenLoopConfig) withDefaults() OpenLoopConfig {
 	c.Slice = min(c.Slice, c.Duration)
 	defaultTo(&c.Rounds, 5)
 	defaultTo(&c.Workers, 32)
+	defaultTo(&c.MaxWorkers, 1024)
+	c.MaxWorkers = max(c.MaxWorkers, c.Workers)
 	defaultTo(&c.Keys, 10000)
 	if c.ZipfS <= 1 {
 		c.ZipfS = 1.1
@@ -105,6 +112,9 @@ type OpenRun struct {
 	Sent     int64   `json:"sent"`
 	Errors   int64   `json:"errors"`
 	Queued   int64   `json:"queued"`
+	// Senders is the most sending goroutines in requests at once in any
+	// slice of the run (the pool grows to keep one free; see MaxWorkers).
+	Senders int `json:"senders"`
 	Unsent   int64   `json:"unsent"`
 	// Client is this process (generator and client library), Proxy the
 	// proxy's process, Shards the memcached processes, Server the
@@ -149,6 +159,7 @@ type OpenLoopReport struct {
 	// more CPU per decision: the rates may be a larger share of it).
 	RLSCapacity float64        `json:"rls_capacity_per_s,omitempty"`
 	Workers     int            `json:"workers"`
+	MaxWorkers  int            `json:"max_workers"`
 	Keys        uint64         `json:"keys"`
 	Seconds     float64        `json:"seconds_per_run"`
 	Slice       float64        `json:"seconds_per_slice"`
@@ -207,7 +218,7 @@ func RunOpenLoop(ctx context.Context, cfg OpenLoopConfig) (*OpenLoopReport, erro
 	}()
 	capPath, paths := paths[len(paths)-1], paths[:len(paths)-1]
 	rep := &OpenLoopReport{Date: time.Now().UTC().Format(time.RFC3339), NumCPU: runtime.NumCPU(),
-		CapacityPath: cfg.CapacityPath, Workers: cfg.Workers, Keys: cfg.Keys,
+		CapacityPath: cfg.CapacityPath, Workers: cfg.Workers, MaxWorkers: cfg.MaxWorkers, Keys: cfg.Keys,
 		Seconds: cfg.Duration.Seconds(), Slice: cfg.Slice.Seconds(), Rounds: cfg.Rounds, LoadAvg: loadAvg()}
 	for _, p := range paths {
 		rep.Paths = append(rep.Paths, PathInfo{p.Name, p.Detail})
@@ -246,9 +257,9 @@ func RunOpenLoop(ctx context.Context, cfg OpenLoopConfig) (*OpenLoopReport, erro
 			for _, run := range runs {
 				run.Round = round
 				rep.Runs = append(rep.Runs, run)
-				logf("%-14s %6.0f/s round %d: p50 %.3f p99 %.3f p999 %.3f ms (service p99 %.3f, late p99 %.3f) errors %d queued %d unsent %d",
+				logf("%-14s %6.0f/s round %d: p50 %.3f p99 %.3f p999 %.3f ms (service p99 %.3f, late p99 %.3f) errors %d queued %d unsent %d senders %d",
 					run.Path, rate, round, run.Latency.P50, run.Latency.P99, run.Latency.P999, run.Service.P99,
-					run.Lateness.P99, run.Errors, run.Queued, run.Unsent)
+					run.Lateness.P99, run.Errors, run.Queued, run.Unsent, run.Senders)
 			}
 		}
 	}
@@ -261,7 +272,7 @@ func RunOpenLoop(ctx context.Context, cfg OpenLoopConfig) (*OpenLoopReport, erro
 func (r *OpenRun) fill() {
 	c := r.counts
 	r.Latency, r.Service, r.Lateness = c.Latency.Summary(), c.Service.Summary(), c.Lateness.Summary()
-	r.Sent, r.Errors, r.Queued, r.Unsent = c.Sent, c.Errors, c.Queued, c.Unsent
+	r.Sent, r.Errors, r.Queued, r.Unsent, r.Senders = c.Sent, c.Errors, c.Queued, c.Unsent, c.Senders
 	r.Client, r.Proxy, r.Shards = r.client.per(c.Sent), r.proxy.per(c.Sent), r.shard.per(c.Sent)
 	r.Server = r.server.per(c.Sent)
 }
@@ -275,7 +286,7 @@ func startOpenTargets(ctx context.Context, cfg OpenLoopConfig, dir string) (*ope
 			stops[i]()
 		}
 	}
-	t := &openTargets{quantity: cfg.Quantity, keys: openKeys(cfg.Keys), popWorkers: cfg.Workers}
+	t := &openTargets{quantity: cfg.Quantity, keys: openKeys(cfg.Keys)}
 	pool := procs.TwemproxyPool{Hash: "fnv1a_64", Distribution: "ketama", HashTag: "{}", TimeoutMS: 2000, ServerConnections: 1}
 	for i := 0; i < 3; i++ {
 		m, err := procs.StartMemcached(ctx, procs.MemcachedConfig{})

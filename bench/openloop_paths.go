@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
@@ -58,16 +59,15 @@ type openPath struct {
 
 // openTargets are the processes RunOpenLoop started.
 type openTargets struct {
-	shardAddr  string // shard 1 of 3
-	ncAddr     string
-	mcAddr     string
-	shardPids  []int
-	ncPid      int
-	mcPid      int
-	mcDetail   string
-	quantity   int64
-	keys       []string
-	popWorkers int
+	shardAddr string // shard 1 of 3
+	ncAddr    string
+	mcAddr    string
+	shardPids []int
+	ncPid     int
+	mcPid     int
+	mcDetail  string
+	quantity  int64
+	keys      []string
 	// rlsAddr, rlsPid, rlsDetail: the rls process (PathRLS only).
 	rlsAddr   string
 	rlsPid    int
@@ -100,10 +100,11 @@ policies:
   - {name: api, routes: ["/"], identity: [api_key, route], tier: t}
 `
 
-// popOp is a full pop decision over store: every worker has its own
-// request (its header rewritten per decision). A fail-open decision (the
-// store did not answer) is an error.
-func popOp(store counter.Store, quantity int64, keys []string, workers int) (openOp, error) {
+// popOp is a full pop decision over store: each decision borrows a
+// request from a pool (its header rewritten per decision), as many as
+// are in flight at once. A fail-open decision (the store did not answer)
+// is an error.
+func popOp(store counter.Store, quantity int64, keys []string) (openOp, error) {
 	l, err := pop.New(pop.Config{
 		NewShared:     func(lim counter.Limit) (counter.Allower, error) { return counter.New(store, lim) },
 		NewLocal:      func(lim counter.Limit) (counter.Allower, error) { return counter.NewLocal(lim) },
@@ -117,13 +118,13 @@ func popOp(store counter.Store, quantity int64, keys []string, workers int) (ope
 		return nil, err
 	}
 	u := &url.URL{Path: "/items"}
-	reqs := make([]*http.Request, workers)
-	for i := range reqs {
-		reqs[i] = &http.Request{Method: "GET", URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+	reqs := sync.Pool{New: func() any {
+		return &http.Request{Method: "GET", URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 			Host: "edge.test", RemoteAddr: "192.0.2.1:1000", Header: http.Header{"X-Api-Key": {""}}}
-	}
-	return func(ctx context.Context, w int, k uint64) error {
-		r := reqs[w%len(reqs)]
+	}}
+	return func(ctx context.Context, _ int, k uint64) error {
+		r := reqs.Get().(*http.Request)
+		defer reqs.Put(r)
 		r.Header["X-Api-Key"][0] = keys[k%uint64(len(keys))]
 		if d := l.Decide(ctx, r, time.Now()); d.Reason == pop.ReasonFailOpen {
 			return ErrOpenLoop
@@ -162,7 +163,7 @@ func openPaths(names []string, t *openTargets) ([]*openPath, error) {
 				st, p.close = ps, func() { ps.Close() }
 				p.Detail = "pop decision (sliding window) over PipeStore, one multiplexed connection, through mcproxy (edge's and rls's default: --store-client pipe --store-multiplex 1)"
 			}
-			op, err := popOp(st, t.quantity, t.keys, t.popWorkers)
+			op, err := popOp(st, t.quantity, t.keys)
 			if err != nil {
 				return nil, fmt.Errorf("%w: %s: %v", ErrOpenLoop, name, err)
 			}

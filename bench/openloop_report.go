@@ -141,26 +141,26 @@ func abs(x float64) float64 {
 // Tables returns the summary per rate and path, the per-request costs,
 // and every run.
 func (rep *OpenLoopReport) Tables() []*Table {
-	head := fmt.Sprintf("capacity %.0f/s (%s closed loop, %d conns), %d workers, %d Zipf keys, %d rounds × %gs per run in %gs slices (paths rotated), load average %s, %d CPUs",
-		rep.Capacity, rep.CapacityPath, rep.Workers, rep.Workers, rep.Keys, rep.Rounds, rep.Seconds, rep.Slice, rep.LoadAvg, rep.NumCPU)
+	head := fmt.Sprintf("capacity %.0f/s (%s closed loop, %d conns), %d senders growing to at most %d, %d Zipf keys, %d rounds × %gs per run in %gs slices (paths rotated), load average %s, %d CPUs",
+		rep.Capacity, rep.CapacityPath, rep.Workers, rep.Workers, rep.MaxWorkers, rep.Keys, rep.Rounds, rep.Seconds, rep.Slice, rep.LoadAvg, rep.NumCPU)
 	lat := &Table{Title: "Open loop: latency from the intended send time, ms (" + head + ")",
-		Header: []string{"rate/s", "path", "sent", "p50", "p99", "p999", "p50 ÷ floor", "p99 ÷ floor", "p99 − floor", "median p99", "median p99 ÷ floor", "median p99 − floor", "service p50", "service p99", "late p99", "queued", "errors", "unsent"}}
+		Header: []string{"rate/s", "path", "sent", "p50", "p99", "p999", "p50 ÷ floor", "p99 ÷ floor", "p99 − floor", "median p99", "median p99 ÷ floor", "median p99 − floor", "service p50", "service p99", "late p99", "queued", "senders", "errors", "unsent"}}
 	cost := &Table{Title: "Open loop: cost per request (µs CPU user/system; context switches voluntary/involuntary)",
 		Header: []string{"rate/s", "path", "client µs usr", "client µs sys", "proxy µs usr", "proxy µs sys", "proxy cs vol", "proxy cs invol", "shards µs usr", "shards µs sys", "shards cs vol", "server µs usr", "server µs sys"}}
 	for _, s := range rep.Summary {
 		lat.Add(s.Rate, s.Path, s.Sent, s.Latency.P50, s.Latency.P99, s.Latency.P999, s.P50Ratio, s.P99Ratio, s.AddedP99MS,
-			s.MedianP99MS, s.MedianP99Ratio, s.MedianAddedP99MS, s.Service.P50, s.Service.P99, s.Lateness.P99, s.Queued, s.Errors, s.Unsent)
+			s.MedianP99MS, s.MedianP99Ratio, s.MedianAddedP99MS, s.Service.P50, s.Service.P99, s.Lateness.P99, s.Queued, s.Senders, s.Errors, s.Unsent)
 		cost.Add(s.Rate, s.Path, s.Client.UserUS, s.Client.SystemUS, s.Proxy.UserUS, s.Proxy.SystemUS, s.Proxy.Voluntary,
 			s.Proxy.Involuntary, s.Shards.UserUS, s.Shards.SystemUS, s.Shards.Voluntary, s.Server.UserUS, s.Server.SystemUS)
 	}
 	runs := &Table{Title: "Open loop: every run (one path in one round: its slices, rotated with the other paths' slices)",
-		Header: []string{"rate/s", "round", "path", "sent", "p50", "p99", "p999", "p99 ÷ floor's this round", "service p99", "late p99", "queued", "errors"}}
+		Header: []string{"rate/s", "round", "path", "sent", "p50", "p99", "p999", "p99 ÷ floor's this round", "service p99", "late p99", "queued", "senders", "errors"}}
 	for _, r := range rep.Runs {
 		ratio := 0.0
 		if f := rep.floorP99(r.Rate, r.Round); f > 0 {
 			ratio = r.Latency.P99 / f
 		}
-		runs.Add(r.Rate, r.Round, r.Path, r.Sent, r.Latency.P50, r.Latency.P99, r.Latency.P999, ratio, r.Service.P99, r.Lateness.P99, r.Queued, r.Errors)
+		runs.Add(r.Rate, r.Round, r.Path, r.Sent, r.Latency.P50, r.Latency.P99, r.Latency.P999, ratio, r.Service.P99, r.Lateness.P99, r.Queued, r.Senders, r.Errors)
 	}
 	notes := &Table{Title: "Targets (at the rate nearest 50% of capacity) and paths", Header: []string{"note"}}
 	for _, n := range rep.Notes {

@@ -5,11 +5,11 @@ import (
 	"time"
 )
 
-// openAcc accumulates one path's slices of one round: per-worker counts
+// openAcc accumulates one path's slices of one round: per-sender counts
 // (reused, so a slice allocates no histogram) and the CPU charged.
 type openAcc struct {
 	path                         *openPath
-	per                          []*openCounts
+	per                          *workerCounts
 	client, proxy, shard, server procSample
 }
 
@@ -33,7 +33,7 @@ func measureRound(ctx context.Context, cfg OpenLoopConfig, rate float64, seed ui
 		d := min(cfg.Slice, cfg.Duration-time.Duration(k)*cfg.Slice)
 		for j := range accs {
 			a := accs[(k+j)%len(accs)]
-			s := openSchedule{Rate: rate, Duration: d, Workers: cfg.Workers, Keys: cfg.Keys,
+			s := openSchedule{Rate: rate, Duration: d, Workers: cfg.Workers, MaxWorkers: cfg.MaxWorkers, Keys: cfg.Keys,
 				ZipfS: cfg.ZipfS, Seed: seed*1000 + uint64(k), Grace: sliceGrace}
 			if err := a.slice(ctx, s); err != nil {
 				return nil, err
@@ -42,7 +42,7 @@ func measureRound(ctx context.Context, cfg OpenLoopConfig, rate float64, seed ui
 	}
 	runs := make([]*OpenRun, len(accs))
 	for i, a := range accs {
-		runs[i] = &OpenRun{Path: a.path.Name, Rate: rate, counts: mergeCounts(a.per),
+		runs[i] = &OpenRun{Path: a.path.Name, Rate: rate, counts: a.per.merged(),
 			client: a.client, proxy: a.proxy, shard: a.shard, server: a.server}
 		runs[i].fill()
 	}

@@ -111,7 +111,7 @@ func TestRunOpenIntoAccumulates(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := mergeCounts(per)
+	c := per.merged()
 	if c.Sent != 90 || c.Latency.Count() != 90 || c.Unsent != 0 || c.Seconds <= 0 {
 		t.Errorf("sent %d latencies %d unsent %d seconds %v, want 90 90 0 > 0", c.Sent, c.Latency.Count(), c.Unsent, c.Seconds)
 	}
@@ -239,5 +239,57 @@ func TestMedian(t *testing.T) {
 	}
 	if m := median(nil); m != 0 {
 		t.Errorf("median of none %v", m)
+	}
+}
+
+// TestRunOpenGrowsTheSenders: the first 20 requests each block until 20
+// are in flight at once. Starting from 2 senders, the pool grows (one
+// more whenever a sender is about to send with none other free), so the
+// 20 are in flight together and none waits for the generator; a fixed
+// pool (MaxWorkers = Workers) and a capped one never have more in
+// flight than their size, and the requests behind them queue.
+func TestRunOpenGrowsTheSenders(t *testing.T) {
+	const blockers = 20
+	run := func(workers, maxWorkers int) (*openCounts, int64) {
+		var calls, inFlight, most atomic.Int64
+		gate := make(chan struct{})
+		var once sync.Once
+		op := func(context.Context, int, uint64) error {
+			if calls.Add(1) > blockers {
+				return nil
+			}
+			n := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			if n == blockers {
+				once.Do(func() { close(gate) })
+			}
+			select {
+			case <-gate:
+			case <-time.After(150 * time.Millisecond):
+			}
+			return nil
+		}
+		s := openSchedule{Rate: 1000, Duration: 100 * time.Millisecond, Workers: workers, MaxWorkers: maxWorkers,
+			Keys: 10, ZipfS: 1.1, Seed: 1, Grace: time.Minute}
+		c, err := runOpen(context.Background(), s, op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Sent != 100 || c.Unsent != 0 {
+			t.Fatalf("sent %d unsent %d, want 100 0", c.Sent, c.Unsent)
+		}
+		return c, most.Load()
+	}
+	c, most := run(2, 64)
+	if most != blockers || c.Senders < blockers || c.Senders > 64 {
+		t.Errorf("growing pool: %d in flight at most, %d senders, want %d and %d..64", most, c.Senders, blockers, blockers)
+	}
+	for _, max := range []int{2, 8} {
+		c, most := run(2, max)
+		if most > int64(max) || c.Senders > max || c.Queued == 0 {
+			t.Errorf("pool of at most %d: %d in flight at most, %d senders, %d queued; want ≤ %d, ≤ %d, > 0", max, most, c.Senders, c.Queued, max, max)
+		}
 	}
 }

@@ -272,6 +272,7 @@ func (p *parker) wake(fd int, events uint32, r parkRec) {
 		cc.replyEst.Store(int64(r.est))
 	}
 	cc.active.Store(s.cl.tick.Load())
+	cc.resumed = true
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

@@ -396,7 +396,9 @@ func askLine(t *testing.T, c net.Conn, br *bufio.Reader, req string) string {
 // TestManyIdleClientsParkAtOnce: once parkEagerAt clients or more are
 // idle or parked, every idle one parks within a few sweeps however long
 // ParkAfter is (a fleet's pools, a flood: memory first), the wave's last
-// ones too.
+// ones too; a client that comes back after parking is in use, and parks
+// again after ParkAfter only, while the clients that never came back
+// stay parked.
 func TestManyIdleClientsParkAtOnce(t *testing.T) {
 	requirePark(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -405,17 +407,33 @@ func TestManyIdleClientsParkAtOnce(t *testing.T) {
 	}
 	srv := serveOn(t, ln, ServerConfig{ParkAfter: time.Hour}, fixture.Memcached(t, 1)[0].Addr)
 	n := parkEagerAt + 44
+	conns := make([]net.Conn, n)
+	readers := make([]*bufio.Reader, n)
 	for i := range n {
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = c.Close() })
-		if l := askLine(t, c, bufio.NewReader(c), fmt.Sprintf("get eager:%d\r\n", i)); l != "END\r\n" {
+		conns[i], readers[i] = c, bufio.NewReader(c)
+		if l := askLine(t, c, readers[i], fmt.Sprintf("get eager:%d\r\n", i)); l != "END\r\n" {
 			t.Fatalf("conn %d: %q", i, l)
 		}
 	}
 	if got := waitParked(srv, int64(n), 3*time.Second); got != int64(n) {
 		t.Fatalf("%d of %d idle clients parked with ParkAfter 1h", got, n)
+	}
+	const back = 10
+	for i := range back {
+		if l := askLine(t, conns[i], readers[i], fmt.Sprintf("get eager:%d\r\n", i)); l != "END\r\n" {
+			t.Fatalf("conn %d back: %q", i, l)
+		}
+	}
+	if got := waitParked(srv, int64(n-back), 3*time.Second); got != int64(n-back) {
+		t.Fatalf("%d parked after %d of %d came back, want %d", got, back, n, n-back)
+	}
+	time.Sleep(10 * parkSweep) // ten sweeps, each with parkEagerAt idle or parked
+	if got := srv.st.parked.Load(); got != int64(n-back) {
+		t.Fatalf("%d parked %v after %d came back, want %d: a client in use parked eagerly again", got, 10*parkSweep, back, n-back)
 	}
 }

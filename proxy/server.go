@@ -416,6 +416,10 @@ type clientConn struct {
 	stopped atomic.Bool
 	active  atomic.Int64 // s.cl.tick at the last read (idle timeout)
 	partial atomic.Int64 // s.cl.tick when an incomplete request began; 0: none (request timeout)
+	// resumed: this connection was parked and sent again (set before its
+	// reader starts, read by the sweeper): a client that comes back is
+	// in use, so it parks after ParkAfter of silence only, never eagerly.
+	resumed bool
 	held    atomic.Int64 // bytes of big requests and replies not yet answered
 	// replyEst is the largest big reply (value) a retrieval of this client
 	// got, 0 when all were small, -1 before the first (see replyReserve).

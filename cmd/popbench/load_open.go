@@ -21,8 +21,12 @@ operation, like the floor's and the proxies' paths; closed loop, --conns;
 each rate runs every path for --duration (default 2s) per round, --rounds
 rounds (default 5), in slices of --slice (100ms): the paths take turns slice
 by slice, so machine noise falls on all of them alike. Requests have fixed
-intended send times (rate R: one every 1/R s), each sent by whichever of the
---conns sending goroutines is free first (a slow request delays no other);
+intended send times (rate R: one every 1/R s), each sent by whichever sending
+goroutine is free first: a run starts --conns of them and starts one more
+whenever one is about to send with no other free to wait for the next request,
+up to --max-senders (an edge serves every request on its own goroutine: a
+request waits for no generator while the path is slow, and a slow request
+delays no other);
 latency is measured from the intended time (no coordinated omission; "queued"
 counts requests that found every goroutine busy), service time from the
 actual start, and the generator's lateness (wake-up after the intended time)
@@ -39,7 +43,7 @@ mcproxy: gRPC ShouldRateLimit, one descriptor).
 
 // runOpenLoad is "popbench load --rate".
 func runOpenLoad(c *cli.Context) error {
-	cfg := bench.OpenLoopConfig{Workers: c.Int("conns"), Keys: c.Uint64("keys"), ZipfS: c.Float64("zipf"),
+	cfg := bench.OpenLoopConfig{Workers: c.Int("conns"), MaxWorkers: c.Int("max-senders"), Keys: c.Uint64("keys"), ZipfS: c.Float64("zipf"),
 		McproxyBin: c.String("mcproxy"), RLSBin: c.String("rls-bin"),
 		CapacityPath: c.String("capacity-path"), Progress: logOut(c)}
 	if c.IsSet("duration") {
