@@ -114,8 +114,8 @@ type OpenRun struct {
 	Queued   int64   `json:"queued"`
 	// Senders is the most sending goroutines in requests at once in any
 	// slice of the run (the pool grows to keep one free; see MaxWorkers).
-	Senders int `json:"senders"`
-	Unsent   int64   `json:"unsent"`
+	Senders int   `json:"senders"`
+	Unsent  int64 `json:"unsent"`
 	// Client is this process (generator and client library), Proxy the
 	// proxy's process, Shards the memcached processes, Server the
 	// decision's server (rls; zero for the other paths), per request.
