@@ -22,11 +22,11 @@ each rate runs every path for --duration (default 2s) per round, --rounds
 rounds (default 5), in slices of --slice (100ms): the paths take turns slice
 by slice, so machine noise falls on all of them alike. Requests have fixed
 intended send times (rate R: one every 1/R s), each sent by whichever sending
-goroutine is free first: a run starts --conns of them and starts one more
-whenever one is about to send with no other free to wait for the next request,
-up to --max-senders (an edge serves every request on its own goroutine: a
-request waits for no generator while the path is slow, and a slow request
-delays no other);
+goroutine is free first (a slow request delays no other): a run starts --conns
+of them and, with --max-senders above --conns, starts one more whenever one is
+about to send with no other free to wait for the next request (an edge serves
+every request on its own goroutine: a request then waits for no generator while
+the path is slow; each sender in a request holds a gomemcache connection);
 latency is measured from the intended time (no coordinated omission; "queued"
 counts requests that found every goroutine busy), service time from the
 actual start, and the generator's lateness (wake-up after the intended time)
