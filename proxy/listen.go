@@ -202,7 +202,6 @@ func (s *Server) sweepIdle(stop <-chan struct{}) {
 	}
 	period := every()
 	var idlers []*clientConn // reused from sweep to sweep
-	var idleCount int64
 	t := time.NewTimer(period)
 	defer t.Stop()
 	for {
@@ -221,6 +220,7 @@ func (s *Server) sweepIdle(stop <-chan struct{}) {
 		// for a whole period (idle: parked at once when parkEagerAt
 		// clients are idle, parked ones included).
 		parkBefore := now - s.cl.park - int64(period)
+		var resumedIdle int64 // idle clients that park after ParkAfter only
 		s.mu.Lock()
 		for cc := range s.conns {
 			if cc.stopped.Load() {
@@ -239,20 +239,20 @@ func (s *Server) sweepIdle(stop <-chan struct{}) {
 				case active < parkBefore:
 					cc.askPark() // nothing read for ParkAfter
 				case cc.resumed:
-					idleCount++ // idle, but parks after ParkAfter only
+					resumedIdle++
 				default:
 					idlers = append(idlers, cc)
 				}
 			}
 		}
-		if idleCount+int64(len(idlers))+s.st.parked.Load() >= parkEagerAt {
+		if resumedIdle+int64(len(idlers))+s.st.parked.Load() >= parkEagerAt {
 			for _, cc := range idlers {
 				cc.askPark()
 			}
 		}
 		s.mu.Unlock()
 		clear(idlers)
-		idlers, idleCount = idlers[:0], 0
+		idlers = idlers[:0]
 		if idle > 0 {
 			s.cl.idled.Add(uint64(s.park.expire(now - idle)))
 		}
