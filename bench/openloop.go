@@ -318,6 +318,15 @@ func startOpenTargets(ctx context.Context, cfg OpenLoopConfig, dir string) (*ope
 	}
 	stops = append(stops, func() { mc.Stop(2 * time.Second) })
 	t.mcAddr, t.mcPid, t.mcDetail = mc.Addr, mc.Pid(), detail
+	if slices.Contains(cfg.Paths, PathHop) || cfg.CapacityPath == PathHop {
+		hop, err := startOpenHop(ctx, dir, t.shardAddr)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		stops = append(stops, hop.Kill)
+		t.hopAddr, t.hopPid = hop.Addr, hop.Pid()
+	}
 	if slices.Contains(cfg.Paths, PathRLS) || cfg.CapacityPath == PathRLS {
 		rls, rdetail, err := startOpenRLS(ctx, cfg.RLSBin, dir, mc.Addr)
 		if err != nil {

@@ -38,7 +38,7 @@ const (
 )
 
 // AllOpenPaths is every path, in run order.
-var AllOpenPaths = []string{PathGenerator, PathFloor, PathNutcracker, PathMcproxy, PathPopGomemcache, PathPopPipe, PathRLS}
+var AllOpenPaths = []string{PathGenerator, PathFloor, PathHop, PathNutcracker, PathMcproxy, PathPopGomemcache, PathPopPipe, PathRLS}
 
 // ErrOpenLoop reports an open-loop run that could not be made.
 var ErrOpenLoop = errors.New("bench: open loop")
@@ -72,6 +72,9 @@ type openTargets struct {
 	rlsAddr   string
 	rlsPid    int
 	rlsDetail string
+	// hopAddr, hopPid: the bare forwarder to shard 1 (PathHop only).
+	hopAddr string
+	hopPid  int
 }
 
 // incrOp is one gomemcache incr of a Zipf key (created on its first miss,
@@ -149,6 +152,9 @@ func openPaths(names []string, t *openTargets) ([]*openPath, error) {
 		case PathFloor:
 			p.Detail, p.Shards = "gomemcache incr to memcached shard 1 of 3, no proxy", t.shardPids[:1]
 			p.Op = incrOp(gomc(t.shardAddr), t.keys)
+		case PathHop:
+			p.Detail, p.Proxy, p.Shards = "gomemcache incr through a bare TCP forwarder (bench/fixture/tcphop: read, write, nothing parsed) to the floor's shard", t.hopPid, t.shardPids[:1]
+			p.Op = incrOp(gomc(t.hopAddr), t.keys)
 		case PathNutcracker:
 			p.Detail, p.Proxy, p.Shards = "gomemcache incr through nutcracker 0.5.0 (3 shards)", t.ncPid, t.shardPids
 			p.Op = incrOp(gomc(t.ncAddr), t.keys)

@@ -128,6 +128,15 @@ func (rep *OpenLoopReport) targets() []string {
 			half, mc.AddedP99MS, nc.AddedP99MS, verdict(mc.AddedP99MS <= nc.AddedP99MS),
 			mc.MedianAddedP99MS, nc.MedianAddedP99MS, verdict(mc.MedianAddedP99MS <= nc.MedianAddedP99MS)))
 	}
+	if hop := rep.summary(PathHop, half); hop != nil && hop.Latency.P99 > 0 {
+		note := fmt.Sprintf("at %.0f/s: a bare TCP hop (one more process, nothing parsed) alone makes the p99 %.2f× the floor's pooled, median over rounds %.2f×", half, hop.P99Ratio, hop.MedianP99Ratio)
+		for _, p := range []string{PathNutcracker, PathMcproxy, PathPopPipe} {
+			if s := rep.summary(p, half); s != nil {
+				note += fmt.Sprintf("; %s %.2f× the hop's (%+.3f ms)", p, s.Latency.P99/hop.Latency.P99, s.Latency.P99-hop.Latency.P99)
+			}
+		}
+		notes = append(notes, note)
+	}
 	return notes
 }
 

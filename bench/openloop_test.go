@@ -166,8 +166,8 @@ func TestRunOpenGraceCutsTheRest(t *testing.T) {
 	}
 }
 
-// TestRunOpenLoopTiny runs every path through real memcached, nutcracker,
-// mcproxy and rls at one low rate for a short time.
+// TestRunOpenLoopTiny runs every path through real memcached, the bare
+// hop, nutcracker, mcproxy and rls at one low rate for a short time.
 func TestRunOpenLoopTiny(t *testing.T) {
 	fixture.RequireMemcached(t)
 	fixture.RequireNutcracker(t)
@@ -209,8 +209,8 @@ func TestRunOpenLoopTiny(t *testing.T) {
 			t.Errorf("%s: charged to the server %+v", s.Path, s.Server)
 		}
 	}
-	if len(rep.Notes) != 4 {
-		t.Errorf("notes %q, want the four target checks", rep.Notes)
+	if len(rep.Notes) != 5 || !strings.Contains(rep.Notes[4], "bare TCP hop") {
+		t.Errorf("notes %q, want the four target checks and the hop's bound", rep.Notes)
 	}
 	if len(rep.Tables()) != 4 {
 		t.Error("tables")

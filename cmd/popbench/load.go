@@ -28,7 +28,7 @@ func loadCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "edge", Usage: "existing edge base URL (repeatable): no PoP is launched"},
 			&cli.StringFlag{Name: "rate", Usage: "open loop instead: offered `RATES` per second, comma-separated; N% is N percent of the capacity measured first (e.g. 25%,50%,75%, the default of --open)"},
 			&cli.BoolFlag{Name: "open", Usage: "open loop at --rate (default 25%,50%,75% of the measured capacity)"},
-			&cli.StringFlag{Name: "paths", Usage: "open loop: comma-separated paths (generator, floor, nutcracker, mcproxy, pop-gomemcache, pop-pipe, rls)", Value: "all"},
+			&cli.StringFlag{Name: "paths", Usage: "open loop: comma-separated paths (generator, floor, hop, nutcracker, mcproxy, pop-gomemcache, pop-pipe, rls)", Value: "all"},
 			&cli.IntFlag{Name: "max-senders", Usage: "open loop: the sending goroutines start at --conns and grow, one each time a request comes due with no other sender free, up to this many (as an edge serves each request on its own goroutine; on the gomemcache paths each holds a connection); default --conns: a fixed pool"},
 			&cli.DurationFlag{Name: "slice", Usage: "open loop: each path runs this long before the next takes over (the paths rotate through each round's --duration)", Value: 100 * time.Millisecond},
 			&cli.StringFlag{Name: "mcproxy", Usage: "open loop: mcproxy binary (default: go build ./cmd/mcproxy)"},

@@ -33,8 +33,10 @@ actual start, and the generator's lateness (wake-up after the intended time)
 is reported. Beside each path's p99 pooled over the rounds, the report gives
 the median over rounds of its p99 and of its ratio to the floor's p99 in the
 same round. Paths: generator (no request: the generator's own CPU),
-floor (gomemcache incr to one memcached), nutcracker, mcproxy (the same incr
-through each), pop-gomemcache and pop-pipe (a full pop decision through
+floor (gomemcache incr to one memcached), hop (the same incr through a bare
+TCP forwarder in a process of its own, bench/fixture/tcphop: what one more
+process on the path costs by itself, the bound under any proxy), nutcracker,
+mcproxy (the same incr through each), pop-gomemcache and pop-pipe (a full pop decision through
 mcproxy over each client), rls (a full decision through one cmd/rls over
 mcproxy: gRPC ShouldRateLimit, one descriptor).
 
