@@ -126,6 +126,11 @@ type OpenRun struct {
 	Proxy  ProcPerRequest `json:"proxy"`
 	Shards ProcPerRequest `json:"shards"`
 	Server ProcPerRequest `json:"server"`
+	// Busy is the share of the machine's CPUs the path's processes
+	// (this one, the generator included, the proxy, the shards, the
+	// server) used while it ran: near 1 the path's latency is the run
+	// queue's, not its own.
+	Busy float64 `json:"machine_busy"`
 
 	counts                       *openCounts
 	client, proxy, shard, server procSample
@@ -278,6 +283,11 @@ func (r *OpenRun) fill() {
 	r.Sent, r.Errors, r.Queued, r.Unsent, r.Senders = c.Sent, c.Errors, c.Queued, c.Unsent, c.Senders
 	r.Client, r.Proxy, r.Shards = r.client.per(c.Sent), r.proxy.per(c.Sent), r.shard.per(c.Sent)
 	r.Server = r.server.per(c.Sent)
+	if c.Seconds > 0 {
+		us := r.Client.UserUS + r.Client.SystemUS + r.Proxy.UserUS + r.Proxy.SystemUS +
+			r.Shards.UserUS + r.Shards.SystemUS + r.Server.UserUS + r.Server.SystemUS
+		r.Busy = us * float64(c.Sent) / 1e6 / (c.Seconds * float64(runtime.NumCPU()))
+	}
 }
 
 // startOpenTargets starts the shards, nutcracker and mcproxy; stop stops

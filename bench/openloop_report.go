@@ -81,6 +81,10 @@ func (rep *OpenLoopReport) summary(path string, rate float64) *OpenSummary {
 	return nil
 }
 
+// saturatedBusy is the share of the machine's CPUs a path's processes
+// used above which the targets call a rate saturated.
+const saturatedBusy = 0.85
+
 // targets checks the latency targets at the rate nearest 50% of
 // capacity: the full decision's p99 at most 1.5× the floor's, mcproxy's
 // added p99 at most nutcracker's.
@@ -111,6 +115,17 @@ func (rep *OpenLoopReport) targets() []string {
 	if floor == nil {
 		return nil
 	}
+	// A path that kept the machine near full measures its run queue: say
+	// so beside every verdict at this rate.
+	sat, busiest := "", floor
+	for _, s := range rep.Summary {
+		if s.Rate == half && s.Busy > busiest.Busy {
+			busiest = s
+		}
+	}
+	if busiest.Busy >= saturatedBusy {
+		sat = fmt.Sprintf(" [saturated: %s kept the machine %.0f%% busy, so the ratios measure the run queue]", busiest.Path, 100*busiest.Busy)
+	}
 	for _, p := range []string{PathPopGomemcache, PathPopPipe, PathRLS} {
 		if s := rep.summary(p, half); s != nil {
 			own := ""
@@ -119,14 +134,14 @@ func (rep *OpenLoopReport) targets() []string {
 			}
 			notes = append(notes, fmt.Sprintf("at %.0f/s (%.0f%% of capacity%s): %s p99 %.3f ms = %.2f× the floor's %.3f ms pooled (target ≤ 1.5×: %s); median over rounds %.2f× (%s)",
 				half, 100*half/rep.Capacity, own, p, s.Latency.P99, s.P99Ratio, floor.Latency.P99, verdict(s.P99Ratio <= 1.5),
-				s.MedianP99Ratio, verdict(s.MedianP99Ratio <= 1.5)))
+				s.MedianP99Ratio, verdict(s.MedianP99Ratio <= 1.5))+sat)
 		}
 	}
 	mc, nc := rep.summary(PathMcproxy, half), rep.summary(PathNutcracker, half)
 	if mc != nil && nc != nil {
 		notes = append(notes, fmt.Sprintf("at %.0f/s: mcproxy adds %.3f ms p99 over the floor, nutcracker %.3f ms pooled (target mcproxy ≤ nutcracker: %s); median over rounds %.3f vs %.3f ms (%s)",
 			half, mc.AddedP99MS, nc.AddedP99MS, verdict(mc.AddedP99MS <= nc.AddedP99MS),
-			mc.MedianAddedP99MS, nc.MedianAddedP99MS, verdict(mc.MedianAddedP99MS <= nc.MedianAddedP99MS)))
+			mc.MedianAddedP99MS, nc.MedianAddedP99MS, verdict(mc.MedianAddedP99MS <= nc.MedianAddedP99MS))+sat)
 	}
 	if hop := rep.summary(PathHop, half); hop != nil && hop.Latency.P99 > 0 {
 		note := fmt.Sprintf("at %.0f/s: a bare TCP hop (one more process, nothing parsed) alone makes the p99 %.2f× the floor's pooled, median over rounds %.2f×", half, hop.P99Ratio, hop.MedianP99Ratio)
@@ -155,12 +170,12 @@ func (rep *OpenLoopReport) Tables() []*Table {
 	lat := &Table{Title: "Open loop: latency from the intended send time, ms (" + head + ")",
 		Header: []string{"rate/s", "path", "sent", "p50", "p99", "p999", "p50 ÷ floor", "p99 ÷ floor", "p99 − floor", "median p99", "median p99 ÷ floor", "median p99 − floor", "service p50", "service p99", "late p99", "queued", "senders", "errors", "unsent"}}
 	cost := &Table{Title: "Open loop: cost per request (µs CPU user/system; context switches voluntary/involuntary)",
-		Header: []string{"rate/s", "path", "client µs usr", "client µs sys", "proxy µs usr", "proxy µs sys", "proxy cs vol", "proxy cs invol", "shards µs usr", "shards µs sys", "shards cs vol", "server µs usr", "server µs sys"}}
+		Header: []string{"rate/s", "path", "client µs usr", "client µs sys", "proxy µs usr", "proxy µs sys", "proxy cs vol", "proxy cs invol", "shards µs usr", "shards µs sys", "shards cs vol", "server µs usr", "server µs sys", "machine busy %"}}
 	for _, s := range rep.Summary {
 		lat.Add(s.Rate, s.Path, s.Sent, s.Latency.P50, s.Latency.P99, s.Latency.P999, s.P50Ratio, s.P99Ratio, s.AddedP99MS,
 			s.MedianP99MS, s.MedianP99Ratio, s.MedianAddedP99MS, s.Service.P50, s.Service.P99, s.Lateness.P99, s.Queued, s.Senders, s.Errors, s.Unsent)
 		cost.Add(s.Rate, s.Path, s.Client.UserUS, s.Client.SystemUS, s.Proxy.UserUS, s.Proxy.SystemUS, s.Proxy.Voluntary,
-			s.Proxy.Involuntary, s.Shards.UserUS, s.Shards.SystemUS, s.Shards.Voluntary, s.Server.UserUS, s.Server.SystemUS)
+			s.Proxy.Involuntary, s.Shards.UserUS, s.Shards.SystemUS, s.Shards.Voluntary, s.Server.UserUS, s.Server.SystemUS, 100*s.Busy)
 	}
 	runs := &Table{Title: "Open loop: every run (one path in one round: its slices, rotated with the other paths' slices)",
 		Header: []string{"rate/s", "round", "path", "sent", "p50", "p99", "p999", "p99 ÷ floor's this round", "service p99", "late p99", "queued", "senders", "errors"}}

@@ -196,6 +196,9 @@ func TestRunOpenLoopTiny(t *testing.T) {
 		if s.Sent+s.Unsent != 80 || s.Errors != 0 {
 			t.Errorf("%s: sent %d unsent %d errors %d, want 80 requests, no error", s.Path, s.Sent, s.Unsent, s.Errors)
 		}
+		if s.Busy <= 0 || s.Busy > 1.5 {
+			t.Errorf("%s: machine busy %v, want a share of the CPUs", s.Path, s.Busy)
+		}
 		if s.P99Ratio <= 0 || s.MedianP99Ratio <= 0 || s.MedianP99MS <= 0 {
 			t.Errorf("%s: p99 ratio to the floor %v, median over rounds %v (of p99 %v)", s.Path, s.P99Ratio, s.MedianP99Ratio, s.MedianP99MS)
 		}
@@ -290,6 +293,32 @@ func TestRunOpenGrowsTheSenders(t *testing.T) {
 		c, most := run(2, max)
 		if most > int64(max) || c.Senders > max || c.Queued == 0 {
 			t.Errorf("pool of at most %d: %d in flight at most, %d senders, %d queued; want ≤ %d, ≤ %d, > 0", max, most, c.Senders, c.Queued, max, max)
+		}
+	}
+}
+
+// TestTargetsSayWhenSaturated: a verdict at a rate where a path kept the
+// machine near full carries the saturation caveat, and not otherwise.
+func TestTargetsSayWhenSaturated(t *testing.T) {
+	sum := func(path string, p99, ratio, busy float64) *OpenSummary {
+		s := &OpenSummary{OpenRun: OpenRun{Path: path, Rate: 1000, Busy: busy}, P99Ratio: ratio, MedianP99Ratio: ratio}
+		s.Latency.P99 = p99
+		return s
+	}
+	for _, tc := range []struct {
+		busy float64
+		want bool
+	}{{0.40, false}, {0.84, false}, {0.91, true}} {
+		rep := &OpenLoopReport{Capacity: 2000, Summary: []*OpenSummary{
+			sum(PathFloor, 1, 1, 0.3), sum(PathMcproxy, 2, 2, 0.5), sum(PathNutcracker, 2, 2, 0.5), sum(PathPopPipe, 1.2, 1.2, tc.busy)}}
+		notes := rep.targets()
+		if len(notes) != 2 {
+			t.Fatalf("busy %v: notes %q, want pop-pipe's and mcproxy's", tc.busy, notes)
+		}
+		for _, n := range notes {
+			if got := strings.Contains(n, "saturated: pop-pipe kept the machine"); got != tc.want {
+				t.Errorf("busy %v: %q: saturation caveat %v, want %v", tc.busy, n, got, tc.want)
+			}
 		}
 	}
 }
