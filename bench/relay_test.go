@@ -6,27 +6,9 @@ import (
 	"net"
 	"testing"
 	"time"
-)
 
-// echoServer echoes lines until the test ends.
-func echoServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
-		}
-	}()
-	return ln.Addr().String()
-}
+	"github.com/poplimit/poplimit/bench/fixture"
+)
 
 func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader) time.Duration {
 	t.Helper()
@@ -42,7 +24,7 @@ func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader) time.Duration {
 }
 
 func TestRelayDelaysBothWays(t *testing.T) {
-	r, err := StartRelay(echoServer(t), 25*time.Millisecond)
+	r, err := StartRelay(fixture.EchoServer(t), 25*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +49,7 @@ func TestRelayDelaysBothWays(t *testing.T) {
 }
 
 func TestRelayCloseEndsConnections(t *testing.T) {
-	r, err := StartRelay(echoServer(t), 0)
+	r, err := StartRelay(fixture.EchoServer(t), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +75,7 @@ func TestRelayCloseEndsConnections(t *testing.T) {
 // TestRelayHalfClose: a client that half-closes after its request still
 // gets the replies in flight, whatever the delay.
 func TestRelayHalfClose(t *testing.T) {
-	target := echoServer(t)
+	target := fixture.EchoServer(t)
 	for _, delay := range []time.Duration{0, 20 * time.Millisecond} {
 		t.Run(delay.String(), func(t *testing.T) {
 			r, err := StartRelay(target, delay)
