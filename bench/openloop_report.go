@@ -165,8 +165,12 @@ func abs(x float64) float64 {
 // Tables returns the summary per rate and path, the per-request costs,
 // and every run.
 func (rep *OpenLoopReport) Tables() []*Table {
-	head := fmt.Sprintf("capacity %.0f/s (%s closed loop, %d conns), %d senders growing to at most %d, %d Zipf keys, %d rounds × %gs per run in %gs slices (paths rotated), load average %s, %d CPUs",
-		rep.Capacity, rep.CapacityPath, rep.Workers, rep.Workers, rep.MaxWorkers, rep.Keys, rep.Rounds, rep.Seconds, rep.Slice, rep.LoadAvg, rep.NumCPU)
+	senders := fmt.Sprintf("%d senders (a fixed pool)", rep.Workers)
+	if rep.MaxWorkers > rep.Workers {
+		senders = fmt.Sprintf("%d senders growing to at most %d", rep.Workers, rep.MaxWorkers)
+	}
+	head := fmt.Sprintf("capacity %.0f/s (%s closed loop, %d conns), %s, %d Zipf keys, %d rounds × %gs per run in %gs slices (paths rotated), load average %s, %d CPUs",
+		rep.Capacity, rep.CapacityPath, rep.Workers, senders, rep.Keys, rep.Rounds, rep.Seconds, rep.Slice, rep.LoadAvg, rep.NumCPU)
 	lat := &Table{Title: "Open loop: latency from the intended send time, ms (" + head + ")",
 		Header: []string{"rate/s", "path", "sent", "p50", "p99", "p999", "p50 ÷ floor", "p99 ÷ floor", "p99 − floor", "median p99", "median p99 ÷ floor", "median p99 − floor", "service p50", "service p99", "late p99", "queued", "senders", "errors", "unsent"}}
 	cost := &Table{Title: "Open loop: cost per request (µs CPU user/system; context switches voluntary/involuntary)",
