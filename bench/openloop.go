@@ -284,9 +284,8 @@ func (r *OpenRun) fill() {
 	r.Client, r.Proxy, r.Shards = r.client.per(c.Sent), r.proxy.per(c.Sent), r.shard.per(c.Sent)
 	r.Server = r.server.per(c.Sent)
 	if c.Seconds > 0 {
-		us := r.Client.UserUS + r.Client.SystemUS + r.Proxy.UserUS + r.Proxy.SystemUS +
-			r.Shards.UserUS + r.Shards.SystemUS + r.Server.UserUS + r.Server.SystemUS
-		r.Busy = us * float64(c.Sent) / 1e6 / (c.Seconds * float64(runtime.NumCPU()))
+		cpu := r.client.add(r.proxy).add(r.shard).add(r.server)
+		r.Busy = (cpu.User + cpu.System).Seconds() / (c.Seconds * float64(runtime.NumCPU()))
 	}
 }
 
