@@ -11,14 +11,12 @@
 //
 // The DSN may come from POPLIMIT_PG_DSN instead of --dsn. It is a separate
 // binary, not an edge subcommand, so that the workers (which only read)
-// never carry the write path, and operators run it from wherever they
-// hold write credentials.
+// never carry the write path.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -26,7 +24,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/urfave/cli/v2"
 
+	"github.com/poplimit/poplimit/cmd/internal/daemon"
 	"github.com/poplimit/poplimit/pop/pgpolicy"
 )
 
@@ -37,49 +37,79 @@ func main() {
 	}
 }
 
-var errUsage = errors.New("usage: popctl [--dsn DSN] migrate | tiers | set-tier FLAGS | issue-key --tier T [--tenant UUID] KEY | revoke-key KEY")
+// timeout bounds one command: connect, transaction and all.
+const timeout = 30 * time.Second
 
+// run is popctl with args (without the program name), writing to out.
 func run(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("popctl", flag.ContinueOnError)
-	dsn := fs.String("dsn", os.Getenv("POPLIMIT_PG_DSN"), "PostgreSQL connection string (default $POPLIMIT_PG_DSN)")
-	if err := fs.Parse(args); err != nil {
-		return err
+	app := newApp(out)
+	return app.RunContext(ctx, append([]string{"popctl"}, args...))
+}
+
+func newApp(out io.Writer) *cli.App {
+	return &cli.App{
+		Name:    "popctl",
+		Version: daemon.Version(),
+		Usage:   "manage the PostgreSQL policy source of edge workers (tiers, API keys, schema)",
+		Description: "Each command is one transaction; workers on --policy-source apply it within about a second\n" +
+			"(LISTEN/NOTIFY). Keys are stored as SHA-256 digests, never in clear.",
+		Writer:          out,
+		HideHelpCommand: true,
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return fmt.Errorf("unknown command %q (popctl --help lists them)", c.Args().First())
+			}
+			return cli.ShowAppHelp(c)
+		},
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "dsn", EnvVars: []string{"POPLIMIT_PG_DSN"}, Usage: "PostgreSQL connection `URL`"},
+		},
+		Commands: []*cli.Command{
+			{Name: "migrate", Usage: "apply the embedded schema migrations not applied yet (idempotent)", Action: withPool(migrate)},
+			{Name: "tiers", Usage: "list the tiers", Action: withPool(listTiers)},
+			{Name: "set-tier", Usage: "create or replace a tier's row (validated as the workers will)", Flags: tierFlags(), Action: withPool(setTier)},
+			{Name: "issue-key", Usage: "issue an API key on a tier", ArgsUsage: "KEY", Flags: []cli.Flag{
+				&cli.StringFlag{Name: "tier", Required: true, Usage: "tier of the key"},
+				&cli.StringFlag{Name: "tenant", Usage: "tenant `UUID`"},
+			}, Action: withPool(issueKey)},
+			{Name: "revoke-key", Usage: "revoke an API key (403 on every worker)", ArgsUsage: "KEY", Action: withPool(revokeKey)},
+		},
 	}
-	if fs.NArg() == 0 || *dsn == "" {
-		return errUsage
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	pool, err := pgxpool.New(ctx, *dsn)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	cmd, rest := fs.Arg(0), fs.Args()[1:]
-	switch cmd {
-	case "migrate":
-		applied, err := pgpolicy.Migrate(ctx, pool)
+}
+
+// withPool connects to --dsn for the duration of one command.
+func withPool(f func(context.Context, *cli.Context, *pgxpool.Pool) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		dsn := c.String("dsn")
+		if dsn == "" {
+			return errors.New("no database: give --dsn or POPLIMIT_PG_DSN")
+		}
+		ctx, cancel := context.WithTimeout(c.Context, timeout)
+		defer cancel()
+		pool, err := pgxpool.New(ctx, dsn)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "applied %d migration(s) %v\n", len(applied), applied)
-		return nil
-	case "tiers":
-		return listTiers(ctx, pool, out)
-	case "set-tier":
-		return setTier(ctx, pool, rest, out)
-	case "issue-key", "revoke-key":
-		return key(ctx, pool, cmd, rest, out)
+		defer pool.Close()
+		return f(ctx, c, pool)
 	}
-	return errUsage
 }
 
-func listTiers(ctx context.Context, pool *pgxpool.Pool, out io.Writer) error {
+func migrate(ctx context.Context, c *cli.Context, pool *pgxpool.Pool) error {
+	applied, err := pgpolicy.Migrate(ctx, pool)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "applied %d migration(s) %v\n", len(applied), applied)
+	return nil
+}
+
+func listTiers(ctx context.Context, c *cli.Context, pool *pgxpool.Pool) error {
 	ts, err := pgpolicy.ListTiers(ctx, pool)
 	if err != nil {
 		return err
 	}
-	w := tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
+	w := tabwriter.NewWriter(c.App.Writer, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(w, "TIER\tROUTE\tALGORITHM\tMAX\tWINDOW_S\tBURST\tFAIL\tANON\tEXTRA")
 	for _, t := range ts {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%v\t%d\n", t.TierName, t.RoutePattern, t.Algorithm, t.MaxRequests, t.WindowSeconds, t.BurstCapacity, t.FailMode, t.IsAnonymous, len(t.Extra))
@@ -87,57 +117,67 @@ func listTiers(ctx context.Context, pool *pgxpool.Pool, out io.Writer) error {
 	return w.Flush()
 }
 
-func setTier(ctx context.Context, pool *pgxpool.Pool, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("set-tier", flag.ContinueOnError)
-	var t pgpolicy.TierRow
-	fs.StringVar(&t.TierName, "tier", "", "tier name (required)")
-	fs.StringVar(&t.RoutePattern, "route", "", `route pattern, e.g. "GET /api/" (required)`)
-	fs.Int64Var(&t.WindowSeconds, "window", 60, "window, seconds")
-	fs.Int64Var(&t.MaxRequests, "max", 0, "requests per window (required)")
-	fs.Int64Var(&t.BurstCapacity, "burst", 0, "token bucket capacity (0: max)")
-	fs.StringVar(&t.FailMode, "fail-mode", "open", "open, closed or local")
-	fs.StringVar(&t.Algorithm, "algorithm", "sliding_window", "sliding_window, fixed_window or token_bucket")
-	fs.StringVar(&t.OnReject, "on-reject", "count", "count or refund")
-	fs.StringVar(&t.Scope, "scope", "api_key", "identity parts, comma-separated: ip, api_key, tenant, user, route")
-	fs.Int64Var(&t.Precision, "precision", 0, "sliding window sub-windows")
-	fs.BoolVar(&t.IsAnonymous, "anonymous", false, "the tier of requests with no or an unknown key")
-	if err := fs.Parse(args); err != nil {
-		return err
+func tierFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "tier", Required: true, Usage: "tier name"},
+		&cli.StringFlag{Name: "route", Required: true, Usage: `route pattern, e.g. "GET /api/"`},
+		&cli.Int64Flag{Name: "window", Value: 60, Usage: "window, seconds"},
+		&cli.Int64Flag{Name: "max", Required: true, Usage: "requests per window"},
+		&cli.Int64Flag{Name: "burst", Usage: "token bucket capacity (0: --max)"},
+		&cli.StringFlag{Name: "fail-mode", Value: "open", Usage: "open, closed or local"},
+		&cli.StringFlag{Name: "algorithm", Value: "sliding_window", Usage: "sliding_window, fixed_window or token_bucket"},
+		&cli.StringFlag{Name: "on-reject", Value: "count", Usage: "count or refund"},
+		&cli.StringFlag{Name: "scope", Value: "api_key", Usage: "identity parts, comma-separated: ip, api_key, tenant, user, route"},
+		&cli.Int64Flag{Name: "precision", Usage: "sliding window sub-windows"},
+		&cli.BoolFlag{Name: "anonymous", Usage: "the tier of requests with no or an unknown key"},
 	}
-	if t.TierName == "" || t.RoutePattern == "" || t.MaxRequests == 0 {
-		return errors.New("set-tier: --tier, --route and --max are required")
+}
+
+func setTier(ctx context.Context, c *cli.Context, pool *pgxpool.Pool) error {
+	t := pgpolicy.TierRow{
+		TierName: c.String("tier"), RoutePattern: c.String("route"), WindowSeconds: c.Int64("window"),
+		MaxRequests: c.Int64("max"), BurstCapacity: c.Int64("burst"), FailMode: c.String("fail-mode"),
+		Algorithm: c.String("algorithm"), OnReject: c.String("on-reject"), Scope: c.String("scope"),
+		Precision: c.Int64("precision"), IsAnonymous: c.Bool("anonymous"),
+	}
+	if t.MaxRequests <= 0 {
+		return errors.New("set-tier: --max must be positive")
 	}
 	if err := pgpolicy.SetTier(ctx, pool, t); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "tier %s set\n", t.TierName)
+	fmt.Fprintf(c.App.Writer, "tier %s set\n", t.TierName)
 	return nil
 }
 
-func key(ctx context.Context, pool *pgxpool.Pool, cmd string, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	tier := fs.String("tier", "", "tier of the key (issue-key, required)")
-	tenant := fs.String("tenant", "", "tenant UUID (issue-key)")
-	if err := fs.Parse(args); err != nil {
+// oneKey is the KEY argument of issue-key and revoke-key.
+func oneKey(c *cli.Context) (string, error) {
+	if c.NArg() != 1 {
+		return "", fmt.Errorf("%s: exactly one KEY argument, got %d", c.Command.Name, c.NArg())
+	}
+	return c.Args().First(), nil
+}
+
+func issueKey(ctx context.Context, c *cli.Context, pool *pgxpool.Pool) error {
+	k, err := oneKey(c)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return errUsage
-	}
-	k := fs.Arg(0)
-	if cmd == "revoke-key" {
-		if err := pgpolicy.SetKeyActive(ctx, pool, k, false); err != nil {
-			return err
-		}
-		fmt.Fprintln(out, "key revoked")
-		return nil
-	}
-	if *tier == "" {
-		return errors.New("issue-key: --tier is required")
-	}
-	if err := pgpolicy.IssueKey(ctx, pool, k, *tenant, *tier); err != nil {
+	if err := pgpolicy.IssueKey(ctx, pool, k, c.String("tenant"), c.String("tier")); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "key issued on tier %s\n", *tier)
+	fmt.Fprintf(c.App.Writer, "key issued on tier %s\n", c.String("tier"))
+	return nil
+}
+
+func revokeKey(ctx context.Context, c *cli.Context, pool *pgxpool.Pool) error {
+	k, err := oneKey(c)
+	if err != nil {
+		return err
+	}
+	if err := pgpolicy.SetKeyActive(ctx, pool, k, false); err != nil {
+		return err
+	}
+	fmt.Fprintln(c.App.Writer, "key revoked")
 	return nil
 }
