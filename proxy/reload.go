@@ -175,8 +175,25 @@ type livePool struct {
 	retired  map[string]shardTotals // by shard.Server.Label
 }
 
-// ErrReload wraps the reason a new configuration was rejected.
-var ErrReload = errors.New("proxy: reload rejected")
+// ErrReload wraps the reason a new configuration was rejected while
+// another one runs; ErrStart the reason the first one could not start.
+var (
+	ErrReload = errors.New("proxy: reload rejected")
+	ErrStart  = errors.New("proxy: cannot start")
+)
+
+// rejected wraps err as a failed start when nothing runs yet (first),
+// else as a rejected reload, and logs it in the same words.
+func (p *Proxy) rejected(first bool, err error) error {
+	if first {
+		err = fmt.Errorf("%w: %w", ErrStart, err)
+		p.log.Error("mcproxy: cannot start", "err", err)
+		return err
+	}
+	err = fmt.Errorf("%w: %w", ErrReload, err)
+	p.log.Error("mcproxy: new config rejected, keeping the running one", "err", err)
+	return err
+}
 
 // NewProxy returns a Proxy serving nothing yet; call Reload with the pools.
 func NewProxy(cfg ProxyConfig) *Proxy {
@@ -256,10 +273,9 @@ func (p *Proxy) ReloadFile(path string) error {
 	p.mu.Lock()
 	p.reloadErrors++
 	p.lastReloadOK = false
+	first := len(p.pools) == 0
 	p.mu.Unlock()
-	err = fmt.Errorf("%w: %s: %w", ErrReload, path, err)
-	p.log.Error("mcproxy: new config rejected, keeping the running one", "path", path, "err", err)
-	return err
+	return p.rejected(first, fmt.Errorf("%s: %w", path, err))
 }
 
 // Reload makes the running pools match specs, without dropping client
@@ -276,16 +292,17 @@ func (p *Proxy) ReloadFile(path string) error {
 // Everything that can fail (validation, building Routers, opening
 // listeners) happens before anything changes: on error the running
 // configuration stays, the reason is logged, and the error wraps ErrReload
-// (and ErrConfig for a bad spec). The first call starts the proxy.
+// (and ErrConfig for a bad spec). The first call starts the proxy: its
+// error wraps ErrStart instead.
 func (p *Proxy) Reload(specs []PoolSpec) (err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	first := len(p.pools) == 0
 	defer func() {
 		if err != nil {
 			p.reloadErrors++
 			p.lastReloadOK = false
-			err = fmt.Errorf("%w: %w", ErrReload, err)
-			p.log.Error("mcproxy: new config rejected, keeping the running one", "err", err)
+			err = p.rejected(first, err)
 		}
 	}()
 	if p.closed {

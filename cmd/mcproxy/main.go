@@ -215,9 +215,9 @@ func shutdownProxy(p *proxy.Proxy, timeout time.Duration, log *slog.Logger) erro
 }
 
 // serveOps starts the admin endpoint (--admin) and the raw stats port
-// (--stats-port); stop ends what was started, also after an error. The
-// default admin address may be taken by another mcproxy: that is logged,
-// not an error.
+// (--stats-port); stop ends what was started, also after an error. A port
+// that cannot be bound is an error: mcproxy never runs without the health
+// and metrics it was asked for.
 func serveOps(c *cli.Context, p *proxy.Proxy, log *slog.Logger) (stop func(), err error) {
 	var stops []func()
 	stop = func() {
@@ -227,14 +227,10 @@ func serveOps(c *cli.Context, p *proxy.Proxy, log *slog.Logger) (stop func(), er
 	}
 	if addr := c.String("admin"); addr != "" {
 		s, err := serveAdmin(p, addr, c.Bool("pprof"), log)
-		switch {
-		case err == nil:
-			stops = append(stops, s)
-		case c.IsSet("admin"):
-			return stop, err
-		default:
-			log.Error("mcproxy: no admin endpoint (metrics, health); set --admin", "err", err)
+		if err != nil {
+			return stop, fmt.Errorf("%w (another mcproxy on this host? give each its own --admin, or \"\" to disable)", err)
 		}
+		stops = append(stops, s)
 	}
 	if port := c.Int("stats-port"); port > 0 {
 		ln, err := net.Listen("tcp", net.JoinHostPort(c.String("stats-addr"), strconv.Itoa(port)))
@@ -329,7 +325,11 @@ func poolsFromFlags(c *cli.Context, log *slog.Logger) ([]proxy.PoolSpec, error) 
 		if err != nil {
 			return nil, err
 		}
-		return proxy.ParseConfig(data, log)
+		specs, err := proxy.ParseConfig(data, log)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return specs, nil
 	}
 	p := proxy.PoolSpec{
 		Name:               "flags",

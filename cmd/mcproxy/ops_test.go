@@ -228,3 +228,48 @@ func TestMcproxyUnixSocketAndLimits(t *testing.T) {
 		t.Errorf("socket left after exit: %v", err)
 	}
 }
+
+// TestMcproxyStartFailuresAreClear: a data or admin port that cannot be
+// bound, or a config file with an error, stops mcproxy at start-up with an
+// error that says so (never worded as a rejected reload), naming the port
+// or the file and line.
+func TestMcproxyStartFailuresAreClear(t *testing.T) {
+	bin := buildMcproxy(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	taken := busy.Addr().String()
+	bad := filepath.Join(t.TempDir(), "bad.yml")
+	if err := os.WriteFile(bad, []byte("alpha:\n  listen: 127.0.0.1:0\n  timeout: abc\n  servers:\n   - 127.0.0.1:11211:1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"data port taken", []string{"--embedded", "1", "--listen", taken, "--admin", ""}, []string{"cannot start", taken, "address already in use"}},
+		{"admin port taken", []string{"--embedded", "1", "--listen", "127.0.0.1:0", "--admin", taken}, []string{"--admin", taken, "address already in use"}},
+		{"bad config file", []string{"--config", bad, "--admin", ""}, []string{bad + ": ", "timeout (line 3)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(bin, tc.args...)
+			timer := time.AfterFunc(10*time.Second, func() { _ = cmd.Process.Kill() })
+			out, err := cmd.CombinedOutput()
+			timer.Stop()
+			if err == nil {
+				t.Fatalf("mcproxy %v exited 0:\n%s", tc.args, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			if strings.Contains(string(out), "reload") || strings.Contains(string(out), "keeping the running one") {
+				t.Errorf("a start-up failure worded as a reload:\n%s", out)
+			}
+		})
+	}
+}
