@@ -139,18 +139,13 @@ func (s *Server) overClientLimit(nc net.Conn) bool {
 // short delay. A wave of connections that go idle (a fleet's pools, a
 // flood) then holds few goroutines, stacks and runtime descriptors at
 // once: each leaves memory behind that the runtime reuses but never frees
-// (its goroutine's g, its poll descriptor, span metadata). Measured with
-// `popbench proxy --idle-conns 10000` (about 3,000 new clients/s): 217–245
-// B per idle connection parking after 50–100 ms, 876–899 B with a plain
-// 1 s ParkAfter, 205–293 B with parkEagerAt. A few idle clients cost
-// little unparked (about 8.5 KB each), and each park and resume costs
-// about a dozen system calls and a new clientConn on the client's next
-// request, so they wait ParkAfter. So does a client that came back
-// after parking (a pool's connection, not a flood's): parking it again
-// at once would make it pay the resume on every return, which in an open
-// loop of 256 pooled connections whose paths take turns every 100 ms
-// raised mcproxy's service p99 from 6.0–6.2 ms (never parking) to
-// 9.6–10.8 ms (popbench load --rate 14000 --conns 256 --max-senders 256).
+// (its goroutine's g, its poll descriptor, span metadata). A few idle
+// clients cost little unparked, and each park and resume costs about a
+// dozen system calls and a new clientConn, so they wait ParkAfter; so does
+// a client that came back after parking (a pool's connection, not a
+// flood's), which would otherwise pay a resume on every return. The
+// figures behind both are in bench/RESULTS.md ("Idle connections and
+// memory", "Figures behind code defaults").
 const (
 	parkSweep   = 50 * time.Millisecond
 	parkEagerAt = 256

@@ -9,43 +9,14 @@ import (
 
 // GOMAXPROCS that follows the load (mcproxy's --procs 0, the default).
 //
-// At a low load a proxy on more than one P pays for the
-// parallelism it does not use: a request is two goroutine wake-ups (the
-// client's reader, then the shard connection's reader), and with an idle P
-// around, the Go scheduler starts a second thread for every goroutine the
-// poller readies beside the one it runs (futex wake-ups, a spinning thread
-// that then sleeps again). Measured with an open loop at 6,600 and 13,200
-// requests/s through 3 memcached shards on 2 busy cores (popbench load
-// --rate 6600,13200, two runs each, alternating): one P made 0.60 and
-// 0.20–0.31 voluntary context switches per request against 0.94–1.00 and
-// 0.73–0.74 with two (nutcracker, single-threaded: 0.50–0.65 and
-// 0.25–0.41), and 5–40% less CPU per request. But one P is one thread:
-// requests queue behind each other on it, and on a contended machine the
-// kernel gives one thread half the CPU it gives two. Past a moderate load
-// the tail suffered: at 13,200/s on a loaded machine (load average 9–12,
-// 5 interleaved 2 s runs) the service p99 through one P was 4.6–69 ms
-// against 2.2–53 ms through two (the faster in 4 of 5 runs), and on a
-// quieter one (load average 3) 1.8–2.9 ms against nutcracker's 1.0–1.2.
-// That measurement (service time of an independent incr client) set
-// the first threshold at 40%. The open loop at the load the limiter is
-// judged at (popbench load --rate 25%,50%,75%, binaries alternated,
-// 2026-12-02) then showed the opposite: at 40%, half of capacity
-// (11,000–20,000/s here) ran on two Ps, and mcproxy used 30.5–52.0 µs of
-// CPU per request against nutcracker's 27.1–44.1 (10–26% more, in 12 runs
-// of 12); held on one P it used 25.7–43.5 against 26.1–44.2 (less in 6
-// runs of 9, 0.3–1.2% more in two; the ninth, which kept the old 35% to
-// halve, was left on two Ps by the capacity measurement's closed loop),
-// and its added p99 was at or under nutcracker's somewhat more often (5
-// runs of 9, pooled and on the median of rounds, against 4 of 12). On
-// this shared 2-core machine one P also lost no closed-loop throughput
-// (popbench proxy --compare, 64 connections: 1.00–1.34× nutcracker, two
-// Ps 1.05–1.29×): there the load generator holds the other core anyway.
-// Where the proxy has cores of its own, a saturated P passes 70% at once.
-//
-// GovernProcs therefore runs the process on one P while it is lightly or
-// moderately loaded, doubling the Ps (up to Max) once they are more than
-// 70% busy, and halving them again once the load would fit in half of
-// them under 60% busy.
+// GovernProcs runs the process on one P while it is lightly or moderately
+// loaded, doubling the Ps (up to Max) once they are more than 70% busy, and
+// halving them again once the load would fit in half of them under 60%
+// busy. Why: on one P a request costs fewer thread wake-ups (a second idle
+// P makes the scheduler start a thread for every goroutine the poller
+// readies), but one P queues requests behind each other once it is busy.
+// The thresholds' measurements are in bench/RESULTS.md ("Figures behind
+// code defaults").
 
 // ProcsConfig configures GovernProcs. Zero means default.
 type ProcsConfig struct {

@@ -179,8 +179,8 @@ func NewStore(cfg Config) (*Store, error) {
 }
 
 // memItemSize is memcached's item size for the item size limit and the
-// byte budget (protocol.ItemSize; measured against memcached 1.6.18: key
-// "k", flags 0 -> largest value 1048516 bytes).
+// byte budget (protocol.ItemSize, memcached 1.6.18's: key "k", flags 0
+// -> largest value 1048516 bytes).
 func memItemSize(nkey int, flags uint32, nvalue int) int64 {
 	return int64(protocol.ItemSize(nkey, flags, nvalue))
 }

@@ -19,20 +19,14 @@ const gcCycles = "/gc/cycles/total:gc-cycles"
 // ends; every <= 0 returns at once.
 //
 // Why: a daemon such as mcproxy has a live heap of a few MB and allocates
-// almost nothing per request, so at a moderate load its collections are a
-// minute or more apart (the heap must double first; the runtime forces one
-// only every 2 minutes). Between them the heap grows towards twice the live
-// heap, and each cycle pages in a part of memory the scavenger had
-// returned: the resident set climbs for several minutes (measured: mcproxy
-// 19 → 25 MB over 6 minutes at 650 requests/s, its heap flat) until it
-// reaches the scavenger's plateau, 110% of the collector's goal. With a
-// collection at least every few seconds the heap between two collections
-// is the live heap plus a few seconds of allocation: the resident set
-// settles within the first cycles and stays there. Under load collections
-// are more frequent than every anyway, and RunGCFloor forces none. A
-// collection of a few-MB heap costs a few milliseconds of CPU (2-16 ms in
-// gctrace on a loaded 2-core machine), mostly
-// concurrent with the daemon's goroutines.
+// almost nothing per request, so its collections come a minute or more
+// apart; between them each cycle pages in memory the scavenger had
+// returned, and the resident set climbs for minutes to the scavenger's
+// plateau (110% of the collector's goal). With a collection at least every
+// few seconds the resident set settles within the first cycles. Under
+// load collections are more frequent than every anyway, and RunGCFloor
+// forces none. The figures are in bench/RESULTS.md ("Figures behind code
+// defaults").
 func RunGCFloor(ctx context.Context, every time.Duration) {
 	if every <= 0 {
 		return

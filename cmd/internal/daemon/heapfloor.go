@@ -12,18 +12,14 @@ import (
 // The garbage collector's heap floor (StartHeapFloor; distinct from
 // RunGCFloor, which forces collections of an idle daemon).
 //
-// rls keeps little live (its config, the mitigation cache, the counters'
-// window cache: a few MB) and allocates ~1 KB per decision (the gRPC
-// request and response, keys), so with Go's default GOGC=100 the heap
-// goal is Go's minimum, 4 MB, and the collector runs every few MB
-// allocated: at 25,000 decisions/s about ten times a second, its marking
-// and assists 10–15% of rls's CPU. With a floor the goal is at least the
-// floor while the live heap is small, and Go's own (twice the live heap)
-// once the live heap is above half the floor: memory stays bounded by
-// max(floor, 2 × live), as without it once it matters. Measured (popbench
-// rls --rls 1, two PoPs side by side under the same load): 16 MiB −12%
-// rls CPU per decision against Go's default; 64 MiB costs more than 16 (a
-// heap cycling through 64 MB misses the caches).
+// rls keeps little live (its config, the caches: a few MB) and allocates
+// about 1 KB per decision, so with Go's default GOGC=100 the heap goal is
+// Go's minimum, 4 MB, and the collector runs many times a second under
+// load. With a floor the goal is at least the floor while the live heap is
+// small, and Go's own (twice the live heap) once the live heap is above
+// half the floor: memory stays bounded by max(floor, 2 × live). The
+// default's measurement is in bench/RESULTS.md ("Figures behind code
+// defaults").
 //
 // After every collection (a finalizer re-armed each cycle) GOGC is set so
 // that the next goal is the floor: GOGC = 100 × (floor − live) / live,
