@@ -71,11 +71,8 @@ type ServerConfig struct {
 // DefaultParkAfter is ServerConfig.ParkAfter's default. Parking exists
 // for the many connections that stay idle (a fleet's pools, a flood:
 // those park at once, see parkEagerAt), not for a few clients' pauses
-// between bursts: when every idle client parked after 50–100 ms, an open
-// loop whose paths take turns every 100 ms resumed mcproxy's connections
-// on every turn, and mcproxy's p99 over the floor was worse than
-// nutcracker's (popbench load --rate, see README "Latency at a given
-// rate").
+// between bursts, which would pay a resume on every return (bench/RESULTS.md,
+// "Figures behind code defaults").
 const DefaultParkAfter = time.Second
 
 func (c ServerConfig) parkAfter() time.Duration { return orDefault(c.ParkAfter, DefaultParkAfter) }
