@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/poplimit/poplimit/proxy/yamlpos"
 )
 
 // ParseFile reads and validates a policy file. A file that cannot be read
@@ -34,11 +36,7 @@ func Parse(name string, data []byte) (*File, error) {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
-		line := 0
-		if s := err.Error(); strings.HasPrefix(s, "yaml: line ") {
-			fmt.Sscanf(s, "yaml: line %d", &line)
-		}
-		return nil, &ValidationError{File: name, Line: line, Field: "(document)", Msg: err.Error()}
+		return nil, &ValidationError{File: name, Line: yamlpos.Line(data, err), Field: "(document)", Msg: yamlpos.Reason(err)}
 	}
 	if len(doc.Content) == 0 {
 		return nil, &ValidationError{File: name, Line: 1, Field: "(document)", Msg: "empty document"}

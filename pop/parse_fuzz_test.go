@@ -80,3 +80,13 @@ func FuzzParseDuration(f *testing.F) {
 		}
 	})
 }
+
+// TestParseSyntaxErrorLine: a YAML syntax error in a policy names the file
+// and the line it is on.
+func TestParseSyntaxErrorLine(t *testing.T) {
+	doc := "tiers:\n  free:\n    limits:\n   - {name: a, quantity: 1, window: 1m}\n"
+	_, err := Parse("bad.yml", []byte(doc))
+	if err == nil || !strings.Contains(err.Error(), "bad.yml:4: (document): yaml: did not find expected key") {
+		t.Fatalf("err %v, want bad.yml:4", err)
+	}
+}

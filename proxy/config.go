@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/poplimit/poplimit/proxy/yamlpos"
 	"github.com/poplimit/poplimit/shard"
 )
 
@@ -151,7 +152,7 @@ func ParseConfig(data []byte, log *slog.Logger) ([]PoolSpec, error) {
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, fmt.Errorf("%w: line %d: %s", ErrConfig, yamlpos.Line(data, err), yamlpos.Reason(err))
 	}
 	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("%w: want a mapping of pool names to pools", ErrConfig)

@@ -280,3 +280,13 @@ func TestPoolSpecValidateDistribution(t *testing.T) {
 		}
 	}
 }
+
+// TestParseConfigSyntaxErrorLine: a YAML syntax error names the line it is
+// on, not the line its pool began on.
+func TestParseConfigSyntaxErrorLine(t *testing.T) {
+	doc := "alpha:\n  listen: 127.0.0.1:0\n  hash: fnv1a_64\n timeout: 400\n  servers:\n   - 127.0.0.1:11211:1\n"
+	_, err := ParseConfig([]byte(doc), nil)
+	if err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "line 4: yaml: did not find expected key") {
+		t.Fatalf("err %v, want ErrConfig at line 4", err)
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/poplimit/poplimit/pop"
+	"github.com/poplimit/poplimit/proxy/yamlpos"
 )
 
 // ErrConfig is wrapped by every configuration error; each one is a
@@ -212,9 +213,7 @@ func (p *parser) errf(n *yaml.Node, format string, args ...any) {
 func (p *parser) document(data []byte) {
 	var doc yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
-		line := 0
-		fmt.Sscanf(err.Error(), "yaml: line %d", &line)
-		p.errs = append(p.errs, &ConfigError{File: p.file, Line: line, Msg: err.Error()})
+		p.errs = append(p.errs, &ConfigError{File: p.file, Line: yamlpos.Line(data, err), Msg: yamlpos.Reason(err)})
 		return
 	}
 	if len(doc.Content) == 0 {

@@ -24,6 +24,7 @@ func TestParseRejectsWithFileAndLine(t *testing.T) {
 		{"bad algorithm", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: leaky}\n", `algorithm: "leaky" is not one of fixed_window, sliding_window, token_bucket`},
 		{"bad precision", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding_window, precision: 7}\n", "precision"},
 		{"yaml syntax", "domain: d\ndescriptors:\n  - key: [\n", "f.yaml:"},
+		{"yaml syntax on its own line", "domain: d\ndescriptors:\n  - key: a\n    value: b\n   rate_limit: {unit: second}\n", "f.yaml:5: yaml: did not find expected '-' indicator"},
 		{"not a mapping", "- a\n- b\n", "f.yaml:1: file: want a mapping"},
 	}
 	for _, c := range cases {
