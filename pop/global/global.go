@@ -12,8 +12,8 @@
 //
 //   - a decision is one local decr on the pool (an offset counter: the
 //     pool holds poolBase + tokens, so memcached's decr never clamps and an
-//     overdraw is seen and refunded); no decision ever waits on the home
-//     store;
+//     overdraw is seen and refunded); a request that finds tokens never
+//     waits on the home store;
 //   - when the pool falls below a low-water mark (the PoP's arrival rate ×
 //     1.5 refill latencies), one worker of the PoP, elected per key and
 //     window with a memcached add lock (a deadline value, released by
@@ -26,15 +26,27 @@
 //   - a claim that overshoots the limit is granted only what was left
 //     (limit − prior claims), and the window is then exhausted for the PoP:
 //     its lock is held until the window ends, so no more claims are made;
-//   - close to a window's end the next window's pool is claimed ahead
-//     (prefetch), so a new window does not start empty;
-//   - an empty pool with a refill in flight rejects with a Retry-After of
-//     the refill's remaining time (its start + the smoothed refill latency;
-//     at most 100ms when another worker refills), or admits within
-//     Config.Overdraft units per PoP and window;
+//   - a request that finds the pool empty waits, at most Config.Wait (and
+//     its context's deadline), for a claim of its worker: the window's
+//     first claim (a batch, as above) or claims of exactly the units
+//     waiting, which every waiting request shares (one claim in flight
+//     covers them all; see waitq) and whose grant is handed to the
+//     waiting requests first. It is rejected only once the window's count
+//     is known to be used up (Retry-After: the window's end); a claim that
+//     fails, or a wait that runs out, hands it to the Fallback. A key new
+//     to a worker thus costs its first request one home round trip;
+//   - before a window ends (2 refill latencies + 100ms ahead) the next
+//     window's pool is claimed for every key active in it (prefetch), so
+//     steady traffic does not wait at a boundary;
+//   - Config.Overdraft units per PoP and window may instead be admitted at
+//     once, without waiting, on an empty pool;
 //   - tokens left in a pool when its window ends are not returned: the
 //     window is over, they expire with the pool's TTL (three windows) and are
 //     counted as expired (under-admission, never over).
+//
+// A rejection issued while the home count this worker last read for the
+// window is below the limit is counted as a false refusal
+// (poplimit_global_false_refusals_total).
 //
 // # Home store unreachable
 //
@@ -45,13 +57,17 @@
 // Config.PoPs and credited = what the home store granted the PoP in that
 // window, and records it as a debt that the next successful claim of the
 // same window adds to the home counter; FallbackOpen admits; FallbackClosed
-// rejects. Claims are retried every Config.RetryEvery per worker and key;
+// rejects. A request whose wait for a claim runs out (Config.Wait) is
+// decided the same way, without marking the store down. Claims are
+// retried every Config.RetryEvery per worker and key;
 // the first success marks the store up again, without restart.
 //
 // # Bound
 //
-// Every unit admitted from a pool was granted by the home counter of its
-// window or, while the home store is down, by the share. With P PoPs, D =
+// Every unit admitted from a pool or handed to a waiting request was
+// granted by the home counter of its window or, while the home store is
+// down (a claim failed, or a request's wait ran out: the PoP counts as
+// down in that window), by the share. With P PoPs, D =
 // Config.Overdraft, S = limit ÷ P, L the limit, the units admitted in one
 // window w (each PoP reading its own clock) satisfy
 //

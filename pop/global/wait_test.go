@@ -245,3 +245,54 @@ func TestClaimTimeoutHandsOverToFailMode(t *testing.T) {
 		})
 	}
 }
+
+// TestActiveKeyGetsTheNextWindowBeforeTheBoundary: a key seen once early
+// in a window (its pool far from low, no request near the end) has the
+// next window's pool claimed before the boundary, so the next window's
+// first request is served from the pool without waiting.
+func TestActiveKeyGetsTheNextWindowBeforeTheBoundary(t *testing.T) {
+	lim := counter.Limit{Name: "g", Algorithm: counter.FixedWindow, Quantity: 100, Window: time.Second}
+	r := newRealPoPs(t, 1, 1, lim, global.Config{}, global.FallbackShare)
+	a := r.allow[0][0]
+	// Start just after a boundary: the request is ~900ms before the next.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
+	for w := 0; w < 3; w++ {
+		res, err := a.AllowN(context.Background(), "steady{k}", time.Now(), 1)
+		if err != nil || !res.Allowed {
+			t.Fatalf("window %d: %+v, %v", w, res, err)
+		}
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
+	}
+	waited := r.pathSum(t, "waited")
+	pool := r.pathSum(t, "pool")
+	if waited != 1 || pool != 2 {
+		t.Errorf("decisions: %v waited, %v from the pool; want only the first request to wait", waited, pool)
+	}
+}
+
+// pathSum sums poplimit_global_decisions_total{path} over every worker.
+func (r *realPoPs) pathSum(t *testing.T, path string) float64 {
+	t.Helper()
+	var v float64
+	for _, regs := range r.metrics {
+		for _, reg := range regs {
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mf := range mfs {
+				if mf.GetName() != "poplimit_global_decisions_total" {
+					continue
+				}
+				for _, m := range mf.GetMetric() {
+					for _, l := range m.GetLabel() {
+						if l.GetName() == "path" && l.GetValue() == path {
+							v += counterValue(m)
+						}
+					}
+				}
+			}
+		}
+	}
+	return v
+}
