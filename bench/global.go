@@ -145,13 +145,17 @@ func RunGlobal(ctx context.Context, env *Env, cfg GlobalConfig) (*GlobalReport, 
 	rep := &GlobalReport{Limit: cfg.Quantity, WindowS: cfg.Window.Seconds(), RTTms: 2 * float64(cfg.Delay) / float64(time.Millisecond)}
 	var pops []*PoP
 	var targets []*HTTPTarget
+	conns := 64
+	if cfg.Cold {
+		conns = max(conns, 2*coldBurst(cfg)) // a burst to /g and /p finds its connections open
+	}
 	for i := 0; i < cfg.PoPs; i++ {
 		p, err := env.Launch(ctx, PoPConfig{Name: fmt.Sprintf("pop%d", i), Shards: cfg.Shards, Proxies: 1, Edges: cfg.Workers, Policy: policy,
 			EdgeArgs: []string{"--global-memcached", home.StoreRelays[0].Addr, "--pops", fmt.Sprint(cfg.PoPs)}})
 		if err != nil {
 			return nil, err
 		}
-		pops, targets = append(pops, p), append(targets, NewHTTPTarget(p.EdgeURLs(), 64))
+		pops, targets = append(pops, p), append(targets, NewHTTPTarget(p.EdgeURLs(), conns))
 		rep.PoPs = append(rep.PoPs, p.Describe())
 	}
 	var central *HTTPTarget
@@ -173,6 +177,7 @@ func RunGlobal(ctx context.Context, env *Env, cfg GlobalConfig) (*GlobalReport, 
 		}
 	}()
 	if cfg.Cold {
+		warmConns(ctx, targets, conns)
 		env.Logf("global: cold keys: %d fresh keys per window, each %.0f requests at once at each of %d PoPs, limit %d per %v, for %d windows; home store %v away",
 			cfg.Keys, cfg.Multiple*float64(cfg.Quantity)/float64(cfg.PoPs), cfg.PoPs, cfg.Quantity, cfg.Window, cfg.Windows, 2*cfg.Delay)
 		rep.Cold = sendCold(ctx, cfg, targets)

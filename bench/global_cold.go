@@ -33,11 +33,37 @@ type GlobalColdReport struct {
 	BurstGlobal, BurstPoP Summary
 }
 
+// coldBurst is the requests of one cold key at one PoP.
+func coldBurst(cfg GlobalConfig) int {
+	return max(1, int(cfg.Multiple*float64(cfg.Quantity)/float64(cfg.PoPs)))
+}
+
+// warmConns opens conns connections to every edge of targets (requests
+// of clients that are not measured, sent at once, to /p and to /g), so a
+// burst does not measure TCP connects, to the edges or from them to the
+// home store.
+func warmConns(ctx context.Context, targets []*HTTPTarget, conns int) {
+	var wg sync.WaitGroup
+	for _, t := range targets {
+		for w := 0; w < t.Workers(); w++ {
+			for i := 0; i < conns/t.Workers()+1; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					t.Do(ctx, w, &Client{ID: "warmup"}, &Route{Path: "/p"})
+					t.Do(ctx, w, &Client{ID: "warmup"}, &Route{Path: "/g"})
+				}()
+			}
+		}
+	}
+	wg.Wait()
+}
+
 // sendCold runs the cold-key scenario: at each window's start, keys fresh
 // clients send, at every PoP, one request then (2ms later) burst − 1 more
 // at once, to /g and to /p on the same edges.
 func sendCold(ctx context.Context, cfg GlobalConfig, targets []*HTTPTarget) *GlobalColdReport {
-	burst := max(1, int(cfg.Multiple*float64(cfg.Quantity)/float64(cfg.PoPs)))
+	burst := coldBurst(cfg)
 	rep := &GlobalColdReport{Keys: cfg.Keys, Burst: burst}
 	wms := cfg.Window.Milliseconds()
 	start := time.UnixMilli((time.Now().UnixMilli()/wms + 1) * wms)
