@@ -27,7 +27,8 @@
 //     (limit − prior claims), and the window is then exhausted for the PoP:
 //     its lock is held until the window ends, so no more claims are made;
 //   - a request that finds the pool empty waits, at most Config.Wait (and
-//     its context's deadline), for a claim of its worker: the window's
+//     until shortly before its context's deadline), for a claim of its
+//     worker: the window's
 //     first claim (a batch, as above) or claims of exactly the units
 //     waiting, which every waiting request shares (one claim in flight
 //     covers them all; see waitq) and whose grant is handed to the
@@ -396,13 +397,19 @@ func (a *Allower) AllowN(ctx context.Context, key string, now time.Time, n int64
 }
 
 // empty decides a request that found the pool empty: it waits (at most
-// Config.Wait, and ctx's deadline) for the claims of this worker, then
+// Config.Wait, and until 10ms before ctx's deadline) for the claims of
+// this worker, then
 // takes its units from their grant or the pool; the window exhausted, it
 // is rejected until the window ends; the home store down, or the wait
 // over, the Fallback decides.
 func (a *Allower) empty(ctx context.Context, key string, ks *keyState, win int64, now time.Time, n int64, res counter.Result) (counter.Result, error) {
 	pk := a.key(key, win, 'p')
 	deadline := a.h.clock().Add(a.h.cfg.Wait)
+	if d, ok := ctx.Deadline(); ok {
+		// Leave the Fallback time to decide within the request's deadline
+		// (rather than let it expire mid-wait).
+		deadline = minTime(deadline, d.Add(-deadlineMargin))
+	}
 	overdraft := a.h.cfg.Overdraft > 0
 	joins := 0
 	for {
@@ -481,6 +488,17 @@ func (a *Allower) empty(ctx context.Context, key string, ks *keyState, win int64
 			return counter.Result{}, err
 		}
 	}
+}
+
+// deadlineMargin is how long before its context's deadline a waiting
+// request stops waiting, for the Fallback's store calls.
+const deadlineMargin = 10 * time.Millisecond
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // timedOut is the Fallback's decision for a request whose wait ran out

@@ -271,12 +271,10 @@ func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, r
 	pool, present := vals[pk]
 	have := number(pool) - poolBase
 	lat := a.h.latency()
-	credited, debt := number(vals[ck]), number(vals[dk])
+	credited := number(vals[ck])
 	var b int64
 	if got && !(present && (prefetch || have >= lowWater(rate, lat, 1))) {
 		b = a.batch(ks, win, rate, lat)
-	} else {
-		debt = 0 // charged by the lock's holder
 	}
 	if !prefetch {
 		demand = a.takeDemand(ks, win)
@@ -292,18 +290,16 @@ func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, r
 		return demand, true
 	}
 	defer ks.delivered(win)
+	debt := a.takeDebt(ctx, dk)
 	hctx, hcancel := context.WithTimeout(ctx, a.h.cfg.HomeTimeout)
 	c, err := a.claim(hctx, a.key(key, win, 'h'), uint64(ask+debt))
 	hcancel()
 	if err != nil {
+		a.returnDebt(ctx, dk, debt)
 		a.claimFailed(ctx, key, ks, win, now, credited, err)
 		return demand, true
 	}
 	a.h.setDown(false, nil)
-	if debt > 0 {
-		_, _ = local.Decr(ctx, dk, uint64(debt))
-		a.m.localOps.Inc()
-	}
 	grant := a.granted(ks, win, int64(c), ask, debt)
 	a.deliver(ctx, key, ks, win, grant)
 	a.h.observe(a.h.clock().Sub(start))
@@ -321,6 +317,33 @@ func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, r
 		return demand, true
 	}
 	return demand, false
+}
+
+// takeDebt takes the PoP's fallback debt of a window (key dk) for the
+// caller's claim to charge: the one caller whose compare-and-swap zeroes
+// it.
+func (a *Allower) takeDebt(ctx context.Context, dk string) int64 {
+	local := a.h.cfg.Local
+	cur, cas, err := local.Gets(ctx, dk)
+	a.m.localOps.Inc()
+	d := number(cur)
+	if err != nil || d <= 0 {
+		return 0
+	}
+	err = local.CompareAndSwap(ctx, dk, []byte("0"), cas, a.ttl())
+	a.m.localOps.Inc()
+	if err != nil {
+		return 0
+	}
+	return d
+}
+
+// returnDebt puts back a debt whose claim failed.
+func (a *Allower) returnDebt(ctx context.Context, dk string, d int64) {
+	if d > 0 {
+		_, _ = a.h.cfg.Local.Incr(ctx, dk, uint64(d))
+		a.m.localOps.Inc()
+	}
 }
 
 // granted is what a claim of ask units (plus debt) that returned the home

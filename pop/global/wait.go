@@ -214,17 +214,20 @@ func (a *Allower) claimDemand(key string, ks *keyState, win, d int64, now time.T
 		a.claimed(key, ks, win, d, true)
 		return
 	}
+	dk := a.key(key, win, 'd')
+	debt := a.takeDebt(ctx, dk)
 	hctx, hcancel := context.WithTimeout(ctx, a.h.cfg.HomeTimeout)
-	c, err := a.claim(hctx, a.key(key, win, 'h'), uint64(d))
+	c, err := a.claim(hctx, a.key(key, win, 'h'), uint64(d+debt))
 	hcancel()
 	if err != nil {
+		a.returnDebt(ctx, dk, debt)
 		vals, _ := a.h.cfg.Local.GetMulti(ctx, []string{a.key(key, win, 'c')})
 		a.m.localOps.Inc()
 		a.claimFailed(ctx, key, ks, win, now, number(vals[a.key(key, win, 'c')]), err)
 		wake = true
 	} else {
 		a.h.setDown(false, nil)
-		grant := a.granted(ks, win, int64(c), d, 0)
+		grant := a.granted(ks, win, int64(c), d, debt)
 		a.deliver(ctx, key, ks, win, grant)
 		a.h.observe(a.h.clock().Sub(start))
 		if grant < d {

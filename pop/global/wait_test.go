@@ -199,7 +199,8 @@ func TestColdBurstAcrossTwoPoPsAdmitsTheLimit(t *testing.T) {
 // TestClaimTimeoutHandsOverToFailMode: with the home memcached stopped
 // (SIGSTOP: it accepts nothing, answers nothing), a request on a fresh key
 // waits Config.Wait and no longer, then the fail mode decides; a request
-// whose context ends sooner returns at its deadline.
+// whose context's deadline comes sooner gets the fail mode's answer before
+// it; a cancelled one returns the context's error.
 func TestClaimTimeoutHandsOverToFailMode(t *testing.T) {
 	const wait = 150 * time.Millisecond
 	for _, tc := range []struct {
@@ -234,12 +235,17 @@ func TestClaimTimeoutHandsOverToFailMode(t *testing.T) {
 			if got := r.counterSum(t, "poplimit_global_false_refusals_total"); (got > 0) != tc.refusal {
 				t.Errorf("false refusals %v", got)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Millisecond)
 			defer cancel()
 			begin = time.Now()
-			_, err = a.AllowN(ctx, "slow2{"+tc.fb.String()+"}", now, 1)
-			if took := time.Since(begin); !errors.Is(err, context.DeadlineExceeded) || took > 80*time.Millisecond {
-				t.Errorf("with a 30ms context: %v after %v, want its deadline", err, took)
+			res, err = a.AllowN(ctx, "slow2{"+tc.fb.String()+"}", now, 1)
+			if took := time.Since(begin); err != nil || res.Allowed != tc.admit || took > 40*time.Millisecond {
+				t.Errorf("with a 40ms context: %+v, %v after %v; want the fail mode's answer within the deadline", res, err, took)
+			}
+			cctx, ccancel := context.WithCancel(context.Background())
+			time.AfterFunc(20*time.Millisecond, ccancel)
+			if _, err := a.AllowN(cctx, "slow3{"+tc.fb.String()+"}", now, 1); !errors.Is(err, context.Canceled) {
+				t.Errorf("a request cancelled while waiting: %v, want context.Canceled", err)
 			}
 			r.home.Resume()
 		})
