@@ -290,7 +290,10 @@ func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, r
 		return demand, true
 	}
 	defer ks.delivered(win)
-	debt := a.takeDebt(ctx, dk)
+	var debt int64
+	if number(vals[dk]) > 0 {
+		debt = a.takeDebt(ctx, dk)
+	}
 	hctx, hcancel := context.WithTimeout(ctx, a.h.cfg.HomeTimeout)
 	c, err := a.claim(hctx, a.key(key, win, 'h'), uint64(ask+debt))
 	hcancel()
