@@ -31,6 +31,11 @@ type GlobalConfig struct {
 	Before, After []float64
 	// NoCentral skips the central-store comparison.
 	NoCentral bool
+	// Cold runs the cold-key scenario instead (see sendCold): Keys fresh
+	// keys per window (default 2), each bursting Multiple × Quantity ÷ PoPs
+	// requests at every PoP at the window's start; no central store.
+	Cold bool
+	Keys int
 	// Progress is called with requests sent and total.
 	Progress func(done, total int)
 }
@@ -75,6 +80,12 @@ type GlobalReport struct {
 	Claimed            float64            `json:"tokens_claimed"`
 	Expired            float64            `json:"tokens_expired"`
 	Paths              map[string]float64 `json:"decision_paths"`
+	// FalseRefusals is the edges' poplimit_global_false_refusals_total:
+	// rejections issued while the home count the edge last read for the
+	// window was below the limit.
+	FalseRefusals float64 `json:"false_refusals"`
+	// Cold is the cold-key scenario's result (GlobalConfig.Cold).
+	Cold *GlobalColdReport `json:"cold,omitempty"`
 }
 
 // GlobalPolicy is the policy of RunGlobal's PoPs: GET /g counted once for
@@ -113,6 +124,10 @@ func RunGlobal(ctx context.Context, env *Env, cfg GlobalConfig) (*GlobalReport, 
 	defaultTo(&cfg.Windows, 3)
 	defaultTo(&cfg.Multiple, 2)
 	defaultTo(&cfg.Delay, 80*time.Millisecond)
+	defaultTo(&cfg.Keys, 2)
+	if cfg.Cold {
+		cfg.NoCentral = true
+	}
 	if cfg.Before == nil {
 		cfg.Before, cfg.After = []float64{0.7, 0.2, 0.1}, []float64{0.1, 0.2, 0.7}
 	}
@@ -130,13 +145,17 @@ func RunGlobal(ctx context.Context, env *Env, cfg GlobalConfig) (*GlobalReport, 
 	rep := &GlobalReport{Limit: cfg.Quantity, WindowS: cfg.Window.Seconds(), RTTms: 2 * float64(cfg.Delay) / float64(time.Millisecond)}
 	var pops []*PoP
 	var targets []*HTTPTarget
+	conns := 64
+	if cfg.Cold {
+		conns = max(conns, 2*coldBurst(cfg)) // a burst to /g and /p finds its connections open
+	}
 	for i := 0; i < cfg.PoPs; i++ {
 		p, err := env.Launch(ctx, PoPConfig{Name: fmt.Sprintf("pop%d", i), Shards: cfg.Shards, Proxies: 1, Edges: cfg.Workers, Policy: policy,
 			EdgeArgs: []string{"--global-memcached", home.StoreRelays[0].Addr, "--pops", fmt.Sprint(cfg.PoPs)}})
 		if err != nil {
 			return nil, err
 		}
-		pops, targets = append(pops, p), append(targets, NewHTTPTarget(p.EdgeURLs(), 64))
+		pops, targets = append(pops, p), append(targets, NewHTTPTarget(p.EdgeURLs(), conns))
 		rep.PoPs = append(rep.PoPs, p.Describe())
 	}
 	var central *HTTPTarget
@@ -157,6 +176,16 @@ func RunGlobal(ctx context.Context, env *Env, cfg GlobalConfig) (*GlobalReport, 
 			central.Close()
 		}
 	}()
+	if cfg.Cold {
+		warmConns(ctx, targets, conns)
+		env.Logf("global: cold keys: %d fresh keys per window, each %.0f requests at once at each of %d PoPs, limit %d per %v, for %d windows; home store %v away",
+			cfg.Keys, cfg.Multiple*float64(cfg.Quantity)/float64(cfg.PoPs), cfg.PoPs, cfg.Quantity, cfg.Window, cfg.Windows, 2*cfg.Delay)
+		rep.Cold = sendCold(ctx, cfg, targets)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return rep, globalMetrics(rep, pops)
+	}
 	streams := []*globalStream{newGlobalStream("global (scope: global)", "/g", cfg), newGlobalStream("per-PoP (scope: pop)", "/p", cfg)}
 	if central != nil {
 		streams = append(streams, newGlobalStream("central store", "/p", cfg))
@@ -203,7 +232,8 @@ func globalMetrics(rep *GlobalReport, pops []*PoP) error {
 			home += m.Sum("poplimit_global_home_store_ops_total", "", "")
 			rep.Claimed += m.Sum("poplimit_global_tokens_claimed_total", "", "")
 			rep.Expired += m.Sum("poplimit_global_tokens_expired_total", "", "")
-			for _, path := range []string{"pool", "empty", "exhausted", "overdraft", "open", "closed"} {
+			rep.FalseRefusals += m.Sum("poplimit_global_false_refusals_total", "", "")
+			for _, path := range []string{"pool", "waited", "timeout", "empty", "exhausted", "overdraft", "open", "closed"} {
 				rep.Paths[path] += m.Sum("poplimit_global_decisions_total", "path", path)
 			}
 		}
@@ -333,6 +363,9 @@ func pickWeighted(credit, weights []float64) int {
 
 // Tables returns the human view.
 func (r *GlobalReport) Tables() []*Table {
+	if r.Cold != nil {
+		return r.coldTables()
+	}
 	t := &Table{Title: fmt.Sprintf("One client at %.0f/s over %d PoPs, limit %d per %gs window; home store %.0f ms away (round trip); admitted per window",
 		r.Offered, len(r.Streams[0].Windows[0].PerPoP), r.Limit, r.WindowS, r.RTTms),
 		Header: []string{"limiting", "window", "offered", "admitted", "vs limit %", "per PoP", "errors"}}
@@ -357,8 +390,13 @@ func (r *GlobalReport) Tables() []*Table {
 	for _, s := range r.Streams {
 		l.Add(s.Name, s.Latency.Count, s.Latency.P50, s.Latency.P99, s.Latency.P999, s.Latency.Max)
 	}
-	o := &Table{Title: "Global limit: store operations per decision and tokens (edges' metrics)",
-		Header: []string{"PoP store ops/decision", "home store ops/decision", "tokens claimed", "tokens expired", "paths"}}
-	o.Add(r.PoPOpsPerDecision, r.HomeOpsPerDecision, r.Claimed, r.Expired, fmt.Sprint(r.Paths))
-	return []*Table{t, l, o}
+	return []*Table{t, l, r.opsTable()}
+}
+
+// opsTable is the edges' figures of the global limit.
+func (r *GlobalReport) opsTable() *Table {
+	o := &Table{Title: "Global limit: store operations per decision, tokens and false refusals (edges' metrics: rejections while the home count last read was under the limit)",
+		Header: []string{"PoP store ops/decision", "home store ops/decision", "tokens claimed", "tokens expired", "false refusals", "paths"}}
+	o.Add(r.PoPOpsPerDecision, r.HomeOpsPerDecision, r.Claimed, r.Expired, r.FalseRefusals, fmt.Sprint(r.Paths))
+	return o
 }

@@ -25,7 +25,7 @@ type globalSetup struct {
 // relay of delay each way) and pops PoPs of edges edge workers each. The
 // hour-long window is chosen so a test never straddles two; a test that
 // would start within a minute of the hour waits for it to pass.
-func launchGlobal(t *testing.T, pops, edges int, quantity int64, delay time.Duration) *globalSetup {
+func launchGlobal(t *testing.T, pops, edges int, quantity int64, delay time.Duration, edgeArgs ...string) *globalSetup {
 	t.Helper()
 	fixture.RequireMemcached(t)
 	env := newTestEnv(t, true)
@@ -41,7 +41,7 @@ func launchGlobal(t *testing.T, pops, edges int, quantity int64, delay time.Dura
 	for i := 0; i < pops; i++ {
 		p, err := env.Launch(ctx, PoPConfig{Name: fmt.Sprintf("pop%d", i), Shards: 2, Proxies: 1, Edges: edges,
 			Policy:   GlobalPolicy(quantity, time.Hour, true),
-			EdgeArgs: []string{"--global-memcached", home.StoreRelays[0].Addr, "--pops", fmt.Sprint(pops)}})
+			EdgeArgs: append([]string{"--global-memcached", home.StoreRelays[0].Addr, "--pops", fmt.Sprint(pops)}, edgeArgs...)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,12 +204,14 @@ func TestGlobalHomeStoreKilledAndRestored(t *testing.T) {
 
 // TestGlobalWorkerKilledMidRefill: a worker is SIGKILLed while its claim
 // is in flight to a home store 400 ms away each way (after the home store
-// counted it, before the answer is back); its PoP's other worker takes
-// over once the refill lock's deadline passes, and the PoP never admits
-// more than the limit (the lost batch is under-admission).
+// counted it, before the answer is back); its PoP's other worker claims
+// for its own requests (and takes over the refills once the lock's
+// deadline passes), and the PoP never admits more than the limit (the
+// lost batch is under-admission). Requests wait up to 1s for a claim (the
+// home round trip is 800ms).
 func TestGlobalWorkerKilledMidRefill(t *testing.T) {
 	const limit = 60
-	s := launchGlobal(t, 1, 2, limit, 400*time.Millisecond)
+	s := launchGlobal(t, 1, 2, limit, 400*time.Millisecond, "--global-wait", "1s")
 	ctx := context.Background()
 	p := s.pops[0]
 	first := NewHTTPTarget([]string{p.Edges[0].URL}, 4)

@@ -18,7 +18,8 @@
 // --write-timeout, --idle-timeout, --max-header-bytes). Both listeners
 // default to loopback. Limits with scope: global count across PoPs through
 // --global-memcached (the home region's store; --pops, --global-overdraft,
-// --global-horizon; package pop/global, flags in cmd/internal/globalflags).
+// --global-horizon, --global-wait; package pop/global, flags in
+// cmd/internal/globalflags).
 // This file only wires flags to packages pop and counter.
 package main
 

@@ -26,6 +26,8 @@ func globalCommand() *cli.Command {
 			&cli.DurationFlag{Name: "delay", Usage: "one-way delay in front of the home (and central) store", Value: 80 * time.Millisecond},
 			&cli.StringFlag{Name: "split", Usage: "the client's traffic split over the PoPs, before/after the shift", Value: "70,20,10/10,20,70"},
 			&cli.BoolFlag{Name: "no-central", Usage: "skip the central-store comparison"},
+			&cli.BoolFlag{Name: "cold", Usage: "cold-key scenario: fresh keys each window, each bursting multiple × quantity ÷ pops requests at every PoP at the window's start"},
+			&cli.IntFlag{Name: "keys", Usage: "with --cold, fresh keys per window", Value: 2},
 		),
 		Action: func(c *cli.Context) error {
 			before, after, err := parseSplit(c.String("split"))
@@ -36,7 +38,7 @@ func globalCommand() *cli.Command {
 				return bench.RunGlobal(c.Context, env, bench.GlobalConfig{
 					PoPs: c.Int("pops"), Shards: c.Int("shards"), Workers: c.Int("workers"), Quantity: c.Int64("quantity"),
 					Window: c.Duration("window"), Windows: c.Int("windows"), Multiple: c.Float64("multiple"), Delay: c.Duration("delay"),
-					Before: before, After: after, NoCentral: c.Bool("no-central"), Progress: prog,
+					Before: before, After: after, NoCentral: c.Bool("no-central"), Cold: c.Bool("cold"), Keys: c.Int("keys"), Progress: prog,
 				})
 			})
 			if err != nil {

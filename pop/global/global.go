@@ -12,8 +12,8 @@
 //
 //   - a decision is one local decr on the pool (an offset counter: the
 //     pool holds poolBase + tokens, so memcached's decr never clamps and an
-//     overdraw is seen and refunded); no decision ever waits on the home
-//     store;
+//     overdraw is seen and refunded); a request that finds tokens never
+//     waits on the home store;
 //   - when the pool falls below a low-water mark (the PoP's arrival rate ×
 //     1.5 refill latencies), one worker of the PoP, elected per key and
 //     window with a memcached add lock (a deadline value, released by
@@ -26,15 +26,28 @@
 //   - a claim that overshoots the limit is granted only what was left
 //     (limit − prior claims), and the window is then exhausted for the PoP:
 //     its lock is held until the window ends, so no more claims are made;
-//   - close to a window's end the next window's pool is claimed ahead
-//     (prefetch), so a new window does not start empty;
-//   - an empty pool with a refill in flight rejects with a Retry-After of
-//     the refill's remaining time (its start + the smoothed refill latency;
-//     at most 100ms when another worker refills), or admits within
-//     Config.Overdraft units per PoP and window;
+//   - a request that finds the pool empty waits, at most Config.Wait (and
+//     until shortly before its context's deadline), for a claim of its
+//     worker: the window's
+//     first claim (a batch, as above) or claims of exactly the units
+//     waiting, which every waiting request shares (one claim in flight
+//     covers them all; see waitq) and whose grant is handed to the
+//     waiting requests first. It is rejected only once the window's count
+//     is known to be used up (Retry-After: the window's end); a claim that
+//     fails, or a wait that runs out, hands it to the Fallback. A key new
+//     to a worker thus costs its first request one home round trip;
+//   - before a window ends (2 refill latencies + 100ms ahead) the next
+//     window's pool is claimed for every key active in it (prefetch), so
+//     steady traffic does not wait at a boundary;
+//   - Config.Overdraft units per PoP and window may instead be admitted at
+//     once, without waiting, on an empty pool;
 //   - tokens left in a pool when its window ends are not returned: the
 //     window is over, they expire with the pool's TTL (three windows) and are
 //     counted as expired (under-admission, never over).
+//
+// A rejection issued while the home count this worker last read for the
+// window is below the limit is counted as a false refusal
+// (poplimit_global_false_refusals_total).
 //
 // # Home store unreachable
 //
@@ -45,13 +58,17 @@
 // Config.PoPs and credited = what the home store granted the PoP in that
 // window, and records it as a debt that the next successful claim of the
 // same window adds to the home counter; FallbackOpen admits; FallbackClosed
-// rejects. Claims are retried every Config.RetryEvery per worker and key;
+// rejects. A request whose wait for a claim runs out (Config.Wait) is
+// decided the same way, without marking the store down. Claims are
+// retried every Config.RetryEvery per worker and key;
 // the first success marks the store up again, without restart.
 //
 // # Bound
 //
-// Every unit admitted from a pool was granted by the home counter of its
-// window or, while the home store is down, by the share. With P PoPs, D =
+// Every unit admitted from a pool or handed to a waiting request was
+// granted by the home counter of its window or, while the home store is
+// down (a claim failed, or a request's wait ran out: the PoP counts as
+// down in that window), by the share. With P PoPs, D =
 // Config.Overdraft, S = limit ÷ P, L the limit, the units admitted in one
 // window w (each PoP reading its own clock) satisfy
 //
@@ -141,10 +158,15 @@ type Config struct {
 	// Workers is the number of edge workers of this PoP; a worker's arrival
 	// rate × Workers estimates the PoP's. Default 1.
 	Workers int
-	// Overdraft is how many units per PoP and window are admitted while
-	// the pool is empty and a refill is in flight; default 0 (reject with a
-	// Retry-After of the refill latency). Each unit adds to the bound.
+	// Overdraft is how many units per PoP and window are admitted at
+	// once, without waiting, while the pool is empty; default 0 (wait).
+	// Each unit adds to the bound.
 	Overdraft int64
+	// Wait is the longest a request that finds the pool empty waits for
+	// the claim it needs (the request's context may end it sooner, e.g.
+	// pop's store deadline); then the Fallback decides. Default 300ms:
+	// one home round trip with margin.
+	Wait time.Duration
 	// Horizon is how much of the PoP's arrival rate one batch covers
 	// (at least 1.5 refill latencies are used); default 250ms. The
 	// tokens a PoP holds, about rate × (Horizon + 1.5 latencies), are
@@ -190,8 +212,8 @@ func NewHome(cfg Config) (*Home, error) {
 	switch {
 	case cfg.Local == nil || cfg.Home == nil:
 		return nil, fmt.Errorf("%w: Local and Home stores are required", ErrConfig)
-	case cfg.PoPs < 0 || cfg.Workers < 0 || cfg.Overdraft < 0 || cfg.Horizon < 0 || cfg.LockTTL < 0 || cfg.HomeTimeout < 0 || cfg.RetryEvery < 0:
-		return nil, fmt.Errorf("%w: negative PoPs, Workers, Overdraft, Horizon, LockTTL, HomeTimeout or RetryEvery", ErrConfig)
+	case cfg.PoPs < 0 || cfg.Workers < 0 || cfg.Overdraft < 0 || cfg.Horizon < 0 || cfg.LockTTL < 0 || cfg.HomeTimeout < 0 || cfg.RetryEvery < 0 || cfg.Wait < 0:
+		return nil, fmt.Errorf("%w: negative PoPs, Workers, Overdraft, Horizon, LockTTL, HomeTimeout, RetryEvery or Wait", ErrConfig)
 	}
 	cfg.PoPs = max(1, cfg.PoPs)
 	cfg.Workers = max(1, cfg.Workers)
@@ -199,6 +221,7 @@ func NewHome(cfg Config) (*Home, error) {
 	cfg.LockTTL = dur(cfg.LockTTL, 2*time.Second)
 	cfg.HomeTimeout = dur(cfg.HomeTimeout, time.Second)
 	cfg.RetryEvery = dur(cfg.RetryEvery, time.Second)
+	cfg.Wait = dur(cfg.Wait, 300*time.Millisecond)
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
@@ -351,6 +374,8 @@ func (a *Allower) AllowN(ctx context.Context, key string, now time.Time, n int64
 	rate := ks.popRate(now, a.h.cfg.Workers)
 	if end.Sub(now) < 2*lat+100*time.Millisecond {
 		a.refill(key, ks, win+1, now, rate, true)
+	} else {
+		a.schedulePrefetch(key, ks, win, now, lat)
 	}
 	if have >= 0 {
 		a.m.pool.Set(float64(have))
@@ -368,36 +393,181 @@ func (a *Allower) AllowN(ctx context.Context, key string, now time.Time, n int64
 		a.m.localOps.Inc()
 	}
 	a.m.pool.Set(0)
-	if ks.isExhausted(win) {
-		res.RetryAfter = res.Reset
-		a.m.decisions(pathExhausted).Inc()
+	return a.empty(ctx, key, ks, win, now, n, res)
+}
+
+// empty decides a request that found the pool empty: it waits (at most
+// Config.Wait, and until 10ms before ctx's deadline) for the claims of
+// this worker, then
+// takes its units from their grant or the pool; the window exhausted, it
+// is rejected until the window ends; the home store down, or the wait
+// over, the Fallback decides.
+func (a *Allower) empty(ctx context.Context, key string, ks *keyState, win int64, now time.Time, n int64, res counter.Result) (counter.Result, error) {
+	pk := a.key(key, win, 'p')
+	deadline := a.h.clock().Add(a.h.cfg.Wait)
+	if d, ok := ctx.Deadline(); ok {
+		// Leave the Fallback time to decide within the request's deadline
+		// (rather than let it expire mid-wait).
+		deadline = minTime(deadline, d.Add(-deadlineMargin))
+	}
+	overdraft := a.h.cfg.Overdraft > 0
+	joins := 0
+	for {
+		if ks.isExhausted(win) {
+			res.RetryAfter = res.Reset
+			a.m.decisions(pathExhausted).Inc()
+			return res, nil
+		}
+		down := a.h.down.Load()
+		if down {
+			a.refill(key, ks, win, now, ks.popRate(now, a.h.cfg.Workers), false)
+			switch a.fb {
+			case FallbackOpen:
+				res.Allowed = true
+				a.m.decisions(pathOpen).Inc()
+				return res, nil
+			case FallbackClosed:
+				res.RetryAfter = min(a.h.cfg.RetryEvery, res.Reset)
+				return a.reject(ks, win, res, pathClosed), nil
+			}
+		}
+		if overdraft {
+			overdraft = false
+			o, err := incrCreate(ctx, a.h.cfg.Local, a.key(key, win, 'o'), uint64(n), 0, a.ttl())
+			a.m.localOps.Add(2)
+			if err == nil && int64(o) <= a.h.cfg.Overdraft {
+				res.Allowed = true
+				a.m.decisions(pathOverdraft).Inc()
+				return res, nil
+			}
+		}
+		if down && !ks.refilling(win) {
+			res.RetryAfter = min(ks.retryAfter(win, now, a.h.latency()), res.Reset)
+			return a.reject(ks, win, res, pathEmpty), nil
+		}
+		w := a.join(key, ks, win, n, now)
+		if w == nil {
+			if joins++; joins > 2 {
+				res.RetryAfter = min(ks.retryAfter(win, now, a.h.latency()), res.Reset)
+				return a.reject(ks, win, res, pathEmpty), nil
+			}
+			continue
+		}
+		t := time.NewTimer(deadline.Sub(a.h.clock()))
+		timedOut := false
+		select {
+		case <-w.done:
+		case <-t.C:
+			timedOut = true
+		case <-ctx.Done():
+		}
+		t.Stop()
+		if a.leave(key, ks, win, w, now) {
+			res.Allowed = true
+			a.m.decisions(pathWaited).Inc()
+			return res, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return counter.Result{}, err
+		}
+		if timedOut {
+			return a.timedOut(ctx, key, ks, win, n, res)
+		}
+		// Woken without a grant: the pool may hold tokens now.
+		v, err := a.h.cfg.Local.Decr(ctx, pk, uint64(n))
+		a.m.localOps.Inc()
+		switch {
+		case err == nil && int64(v)-poolBase >= 0:
+			res.Allowed, res.Remaining = true, int64(v)-poolBase
+			a.m.decisions(pathWaited).Inc()
+			return res, nil
+		case err == nil:
+			_, _ = a.h.cfg.Local.Incr(ctx, pk, uint64(n))
+			a.m.localOps.Inc()
+		case !errors.Is(err, counter.ErrNotFound):
+			return counter.Result{}, err
+		}
+	}
+}
+
+// deadlineMargin is how long before its context's deadline a waiting
+// request stops waiting, for the Fallback's store calls.
+const deadlineMargin = 10 * time.Millisecond
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// timedOut is the Fallback's decision for a request whose wait ran out
+// with its claim still in flight: FallbackShare credits the PoP's share
+// (once per window, as when the home store is down) and takes from the
+// pool.
+func (a *Allower) timedOut(ctx context.Context, key string, ks *keyState, win, n int64, res counter.Result) (counter.Result, error) {
+	switch a.fb {
+	case FallbackOpen:
+		res.Allowed = true
+		a.m.decisions(pathTimeout).Inc()
+		return res, nil
+	case FallbackClosed:
+		res.RetryAfter = min(a.h.cfg.RetryEvery, res.Reset)
+		return a.reject(ks, win, res, pathTimeout), nil
+	}
+	ck, pk := a.key(key, win, 'c'), a.key(key, win, 'p')
+	vals, err := a.h.cfg.Local.GetMulti(ctx, []string{ck})
+	a.m.localOps.Inc()
+	if err != nil {
+		return counter.Result{}, err
+	}
+	a.selfCredit(ctx, key, ks, win, number(vals[ck]))
+	v, err := a.h.cfg.Local.Decr(ctx, pk, uint64(n))
+	a.m.localOps.Inc()
+	if err == nil && int64(v)-poolBase >= 0 {
+		res.Allowed, res.Remaining = true, int64(v)-poolBase
+		a.m.decisions(pathTimeout).Inc()
 		return res, nil
 	}
-	a.refill(key, ks, win, now, rate, false)
-	if a.h.down.Load() {
-		switch a.fb {
-		case FallbackOpen:
-			res.Allowed = true
-			a.m.decisions(pathOpen).Inc()
-			return res, nil
-		case FallbackClosed:
-			res.RetryAfter = min(a.h.cfg.RetryEvery, res.Reset)
-			a.m.decisions(pathClosed).Inc()
-			return res, nil
-		}
+	if err == nil {
+		_, _ = a.h.cfg.Local.Incr(ctx, pk, uint64(n))
+		a.m.localOps.Inc()
 	}
-	if d := a.h.cfg.Overdraft; d > 0 {
-		o, err := incrCreate(ctx, a.h.cfg.Local, a.key(key, win, 'o'), uint64(n), 0, a.ttl())
-		a.m.localOps.Add(2)
-		if err == nil && int64(o) <= d {
-			res.Allowed = true
-			a.m.decisions(pathOverdraft).Inc()
-			return res, nil
-		}
+	res.RetryAfter = min(a.h.latency(), res.Reset)
+	return a.reject(ks, win, res, pathTimeout), nil
+}
+
+// reject counts a rejection on path, and as a false refusal when the home
+// count this worker last read for win is below the limit (the window is
+// not known to be used up).
+func (a *Allower) reject(ks *keyState, win int64, res counter.Result, path int) counter.Result {
+	a.m.decisions(path).Inc()
+	ks.mu.Lock()
+	under := ks.exhausted != win+1 && ks.knownLocked(win) < a.lim.Quantity
+	ks.mu.Unlock()
+	if under {
+		a.m.falseRefusals.Inc()
 	}
-	res.RetryAfter = min(ks.retryAfter(win, now, lat), res.Reset)
-	a.m.decisions(pathEmpty).Inc()
-	return res, nil
+	return res
+}
+
+// schedulePrefetch arranges, once per key and window, for the next
+// window's pool to be claimed 2 refill latencies + 100ms before win ends
+// (decision clock), so a key active in win does not start win+1 empty
+// even if no request comes that close to the boundary.
+func (a *Allower) schedulePrefetch(key string, ks *keyState, win int64, now time.Time, lat time.Duration) {
+	ks.mu.Lock()
+	if ks.scheduled == win+1 || ks.prefetched == win+2 {
+		ks.mu.Unlock()
+		return
+	}
+	ks.scheduled = win + 1
+	ks.mu.Unlock()
+	at := time.UnixMilli((win + 1) * a.wms).Add(-2*lat - 100*time.Millisecond)
+	time.AfterFunc(at.Sub(now), func() {
+		t := now.Add(at.Sub(now))
+		a.refill(key, ks, win+1, t, ks.popRate(t, a.h.cfg.Workers), true)
+	})
 }
 
 // Undo implements counter.Allower: the n units go back to the pool of the

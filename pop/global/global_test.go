@@ -218,10 +218,12 @@ func (g *gated) Incr(ctx context.Context, k string, d uint64) (uint64, error) {
 
 func TestOverdraftAdmitsWhilePoolIsEmpty(t *testing.T) {
 	home := &gated{Store: counter.NewMemoryStore(), open: make(chan struct{})}
-	hs, as := newPoPs(t, home, 1, global.Config{Overdraft: 3}, global.FallbackShare)
+	// The refill waits on the gate: the overdraft admits at once, then
+	// requests wait (10ms) and FallbackClosed rejects them.
+	hs, as := newPoPs(t, home, 1, global.Config{Overdraft: 3, Wait: 10 * time.Millisecond}, global.FallbackClosed)
 	ctx := context.Background()
 	n := 0
-	for i := 0; i < 5; i++ { // the refill waits on the gate: only the overdraft
+	for i := 0; i < 5; i++ {
 		r, err := as[0].AllowN(ctx, "r{x}", base, 1)
 		if err != nil {
 			t.Fatal(err)

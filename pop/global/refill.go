@@ -28,11 +28,35 @@ type keyState struct {
 	rate       float64   // smoothed units per second asked of this worker
 	lastSeen   time.Time
 	inflight   map[int64]time.Time // windows with a refill in flight: since (decision clock)
-	claimWin   int64               // window id + 1 of claimed
-	claimed    int64               // the window's home count after this worker's last claim
+	seen       [2]seenCount        // the home count last read, by window parity
 	exhausted  int64               // window id + 1 whose home count is used up
 	prefetched int64               // window id + 1 whose pool this worker prefetched
+	scheduled  int64               // window id + 1 whose end has a prefetch timer
 	nextTry    time.Time           // while the home store is down: next claim
+	waits      map[int64]*waitq    // windows with requests waiting on a claim
+	sent       map[int64]int       // claims sent to the home store, not yet delivered
+}
+
+// seenCount is the largest home count of window win−1 that a claim of
+// this worker returned.
+type seenCount struct{ win, count int64 }
+
+// knownLocked is the home count of win as this worker last read it (0
+// before its first claim in win): a lower bound of the true count.
+func (ks *keyState) knownLocked(win int64) int64 {
+	if s := ks.seen[win&1]; s.win == win+1 {
+		return s.count
+	}
+	return 0
+}
+
+// readLocked records a home count c of win returned by a claim.
+func (ks *keyState) readLocked(win, c int64) {
+	s := &ks.seen[win&1]
+	if s.win != win+1 {
+		*s = seenCount{win: win + 1}
+	}
+	s.count = max(s.count, c)
 }
 
 // rateBucket is the period over which arrivals are averaged.
@@ -43,7 +67,7 @@ func (a *Allower) state(key string, now time.Time, n int64) *keyState {
 	s.mu.Lock()
 	ks, ok := s.m[key]
 	if !ok {
-		ks = &keyState{bucketAt: now, inflight: map[int64]time.Time{}}
+		ks = &keyState{bucketAt: now, inflight: map[int64]time.Time{}, waits: map[int64]*waitq{}, sent: map[int64]int{}}
 		s.m[key] = ks
 	}
 	s.mu.Unlock()
@@ -68,8 +92,21 @@ func (a *Allower) state(key string, now time.Time, n int64) *keyState {
 func (ks *keyState) popRate(now time.Time, workers int) float64 {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
+	return ks.popRateLocked(now, workers)
+}
+
+func (ks *keyState) popRateLocked(now time.Time, workers int) float64 {
 	inst := float64(ks.arrivals) / max(now.Sub(ks.bucketAt), rateBucket/5).Seconds()
 	return max(ks.rate, inst) * float64(workers)
+}
+
+// steadyRateLocked is the PoP's rate at the key without the current
+// bucket (whose arrivals a burst fills with requests that wait and are
+// claimed exactly), at least one arrival per rateBucket/5 per worker: the
+// batch of a window's first claim, so a sequential client's next requests
+// find tokens.
+func (ks *keyState) steadyRateLocked(workers int) float64 {
+	return max(ks.rate, 1/(rateBucket/5).Seconds()) * float64(workers)
 }
 
 // retryAfter is when the refill of win in flight here should be done
@@ -86,10 +123,41 @@ func (ks *keyState) retryAfter(win int64, now time.Time, lat time.Duration) time
 	return max(min(lat, 100*time.Millisecond), time.Millisecond)
 }
 
+// refilling reports whether a refill of win is in flight in this worker.
+func (ks *keyState) refilling(win int64) bool {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	_, ok := ks.inflight[win]
+	return ok
+}
+
+// isExhausted reports whether win's home count is used up and no claim of
+// this worker for win is in flight (whose grant a request may still get).
 func (ks *keyState) isExhausted(win int64) bool {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	return ks.exhausted == win+1
+	return ks.exhausted == win+1 && ks.sent[win] == 0
+}
+
+// send counts a claim of win about to go to the home store; it reports
+// false (send nothing) once the window is known to be used up.
+func (ks *keyState) send(win int64) bool {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if ks.exhausted == win+1 {
+		return false
+	}
+	ks.sent[win]++
+	return true
+}
+
+// delivered ends what send began.
+func (ks *keyState) delivered(win int64) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if ks.sent[win]--; ks.sent[win] <= 0 {
+		delete(ks.sent, win)
+	}
 }
 
 // Sweep drops the state of keys idle for three windows.
@@ -101,7 +169,7 @@ func (a *Allower) Sweep(now time.Time) {
 			if !ks.mu.TryLock() {
 				continue
 			}
-			if len(ks.inflight) == 0 && now.Sub(ks.lastSeen) > 3*a.lim.Window {
+			if len(ks.inflight) == 0 && len(ks.waits) == 0 && now.Sub(ks.lastSeen) > 3*a.lim.Window {
 				delete(s.m, k)
 			}
 			ks.mu.Unlock()
@@ -111,27 +179,44 @@ func (a *Allower) Sweep(now time.Time) {
 }
 
 // refill starts a refill of key's pool for window win unless one is in
-// flight in this worker, the window is exhausted, or the home store is
-// down and the key's retry time has not come.
+// flight in this worker, the window is exhausted, the home store is down
+// and the key's retry time has not come, or (unless prefetching) requests
+// of win wait on claims of this worker (their claims are sized to them).
 func (a *Allower) refill(key string, ks *keyState, win int64, now time.Time, rate float64, prefetch bool) {
 	ks.mu.Lock()
-	if _, busy := ks.inflight[win]; busy || ks.exhausted == win+1 || (a.h.down.Load() && now.Before(ks.nextTry)) || (prefetch && ks.prefetched == win+1) {
-		ks.mu.Unlock()
+	defer ks.mu.Unlock()
+	if q := ks.waits[win]; q != nil && !prefetch && (q.claims > 0 || q.queued > 0) {
 		return
+	}
+	a.refillLocked(key, ks, win, now, rate, prefetch, false)
+}
+
+// refillLocked is refill with ks.mu held; counted is set when the refill
+// is one of the window's waitq claims. It reports whether it started one.
+func (a *Allower) refillLocked(key string, ks *keyState, win int64, now time.Time, rate float64, prefetch, counted bool) bool {
+	if _, busy := ks.inflight[win]; busy || ks.exhausted == win+1 || (a.h.down.Load() && now.Before(ks.nextTry)) || (prefetch && ks.prefetched == win+1) {
+		return false
 	}
 	if prefetch {
 		ks.prefetched = win + 1
 	}
 	ks.inflight[win] = now
-	ks.mu.Unlock()
 	a.h.wg.Add(1)
 	go func() {
 		defer a.h.wg.Done()
-		a.doRefill(key, ks, win, now, rate, prefetch)
+		demand, wake := a.doRefill(key, ks, win, now, rate, prefetch)
 		ks.mu.Lock()
 		delete(ks.inflight, win)
+		if q := ks.waits[win]; q != nil {
+			q.covered -= demand
+			if counted {
+				q.claims--
+			}
+			a.settleLocked(key, ks, win, q, wake)
+		}
 		ks.mu.Unlock()
 	}()
+	return true
 }
 
 // batch is the units one claim asks for at rate (units/s of the PoP): the
@@ -142,20 +227,21 @@ func (a *Allower) refill(key string, ks *keyState, win int64, now time.Time, rat
 func (a *Allower) batch(ks *keyState, win int64, rate float64, lat time.Duration) int64 {
 	h := max(a.h.cfg.Horizon, lat+lat/2)
 	b := int64(math.Ceil(rate*h.Seconds())) + lowWater(rate, lat, 1)
-	left := a.lim.Quantity
 	ks.mu.Lock()
-	if ks.claimWin == win+1 {
-		left -= ks.claimed
-	}
+	left := a.lim.Quantity - ks.knownLocked(win)
 	ks.mu.Unlock()
 	return min(max(b, 1), max(left/2, 1))
 }
 
 // doRefill is one refill of key's pool for window win: take the PoP's
-// lock, read the pool, claim a batch from the home count, credit what was
-// granted. A prefetch refills a pool that is still absent only. now is
-// the instant of the decision that started it.
-func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, rate float64, prefetch bool) {
+// lock, read the pool, claim a batch from the home count plus the units
+// of this worker's requests waiting on win (demand), hand the grant to
+// them first and credit the rest. Without the lock (another worker
+// refills) only the demand is claimed. A prefetch refills a pool that is
+// still absent only. now is the instant of the decision that started it.
+// wake is set when the waiting requests must look again (exhausted,
+// failed, or the pool already holds tokens).
+func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, rate float64, prefetch bool) (demand int64, wake bool) {
 	start := a.h.clock()
 	ctx, cancel := context.WithTimeout(context.Background(), a.h.cfg.LockTTL)
 	defer cancel()
@@ -163,17 +249,16 @@ func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, r
 	lk := a.key(key, win, 'l')
 	until := start.Add(a.h.cfg.LockTTL)
 	end := time.UnixMilli((win + 1) * a.wms)
-	if got, holder, _ := a.lock(ctx, lk, start, until); !got {
-		if holder >= end.UnixMilli() {
-			ks.mu.Lock()
-			ks.exhausted = win + 1 // another worker found the window used up
-			ks.mu.Unlock()
-		}
-		return
+	got, holder, _ := a.lock(ctx, lk, start, until)
+	if !got && holder >= end.UnixMilli() {
+		ks.mu.Lock()
+		ks.exhausted = win + 1 // another worker found the window used up
+		ks.mu.Unlock()
+		return 0, true
 	}
 	held := false
 	defer func() {
-		if !held {
+		if got && !held {
 			a.unlock(ctx, lk, until)
 		}
 	}()
@@ -181,52 +266,109 @@ func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, r
 	vals, err := local.GetMulti(ctx, []string{pk, ck, dk})
 	a.m.localOps.Inc()
 	if err != nil {
-		return
+		return 0, true
 	}
 	pool, present := vals[pk]
 	have := number(pool) - poolBase
 	lat := a.h.latency()
-	if present && (prefetch || have >= lowWater(rate, lat, 1)) {
-		return // another worker refilled meanwhile
+	credited := number(vals[ck])
+	var b int64
+	if got && !(present && (prefetch || have >= lowWater(rate, lat, 1))) {
+		b = a.batch(ks, win, rate, lat)
 	}
-	credited, debt := number(vals[ck]), number(vals[dk])
-	b := a.batch(ks, win, rate, lat)
+	if !prefetch {
+		demand = a.takeDemand(ks, win)
+	}
+	if present && have > 0 && demand > 0 && b == 0 {
+		return demand, true // the pool holds tokens: the waiting requests take them
+	}
+	if b+demand == 0 {
+		return 0, false // another worker refilled meanwhile
+	}
+	ask := b + demand
+	if !ks.send(win) {
+		return demand, true
+	}
+	defer ks.delivered(win)
+	var debt int64
+	if number(vals[dk]) > 0 {
+		debt = a.takeDebt(ctx, dk)
+	}
 	hctx, hcancel := context.WithTimeout(ctx, a.h.cfg.HomeTimeout)
-	c, err := a.claim(hctx, a.key(key, win, 'h'), uint64(b+debt))
+	c, err := a.claim(hctx, a.key(key, win, 'h'), uint64(ask+debt))
 	hcancel()
 	if err != nil {
-		a.m.refillFailures.Inc()
-		a.h.setDown(true, err)
-		ks.mu.Lock()
-		ks.nextTry = now.Add(a.h.cfg.RetryEvery) // on the decisions' clock
-		ks.mu.Unlock()
-		if a.fb == FallbackShare {
-			a.selfCredit(ctx, key, win, credited)
-		}
-		return
+		a.returnDebt(ctx, dk, debt)
+		a.claimFailed(ctx, key, ks, win, now, credited, err)
+		return demand, true
 	}
 	a.h.setDown(false, nil)
-	if debt > 0 {
-		_, _ = local.Decr(ctx, dk, uint64(debt))
-		a.m.localOps.Inc()
-	}
-	ks.mu.Lock()
-	ks.claimWin, ks.claimed = win+1, int64(c)
-	ks.mu.Unlock()
-	prior := int64(c) - b - debt // claimed by all PoPs before this claim
-	grant := min(max(a.lim.Quantity-prior-debt, 0), b)
-	if grant > 0 {
-		a.credit(ctx, key, win, grant)
-		a.m.claimed.Add(float64(grant))
-	}
+	grant := a.granted(ks, win, int64(c), ask, debt)
+	a.deliver(ctx, key, ks, win, grant)
 	a.h.observe(a.h.clock().Sub(start))
-	if grant < b {
+	if grant < ask {
 		// The window's global count is used up: keep the lock until the
 		// window ends so that no worker of the PoP claims again.
 		ks.mu.Lock()
 		ks.exhausted = win + 1
 		ks.mu.Unlock()
-		held = a.hold(ctx, lk, until, end)
+		if got {
+			held = a.hold(ctx, lk, until, end)
+		} else {
+			a.exhaust(ctx, lk, end)
+		}
+		return demand, true
+	}
+	return demand, false
+}
+
+// takeDebt takes the PoP's fallback debt of a window (key dk) for the
+// caller's claim to charge: the one caller whose compare-and-swap zeroes
+// it.
+func (a *Allower) takeDebt(ctx context.Context, dk string) int64 {
+	local := a.h.cfg.Local
+	cur, cas, err := local.Gets(ctx, dk)
+	a.m.localOps.Inc()
+	d := number(cur)
+	if err != nil || d <= 0 {
+		return 0
+	}
+	err = local.CompareAndSwap(ctx, dk, []byte("0"), cas, a.ttl())
+	a.m.localOps.Inc()
+	if err != nil {
+		return 0
+	}
+	return d
+}
+
+// returnDebt puts back a debt whose claim failed.
+func (a *Allower) returnDebt(ctx context.Context, dk string, d int64) {
+	if d > 0 {
+		_, _ = a.h.cfg.Local.Incr(ctx, dk, uint64(d))
+		a.m.localOps.Inc()
+	}
+}
+
+// granted is what a claim of ask units (plus debt) that returned the home
+// count c gets: what the limit had left before it, at most ask.
+func (a *Allower) granted(ks *keyState, win, c, ask, debt int64) int64 {
+	ks.mu.Lock()
+	ks.readLocked(win, c)
+	ks.mu.Unlock()
+	prior := c - ask - debt // claimed by all PoPs before this claim
+	return min(max(a.lim.Quantity-prior-debt, 0), ask)
+}
+
+// claimFailed marks the home store down after a failed claim, sets the
+// key's next try and, for FallbackShare, credits the PoP's share.
+func (a *Allower) claimFailed(ctx context.Context, key string, ks *keyState, win int64, now time.Time, credited int64, err error) {
+	a.m.refillFailures.Inc()
+	a.h.setDown(true, err)
+	ks.mu.Lock()
+	ks.nextTry = now.Add(a.h.cfg.RetryEvery) // on the decisions' clock
+	ks.mu.Unlock()
+	if a.fb == FallbackShare {
+		a.selfCredit(ctx, key, ks, win, credited)
 	}
 }
 
@@ -245,16 +387,36 @@ func (a *Allower) claim(ctx context.Context, hk string, delta uint64) (uint64, e
 	return incrCreate(ctx, a.h.cfg.Home, hk, delta, 0, a.ttl())
 }
 
-// credit adds grant tokens to the pool of key's window (creating it) and
-// to its credited count. The worker that creates a pool counts the tokens
-// left in the pool two windows back (over for certain) as expired.
-func (a *Allower) credit(ctx context.Context, key string, win, grant int64) {
+// deliver hands grant units, granted to this worker for win, to its
+// waiting requests (oldest first) and credits the rest to the pool.
+func (a *Allower) deliver(ctx context.Context, key string, ks *keyState, win, grant int64) {
+	if grant <= 0 {
+		return
+	}
+	a.m.claimed.Add(float64(grant))
+	ks.mu.Lock()
+	left := grant
+	if q := ks.waits[win]; q != nil {
+		left = q.serveLocked(grant)
+	}
+	ks.mu.Unlock()
+	a.credit(ctx, key, win, left, grant)
+}
+
+// credit adds pool tokens to the pool of key's window (creating it) and
+// counted to its credited count. The worker that creates a pool counts
+// the tokens left in the pool two windows back (over for certain) as
+// expired.
+func (a *Allower) credit(ctx context.Context, key string, win, pool, counted int64) {
 	local := a.h.cfg.Local
 	pk := a.key(key, win, 'p')
-	_, err := local.Incr(ctx, pk, uint64(grant))
-	a.m.localOps.Inc()
-	if errors.Is(err, counter.ErrNotFound) {
-		err = local.Add(ctx, pk, []byte(strconv.FormatInt(poolBase+grant, 10)), a.ttl())
+	var err error
+	if pool > 0 {
+		_, err = local.Incr(ctx, pk, uint64(pool))
+		a.m.localOps.Inc()
+	}
+	if pool > 0 && errors.Is(err, counter.ErrNotFound) {
+		err = local.Add(ctx, pk, []byte(strconv.FormatInt(poolBase+pool, 10)), a.ttl())
 		a.m.localOps.Inc()
 		if err == nil {
 			old := a.key(key, win-2, 'p')
@@ -265,18 +427,20 @@ func (a *Allower) credit(ctx context.Context, key string, win, grant int64) {
 			}
 			a.m.localOps.Inc()
 		} else if errors.Is(err, counter.ErrNotStored) {
-			_, _ = local.Incr(ctx, pk, uint64(grant))
+			_, _ = local.Incr(ctx, pk, uint64(pool))
 			a.m.localOps.Inc()
 		}
 	}
-	_, _ = incrCreate(ctx, local, a.key(key, win, 'c'), uint64(grant), 0, a.ttl())
-	a.m.localOps.Inc()
+	if counted > 0 {
+		_, _ = incrCreate(ctx, local, a.key(key, win, 'c'), uint64(counted), 0, a.ttl())
+		a.m.localOps.Inc()
+	}
 }
 
 // selfCredit is FallbackShare's refill while the home store is down: once
 // per window and PoP (the debt key's add), share − credited tokens, owed
 // to the home count.
-func (a *Allower) selfCredit(ctx context.Context, key string, win, credited int64) {
+func (a *Allower) selfCredit(ctx context.Context, key string, ks *keyState, win, credited int64) {
 	grant := a.share - credited
 	if grant <= 0 {
 		return
@@ -286,7 +450,13 @@ func (a *Allower) selfCredit(ctx context.Context, key string, win, credited int6
 	if err != nil {
 		return // already credited in this window (or the PoP store failed)
 	}
-	a.credit(ctx, key, win, grant)
+	ks.mu.Lock()
+	left := grant
+	if q := ks.waits[win]; q != nil {
+		left = q.serveLocked(grant)
+	}
+	ks.mu.Unlock()
+	a.credit(ctx, key, win, left, grant)
 	a.m.fallback.Add(float64(grant))
 }
 
@@ -309,6 +479,29 @@ func (a *Allower) lock(ctx context.Context, lk string, now, until time.Time) (go
 	err = local.CompareAndSwap(ctx, lk, val, cas, a.ttl())
 	a.m.localOps.Inc()
 	return err == nil, 0, err
+}
+
+// exhaust sets the PoP's lock lk to end (the window is used up), taking
+// it over from any holder: no worker of the PoP claims again in it.
+func (a *Allower) exhaust(ctx context.Context, lk string, end time.Time) {
+	local := a.h.cfg.Local
+	val := []byte(strconv.FormatInt(end.UnixMilli(), 10))
+	for range 3 {
+		err := local.Add(ctx, lk, val, a.ttl())
+		a.m.localOps.Inc()
+		if err == nil || !errors.Is(err, counter.ErrNotStored) {
+			return
+		}
+		cur, cas, err := local.Gets(ctx, lk)
+		a.m.localOps.Inc()
+		if err != nil || number(cur) >= end.UnixMilli() {
+			return
+		}
+		if local.CompareAndSwap(ctx, lk, val, cas, a.ttl()) == nil {
+			return
+		}
+		a.m.localOps.Inc()
+	}
 }
 
 // unlock releases lk if it still holds until (ours).

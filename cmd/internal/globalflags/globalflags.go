@@ -16,13 +16,14 @@ import (
 	"github.com/poplimit/poplimit/pop/global"
 )
 
-// Flags are --global-memcached, --pops, --global-overdraft and
-// --global-horizon.
+// Flags are --global-memcached, --pops, --global-overdraft,
+// --global-horizon and --global-wait.
 func Flags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "global-memcached", Usage: "home region's memcached or mcproxy `ADDR` holding the global counts of scope: global limits (pipelined client: one round trip per claim); empty: configurations with global limits are rejected"},
 		&cli.IntFlag{Name: "pops", Value: 1, Usage: "number of PoPs sharing the global limits: with the home store unreachable, fail_mode local credits limit ÷ this per window"},
-		&cli.Int64Flag{Name: "global-overdraft", Value: 0, Usage: "units per global key and window this PoP admits while its pool is empty and a refill is in flight (each adds to the over-admission bound); 0 = reject with Retry-After"},
+		&cli.Int64Flag{Name: "global-overdraft", Value: 0, Usage: "units per global key and window this PoP admits at once, without waiting, while its pool is empty (each adds to the over-admission bound); 0 = wait for the claim (--global-wait)"},
+		&cli.DurationFlag{Name: "global-wait", Value: 300 * time.Millisecond, Usage: "longest a request that finds its PoP's pool of a global key empty waits for the claim on the home store (one home round trip with margin; the store deadline may end it sooner); then the policy's fail mode decides"},
 		&cli.DurationFlag{Name: "global-horizon", Value: 250 * time.Millisecond, Usage: "how much of the PoP's arrival rate one batch claimed from the home store covers (at least 1.5 refill latencies); a PoP holds about rate × (this + 1.5 refill latencies) tokens, which it strands when its traffic moves away late in a window"},
 	}
 }
@@ -37,9 +38,9 @@ func Wire(c *cli.Context, local counter.Store, workers int, reg prometheus.Regis
 	if addr == "" {
 		return nil, nil, nil
 	}
-	cfg := global.Config{Local: local, PoPs: c.Int("pops"), Workers: workers, Overdraft: c.Int64("global-overdraft"), Horizon: c.Duration("global-horizon")}
-	if cfg.PoPs < 1 || cfg.Overdraft < 0 {
-		return nil, nil, fmt.Errorf("--pops %d, --global-overdraft %d: want at least 1 and 0 or more", cfg.PoPs, cfg.Overdraft)
+	cfg := global.Config{Local: local, PoPs: c.Int("pops"), Workers: workers, Overdraft: c.Int64("global-overdraft"), Horizon: c.Duration("global-horizon"), Wait: c.Duration("global-wait")}
+	if cfg.PoPs < 1 || cfg.Overdraft < 0 || cfg.Wait <= 0 {
+		return nil, nil, fmt.Errorf("--pops %d, --global-overdraft %d, --global-wait %v: want at least 1, 0 or more, and positive", cfg.PoPs, cfg.Overdraft, cfg.Wait)
 	}
 	// The pipelined client: a claim (add-if-absent + incr) is one round
 	// trip across regions.

@@ -34,7 +34,10 @@ func TestWire(t *testing.T) {
 	if _, _, err := wire(t, "--global-memcached", "127.0.0.1:1", "--pops", "0"); err == nil || !strings.Contains(err.Error(), "--pops 0") {
 		t.Errorf("--pops 0: %v", err)
 	}
-	ng, h, err := wire(t, "--global-memcached", "127.0.0.1:1", "--pops", "3")
+	if _, _, err := wire(t, "--global-memcached", "127.0.0.1:1", "--global-wait", "0s"); err == nil || !strings.Contains(err.Error(), "--global-wait 0s") {
+		t.Errorf("--global-wait 0s: %v", err)
+	}
+	ng, h, err := wire(t, "--global-memcached", "127.0.0.1:1", "--pops", "3", "--global-wait", "200ms")
 	if err != nil || ng == nil || h == nil {
 		t.Fatalf("wired: %v", err)
 	}

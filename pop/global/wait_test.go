@@ -1,0 +1,304 @@
+package global_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
+	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memcached"
+	"github.com/poplimit/poplimit/pop/global"
+)
+
+// realPoPs is PoPs over real memcached: one home memcached, one memcached
+// per PoP shared by that PoP's workers (an Allower each, with its own
+// Home and metrics).
+type realPoPs struct {
+	home    *procs.Memcached
+	homes   [][]*global.Home
+	allow   [][]*global.Allower
+	metrics [][]*prometheus.Registry
+}
+
+func newRealPoPs(t *testing.T, pops, workers int, lim counter.Limit, cfg global.Config, fb global.Fallback) *realPoPs {
+	t.Helper()
+	ms := fixture.Memcached(t, 1+pops)
+	store := func(addr string) counter.Store {
+		s := memcached.NewPipeStore(memcached.PipeConfig{Addr: addr, Timeout: 5 * time.Second})
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	r := &realPoPs{home: ms[0]}
+	for p := 0; p < pops; p++ {
+		local := store(ms[1+p].Addr)
+		var hs []*global.Home
+		var as []*global.Allower
+		var regs []*prometheus.Registry
+		for w := 0; w < workers; w++ {
+			reg := prometheus.NewRegistry()
+			m, err := global.NewMetrics(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := cfg
+			c.Local, c.Home, c.PoPs, c.Workers, c.Metrics = local, store(ms[0].Addr), pops, workers, m
+			h, err := global.NewHome(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := h.New(lim, fb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hs, as, regs = append(hs, h), append(as, a), append(regs, reg)
+		}
+		r.homes, r.allow, r.metrics = append(r.homes, hs), append(r.allow, as), append(r.metrics, regs)
+	}
+	t.Cleanup(r.wait)
+	return r
+}
+
+func (r *realPoPs) wait() {
+	for _, hs := range r.homes {
+		for _, h := range hs {
+			h.Wait()
+		}
+	}
+}
+
+// counterSum sums a counter over every worker's registry.
+func (r *realPoPs) counterSum(t *testing.T, name string) float64 {
+	t.Helper()
+	var v float64
+	for _, regs := range r.metrics {
+		for _, reg := range regs {
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mf := range mfs {
+				if mf.GetName() == name {
+					for _, m := range mf.GetMetric() {
+						v += counterValue(m)
+					}
+				}
+			}
+		}
+	}
+	return v
+}
+
+func counterValue(m *dto.Metric) float64 { return m.GetCounter().GetValue() }
+
+// minute is a one-minute fixed window.
+var minute = counter.Limit{Name: "g", Algorithm: counter.FixedWindow, Quantity: 200, Window: time.Minute}
+
+// midWindow is an instant 10s into the current minute window: a test
+// that would straddle a boundary waits for it.
+func midWindow() time.Time {
+	now := time.Now()
+	if now.Sub(now.Truncate(time.Minute)) > 50*time.Second {
+		time.Sleep(time.Until(now.Truncate(time.Minute).Add(time.Minute)))
+	}
+	return time.Now().Truncate(time.Minute).Add(10 * time.Second)
+}
+
+// TestColdKeyFirstRequestsAreAdmitted: a key never seen is admitted on its
+// first request (and the next ones, sequential) at every worker of every
+// PoP, as long as the home store answers.
+func TestColdKeyFirstRequestsAreAdmitted(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		pops, workers  int
+		keys, requests int
+	}{
+		{"one PoP, one worker", 1, 1, 5, 8},
+		{"two PoPs of two workers", 2, 2, 5, 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRealPoPs(t, tc.pops, tc.workers, minute, global.Config{}, global.FallbackShare)
+			now := midWindow()
+			for k := 0; k < tc.keys; k++ {
+				key := fmt.Sprintf("cold%d{%s}", k, t.Name())
+				for p, as := range r.allow {
+					for w, a := range as {
+						for i := 0; i < tc.requests; i++ {
+							res, err := a.AllowN(context.Background(), key, now, 1)
+							if err != nil {
+								t.Fatal(err)
+							}
+							if !res.Allowed {
+								t.Fatalf("key %s, PoP %d worker %d: request %d refused (%+v) with the home store up", key, p, w, i+1, res)
+							}
+						}
+					}
+				}
+			}
+			if n := r.counterSum(t, "poplimit_global_false_refusals_total"); n != 0 {
+				t.Errorf("%v false refusals counted", n)
+			}
+		})
+	}
+}
+
+// TestColdBurstAcrossTwoPoPsAdmitsTheLimit: 600 requests at once at each
+// of two PoPs (two workers each) on a fresh key limited to 200 per minute
+// admit 200 ± 3%, never more than 200, and none is refused while the
+// window's count has room.
+func TestColdBurstAcrossTwoPoPsAdmitsTheLimit(t *testing.T) {
+	for round := 0; round < 3; round++ {
+		r := newRealPoPs(t, 2, 2, minute, global.Config{}, global.FallbackShare)
+		now := midWindow()
+		key := fmt.Sprintf("burst{%d}", round)
+		var admitted atomic.Int64
+		var start, wg sync.WaitGroup
+		start.Add(1)
+		for _, as := range r.allow {
+			for _, a := range as {
+				for g := 0; g < 300; g++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						start.Wait()
+						res, err := a.AllowN(context.Background(), key, now, 1)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if res.Allowed {
+							admitted.Add(1)
+						}
+					}()
+				}
+			}
+		}
+		start.Done()
+		wg.Wait()
+		r.wait()
+		n := admitted.Load()
+		falseRefusals := r.counterSum(t, "poplimit_global_false_refusals_total")
+		t.Logf("round %d: admitted %d of 1,200 for a limit of 200; false refusals %v", round, n, falseRefusals)
+		if n > minute.Quantity || n < minute.Quantity*97/100 {
+			t.Errorf("round %d: admitted %d, want 200 ± 3%% and at most 200", round, n)
+		}
+		if falseRefusals != 0 {
+			t.Errorf("round %d: %v refusals while the window's count had room", round, falseRefusals)
+		}
+	}
+}
+
+// TestClaimTimeoutHandsOverToFailMode: with the home memcached stopped
+// (SIGSTOP: it accepts nothing, answers nothing), a request on a fresh key
+// waits Config.Wait and no longer, then the fail mode decides; a request
+// whose context's deadline comes sooner gets the fail mode's answer before
+// it; a cancelled one returns the context's error.
+func TestClaimTimeoutHandsOverToFailMode(t *testing.T) {
+	const wait = 150 * time.Millisecond
+	for _, tc := range []struct {
+		fb      global.Fallback
+		admit   bool
+		refusal bool // counted as a false refusal (the count was never read)
+	}{
+		{global.FallbackShare, true, false},
+		{global.FallbackOpen, true, false},
+		{global.FallbackClosed, false, true},
+	} {
+		t.Run(tc.fb.String(), func(t *testing.T) {
+			r := newRealPoPs(t, 2, 1, minute, global.Config{Wait: wait, HomeTimeout: 2 * time.Second}, tc.fb)
+			now := midWindow()
+			if err := r.home.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			defer r.home.Resume()
+			a := r.allow[0][0]
+			begin := time.Now()
+			res, err := a.AllowN(context.Background(), "slow{"+tc.fb.String()+"}", now, 1)
+			took := time.Since(begin)
+			if err != nil || res.Allowed != tc.admit {
+				t.Fatalf("%+v, %v after the wait; want allowed %v", res, err, tc.admit)
+			}
+			if took < wait || took > wait+100*time.Millisecond {
+				t.Errorf("decided after %v, want the wait %v (+ at most 100ms)", took, wait)
+			}
+			if !tc.admit && res.RetryAfter <= 0 {
+				t.Errorf("rejected without Retry-After: %+v", res)
+			}
+			if got := r.counterSum(t, "poplimit_global_false_refusals_total"); (got > 0) != tc.refusal {
+				t.Errorf("false refusals %v", got)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Millisecond)
+			defer cancel()
+			begin = time.Now()
+			res, err = a.AllowN(ctx, "slow2{"+tc.fb.String()+"}", now, 1)
+			if took := time.Since(begin); err != nil || res.Allowed != tc.admit || took > 40*time.Millisecond {
+				t.Errorf("with a 40ms context: %+v, %v after %v; want the fail mode's answer within the deadline", res, err, took)
+			}
+			cctx, ccancel := context.WithCancel(context.Background())
+			time.AfterFunc(20*time.Millisecond, ccancel)
+			if _, err := a.AllowN(cctx, "slow3{"+tc.fb.String()+"}", now, 1); !errors.Is(err, context.Canceled) {
+				t.Errorf("a request cancelled while waiting: %v, want context.Canceled", err)
+			}
+			r.home.Resume()
+		})
+	}
+}
+
+// TestActiveKeyGetsTheNextWindowBeforeTheBoundary: a key seen once early
+// in a window (its pool far from low, no request near the end) has the
+// next window's pool claimed before the boundary, so the next window's
+// first request is served from the pool without waiting.
+func TestActiveKeyGetsTheNextWindowBeforeTheBoundary(t *testing.T) {
+	lim := counter.Limit{Name: "g", Algorithm: counter.FixedWindow, Quantity: 100, Window: time.Second}
+	r := newRealPoPs(t, 1, 1, lim, global.Config{}, global.FallbackShare)
+	a := r.allow[0][0]
+	// Start just after a boundary: the request is ~900ms before the next.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
+	for w := 0; w < 3; w++ {
+		res, err := a.AllowN(context.Background(), "steady{k}", time.Now(), 1)
+		if err != nil || !res.Allowed {
+			t.Fatalf("window %d: %+v, %v", w, res, err)
+		}
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
+	}
+	waited := r.pathSum(t, "waited")
+	pool := r.pathSum(t, "pool")
+	if waited != 1 || pool != 2 {
+		t.Errorf("decisions: %v waited, %v from the pool; want only the first request to wait", waited, pool)
+	}
+}
+
+// pathSum sums poplimit_global_decisions_total{path} over every worker.
+func (r *realPoPs) pathSum(t *testing.T, path string) float64 {
+	t.Helper()
+	var v float64
+	for _, regs := range r.metrics {
+		for _, reg := range regs {
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mf := range mfs {
+				if mf.GetName() != "poplimit_global_decisions_total" {
+					continue
+				}
+				for _, m := range mf.GetMetric() {
+					for _, l := range m.GetLabel() {
+						if l.GetName() == "path" && l.GetValue() == path {
+							v += counterValue(m)
+						}
+					}
+				}
+			}
+		}
+	}
+	return v
+}
