@@ -130,7 +130,8 @@ func (r *Rule) forHits(hits int64) *rules {
 	if v, ok := r.variants.Load(hits); ok {
 		return v.(*rules)
 	}
-	v := &rules{tier: fmt.Sprintf("%s×%d", ruleTier, hits), policyField: r.rs.policyField, limits: make([]*rule, len(r.rs.limits))}
+	v := &rules{tier: fmt.Sprintf("%s×%d", ruleTier, hits), policyField: r.rs.policyField, limits: make([]*rule, len(r.rs.limits)),
+		shadow: r.rs.shadow, flagged: r.rs.flagged}
 	for i, l := range r.rs.limits {
 		c := *l
 		c.cost, c.lease = l.cost*hits, nil
@@ -309,7 +310,24 @@ func (l *Limiter) peekRule(ctx context.Context, r *Rule, parts []string, now tim
 	if err != nil {
 		return l.peekFallback(r)
 	}
-	return verdict(all, len(all), ReasonStore)
+	// The dry-run limits answer beside the enforcing ones, as Decide's.
+	var enforcing, shadow []LimitResult
+	for i, lim := range rs.limits {
+		if lim.shadow {
+			shadow = append(shadow, all[i])
+		} else {
+			enforcing = append(enforcing, all[i])
+		}
+	}
+	d := verdict(enforcing, len(enforcing), ReasonStore)
+	if len(shadow) > 0 {
+		sd := verdict(shadow, len(shadow), ReasonStore)
+		d.ShadowBinding = sd.Binding
+		if d.Allowed && !sd.Allowed {
+			d.Shadow = sd.Binding.Limit.Name
+		}
+	}
+	return d
 }
 
 func (l *Limiter) peekFallback(r *Rule) Decision {

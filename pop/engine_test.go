@@ -107,6 +107,31 @@ func TestDecideAllSameIdentityInBatchOrder(t *testing.T) {
 	}
 }
 
+// TestDecideAllDryRunRule: a rule of dry-run limits admits, reports each
+// result in ShadowBinding (a check of zero hits too) and names the limit
+// that would have rejected, for requests of one hit and of several.
+func TestDecideAllDryRunRule(t *testing.T) {
+	spec := fixedSpec("s", 3, FailOpen)
+	spec.Limits[0].Shadow = true
+	l, rs := newEngine(t, counter.NewMemoryStore(), spec)
+	r := rs.Rule("s")
+	now := t0.Add(time.Second)
+	for i, s := range []struct {
+		hits       int64
+		wouldAdmit bool
+		remaining  int64
+	}{
+		{2, true, 1}, {0, true, 1}, {1, true, 0}, {2, false, 0}, {0, false, 0}, {1, false, 0},
+	} {
+		d := decideOne(l, Check{Rule: r, Parts: []string{"d", "k", "v"}, Hits: s.hits}, now)
+		sb := d.ShadowBinding.Result
+		if !d.Allowed || (d.Shadow == "") != s.wouldAdmit || sb.Allowed != s.wouldAdmit || sb.Remaining != s.remaining || d.ShadowBinding.Limit.Quantity != 3 {
+			t.Errorf("step %d (hits %d): allowed %v shadow %q binding %+v, want admitted, would admit %v, remaining %d",
+				i, s.hits, d.Allowed, d.Shadow, d.ShadowBinding, s.wouldAdmit, s.remaining)
+		}
+	}
+}
+
 func TestDecideAllBatchAndFailModes(t *testing.T) {
 	clock := newTestClock(t0)
 	store := newFlakyStore(clock.Now)

@@ -64,7 +64,7 @@ func NewStats(reg prometheus.Registerer, maxKeys int) (*Stats, error) {
 	return s, nil
 }
 
-func (s *Stats) descriptor(domain, statsKey string, hits int64, over, near, shadow bool) {
+func (s *Stats) descriptor(domain, statsKey string, hits int64, h hitCounts) {
 	if s == nil {
 		return
 	}
@@ -73,26 +73,25 @@ func (s *Stats) descriptor(domain, statsKey string, hits int64, over, near, shad
 	if ks == nil {
 		ks = s.newKey(domain, statsKey)
 	}
+	// A series appears once it counts, as envoyproxy/ratelimit's stats
+	// (total_hits whatever the hits, the others when they add).
 	total := statCounter(&ks.total, s.total, ks)
-	var c1, c2 prometheus.Counter
-	switch {
-	case over:
-		c1 = statCounter(&ks.over, s.over, ks)
-		if shadow {
-			c2 = statCounter(&ks.shadow, s.shadow, ks)
-		}
-	default:
-		c1 = statCounter(&ks.within, s.within, ks)
-		if near {
-			c2 = statCounter(&ks.near, s.near, ks)
+	var cs [4]prometheus.Counter
+	for i, c := range []struct {
+		n   uint64
+		p   *prometheus.Counter
+		vec *prometheus.CounterVec
+	}{{h.within, &ks.within, s.within}, {h.near, &ks.near, s.near}, {h.over, &ks.over, s.over}, {h.shadow, &ks.shadow, s.shadow}} {
+		if c.n > 0 {
+			cs[i] = statCounter(c.p, c.vec, ks)
 		}
 	}
 	s.mu.Unlock()
-	h := float64(hits)
-	total.Add(h)
-	c1.Add(h)
-	if c2 != nil {
-		c2.Add(h)
+	total.Add(float64(hits))
+	for i, n := range [4]uint64{h.within, h.near, h.over, h.shadow} {
+		if cs[i] != nil {
+			cs[i].Add(float64(n))
+		}
 	}
 }
 
