@@ -95,7 +95,7 @@ func (p *parser) rateLimit(n *yaml.Node, fullKey string, shadow, detailed bool) 
 	}
 	for i := range specs {
 		// shadow_mode is pop's dry run: counted, decided, admitted, and
-		// reported in Decision.Shadow.
+		// reported in Decision.Shadow and Decision.ShadowBinding.
 		specs[i].Shadow = shadow
 	}
 	l.Unit, l.RequestsPerUnit = def.unit, uint32(def.rpu)

@@ -13,7 +13,8 @@ import (
 // _within_limit, _shadow_mode), labelled by domain and key (the
 // descriptor path after the domain: "key_value.key", the request's values
 // with detailed_metric or value_to_metric). Each counts hits (hits_addend
-// units), not requests. A nil *Stats records nothing.
+// units), not requests, split as envoyproxy/ratelimit splits them
+// (service.go, splitHits). A nil *Stats records nothing.
 type Stats struct {
 	total, over, near, within, shadow *prometheus.CounterVec
 	globalShadowMode, badRequests     prometheus.Counter
@@ -46,8 +47,8 @@ func NewStats(reg prometheus.Registerer, maxKeys int) (*Stats, error) {
 	}
 	s := &Stats{
 		total:            vec("total_hits", "Hits (hits_addend units) of descriptors that matched a limit."),
-		over:             vec("over_limit", "Hits answered OVER_LIMIT (shadow mode included)."),
-		near:             vec("near_limit", "Hits admitted above the near-limit ratio of the limit."),
+		over:             vec("over_limit", "Hits above the limit, answered OVER_LIMIT (shadow_mode rules included)."),
+		near:             vec("near_limit", "Hits between the near-limit ratio of the limit and the limit."),
 		within:           vec("within_limit", "Hits admitted."),
 		shadow:           vec("shadow_mode", "Hits over the limit answered OK by the rule's shadow_mode."),
 		globalShadowMode: prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_global_shadow_mode", Help: "Requests over the limit answered OK by the global shadow mode."}),
