@@ -130,6 +130,9 @@ func (w window) remaining(counts []int64, e int64) int64 {
 // sl is w.slack(counts, e) when the caller has it (0 when over), or −1.
 func (w window) result(counts []int64, id, e int64, now int64, n int64, allowed bool, sl int64) Result {
 	r := Result{Allowed: allowed, Limit: w.q}
+	if w.n == 0 {
+		r.Count = counts[0]
+	}
 	if sl >= 0 {
 		r.Remaining = sl / w.sub
 	} else {

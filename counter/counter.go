@@ -252,6 +252,9 @@ type Result struct {
 	// window, the next token of a bucket, the instant a sliding window's
 	// estimate lets one more unit in. Never more than Window.
 	Next time.Duration
+	// Count is a FixedWindow's count after the decision (the request's
+	// units included when they were counted); 0 for the other algorithms.
+	Count int64
 }
 
 // Allower is what callers (the pop package, the benchmark) use: one limit

@@ -88,7 +88,7 @@ func (m *fixedModel) decide(ms, n int64) counter.Result {
 		m.wins[id] += n
 	}
 	c := m.wins[id]
-	r := counter.Result{Allowed: ok, Limit: m.q, Remaining: max(0, m.q-c)}
+	r := counter.Result{Allowed: ok, Limit: m.q, Remaining: max(0, m.q-c), Count: c}
 	end := time.Duration((id+1)*m.w-ms) * time.Millisecond
 	if c > 0 {
 		r.Reset = end

@@ -7,6 +7,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -128,7 +130,8 @@ func (r *Rule) forHits(hits int64) *rules {
 	if v, ok := r.variants.Load(hits); ok {
 		return v.(*rules)
 	}
-	v := &rules{tier: fmt.Sprintf("%s×%d", ruleTier, hits), policyField: r.rs.policyField, limits: make([]*rule, len(r.rs.limits))}
+	v := &rules{tier: fmt.Sprintf("%s×%d", ruleTier, hits), policyField: r.rs.policyField, limits: make([]*rule, len(r.rs.limits)),
+		shadow: r.rs.shadow, flagged: r.rs.flagged}
 	for i, l := range r.rs.limits {
 		c := *l
 		c.cost, c.lease = l.cost*hits, nil
@@ -162,7 +165,9 @@ type Check struct {
 // count, fail mode, metrics under the rule's name as the policy); the
 // checks run concurrently, on long-lived workers (engine_pool.go), so that
 // their store calls meet in the store's pipeline (memcached.PipeStore with
-// Multiplex writes them in one batch). A check with a nil Rule is admitted
+// Multiplex writes them in one batch), except that checks of one identity
+// (same Rule and Parts) run one after another in batch order: each answer
+// sees the counts after the checks of that identity before it. A check with a nil Rule is admitted
 // with ReasonNoPolicy; a negative Hits is refused (Status 400, Reason
 // "bad_input").
 func (l *Limiter) DecideAll(ctx context.Context, checks []Check, now time.Time, out []Decision) {
@@ -180,18 +185,60 @@ func (l *Limiter) DecideAll(ctx context.Context, checks []Check, now time.Time, 
 	if len(checks) > len(b.jobs) {
 		jobs = make([]checkJob, 0, len(checks))
 	}
+	heads := 0
+	var byIdentity map[string]*checkJob // large batches: the chain heads by identity
+	if len(checks) > maxScanned {
+		byIdentity = make(map[string]*checkJob, len(checks))
+	}
 	for i := range checks {
 		if checks[i].Rule == nil {
 			out[i] = Decision{Allowed: true, Reason: ReasonNoPolicy}
 			continue
 		}
 		jobs = append(jobs, checkJob{l: l, ctx: ctx, c: &checks[i], now: now, out: &out[i], wg: &b.wg})
+		// A check of the identity of an earlier one runs after it, on
+		// its worker: each answer sees the counts of the checks before.
+		j := &jobs[len(jobs)-1]
+		var p *checkJob
+		if byIdentity == nil {
+			p = sameIdentity(jobs[:len(jobs)-1], j.c)
+		} else {
+			id := j.c.Rule.p.spec.Name + "\x00" + strings.Join(j.c.Parts, "\x00")
+			if p = byIdentity[id]; p == nil {
+				byIdentity[id] = j
+			}
+		}
+		if p != nil {
+			for p.then != nil {
+				p = p.then
+			}
+			p.then, j.chained = j, true
+			continue
+		}
+		heads++
 	}
-	b.wg.Add(len(jobs))
+	b.wg.Add(heads)
 	for i := range jobs {
-		goCheck(&jobs[i])
+		if !jobs[i].chained {
+			goCheck(&jobs[i])
+		}
 	}
 	b.wg.Wait()
+}
+
+// maxScanned is the largest batch whose same-identity checks are found
+// by scanning (quadratic) rather than with a map.
+const maxScanned = 16
+
+// sameIdentity is the first of jobs whose check has c's rule and parts
+// (so counts under c's keys), nil when none.
+func sameIdentity(jobs []checkJob, c *Check) *checkJob {
+	for i := range jobs {
+		if j := &jobs[i]; j.c.Rule == c.Rule && !j.chained && slices.Equal(j.c.Parts, c.Parts) {
+			return j
+		}
+	}
+	return nil
 }
 
 // ReasonBadInput is the Reason of a check DecideAll refused as malformed.
@@ -263,7 +310,24 @@ func (l *Limiter) peekRule(ctx context.Context, r *Rule, parts []string, now tim
 	if err != nil {
 		return l.peekFallback(r)
 	}
-	return verdict(all, len(all), ReasonStore)
+	// The dry-run limits answer beside the enforcing ones, as Decide's.
+	var enforcing, shadow []LimitResult
+	for i, lim := range rs.limits {
+		if lim.shadow {
+			shadow = append(shadow, all[i])
+		} else {
+			enforcing = append(enforcing, all[i])
+		}
+	}
+	d := verdict(enforcing, len(enforcing), ReasonStore)
+	if len(shadow) > 0 {
+		sd := verdict(shadow, len(shadow), ReasonStore)
+		d.ShadowBinding = sd.Binding
+		if d.Allowed && !sd.Allowed {
+			d.Shadow = sd.Binding.Limit.Name
+		}
+	}
+	return d
 }
 
 func (l *Limiter) peekFallback(r *Rule) Decision {

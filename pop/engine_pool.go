@@ -22,11 +22,18 @@ type checkJob struct {
 	now time.Time
 	out *Decision
 	wg  *sync.WaitGroup
+	// then is the next check of the same identity, run after this one;
+	// chained marks a job run by an earlier one's worker.
+	then    *checkJob
+	chained bool
 }
 
 func (j *checkJob) run() {
-	*j.out = j.l.decideCheck(j.ctx, *j.c, j.now)
-	j.wg.Done()
+	wg := j.wg
+	for k := j; k != nil; k = k.then {
+		*k.out = k.l.decideCheck(k.ctx, *k.c, k.now)
+	}
+	wg.Done()
 }
 
 // maxCheckWorkers bounds the workers that stay parked, waiting for a

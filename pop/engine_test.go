@@ -3,6 +3,7 @@ package pop
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -64,6 +65,70 @@ func TestDecideAllCountsHitsAndPeeks(t *testing.T) {
 	}
 	if d := decideOne(l, Check{Parts: parts, Hits: 1}, now); !d.Allowed || d.Reason != ReasonNoPolicy {
 		t.Fatalf("nil rule: %+v", d)
+	}
+}
+
+// TestDecideAllSameIdentityInBatchOrder: checks of one identity in one
+// batch are decided in batch order, each seeing the counts after those
+// before it (checks of zero hits included), in small batches and in
+// batches large enough to find them by map.
+func TestDecideAllSameIdentityInBatchOrder(t *testing.T) {
+	l, rs := newEngine(t, counter.NewMemoryStore(), fixedSpec("a", 3, FailOpen), fixedSpec("b", 3, FailOpen))
+	a, b := rs.Rule("a"), rs.Rule("b")
+	now := t0.Add(time.Second)
+	for _, filler := range []int{0, 20} { // 20: above maxScanned
+		t.Run(fmt.Sprintf("filler %d", filler), func(t *testing.T) {
+			id := []string{"d", "k", fmt.Sprint(filler)}
+			var checks []Check
+			var want []int64 // remaining; -1: refused
+			for i, hits := range []int64{0, 2, 0, 1, 1, 0} {
+				checks = append(checks, Check{Rule: a, Parts: id, Hits: hits})
+				want = append(want, []int64{3, 1, 1, 0, -1, -1}[i])
+				// Another rule's check of the same parts between: its own count.
+				checks = append(checks, Check{Rule: b, Parts: id, Hits: 1})
+				want = append(want, []int64{2, 1, 0, -1, -1, -1}[i])
+			}
+			for i := range filler {
+				checks = append(checks, Check{Rule: a, Parts: []string{"d", "k", fmt.Sprint("other", filler, i)}, Hits: 1})
+				want = append(want, 2)
+			}
+			out := make([]Decision, len(checks))
+			l.DecideAll(context.Background(), checks, now, out)
+			for i, d := range out {
+				got := d.Binding.Result.Remaining
+				if !d.Allowed {
+					got = -1
+				}
+				if got != want[i] {
+					t.Errorf("check %d (rule %s, hits %d): remaining %d (allowed %v), want %d", i, checks[i].Rule.Spec().Name, checks[i].Hits, d.Binding.Result.Remaining, d.Allowed, want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestDecideAllDryRunRule: a rule of dry-run limits admits, reports each
+// result in ShadowBinding (a check of zero hits too) and names the limit
+// that would have rejected, for requests of one hit and of several.
+func TestDecideAllDryRunRule(t *testing.T) {
+	spec := fixedSpec("s", 3, FailOpen)
+	spec.Limits[0].Shadow = true
+	l, rs := newEngine(t, counter.NewMemoryStore(), spec)
+	r := rs.Rule("s")
+	now := t0.Add(time.Second)
+	for i, s := range []struct {
+		hits       int64
+		wouldAdmit bool
+		remaining  int64
+	}{
+		{2, true, 1}, {0, true, 1}, {1, true, 0}, {2, false, 0}, {0, false, 0}, {1, false, 0},
+	} {
+		d := decideOne(l, Check{Rule: r, Parts: []string{"d", "k", "v"}, Hits: s.hits}, now)
+		sb := d.ShadowBinding.Result
+		if !d.Allowed || (d.Shadow == "") != s.wouldAdmit || sb.Allowed != s.wouldAdmit || sb.Remaining != s.remaining || d.ShadowBinding.Limit.Quantity != 3 {
+			t.Errorf("step %d (hits %d): allowed %v shadow %q binding %+v, want admitted, would admit %v, remaining %d",
+				i, s.hits, d.Allowed, d.Shadow, d.ShadowBinding, s.wouldAdmit, s.remaining)
+		}
 	}
 }
 

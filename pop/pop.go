@@ -99,6 +99,11 @@ type Decision struct {
 	// Shadow names the dry-run limit that would have rejected this
 	// admitted request ("" when none would have): shadow.go.
 	Shadow string
+	// ShadowBinding is the dry-run limits' closest result, as Binding is
+	// the enforcing ones'. Zero when the rule has none or the store was
+	// not asked: a store failure, or a would-be rejection replayed from
+	// the mitigation cache or a shared flag (Shadow is then set).
+	ShadowBinding LimitResult
 
 	// policyField, when set, is the precomputed RateLimit-Policy value
 	// matching All.

@@ -47,6 +47,7 @@ func (l *Limiter) shadowPass(ctx context.Context, p *policy, rs *rules, keys []s
 		l.cfg.Metrics.shadowError(p.spec.Name)
 		return
 	}
+	d.ShadowBinding = sd.Binding
 	if sd.Allowed {
 		return
 	}

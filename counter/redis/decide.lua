@@ -6,7 +6,8 @@
 -- ARGV[1], ARGV[2]: now as unix seconds and nanoseconds within the second;
 -- ARGV[1] == "-" takes now from redis.call('TIME') (the shard's clock).
 -- ARGV[3]: m. Then 9 fields per limit:
---   alg ("s" sliding, "f" fixed, "b" bucket), suffix, units n,
+--   alg ("s" sliding, "f" fixed, "b" bucket), suffix, units n (0: read
+--   only, counter.Peeker's answer),
 --   refund ("1" or "0"), undo ("1": give n back, nothing decided), then
 --   windows: quantity, sub-window ms, sub-windows per window (0 fixed),
 --            item TTL ms;
@@ -90,6 +91,9 @@ for i = 1, m do
       p.next = p.tat
       if p.tat > 0 then p.next = math.max(p.tat - p.n * t, 0) end
       p.allowed = true
+    elseif p.n == 0 then
+      -- A read: allowed when one unit is available; nothing written.
+      p.next, p.allowed = p.tat, math.max(p.tat, 0) + t <= tau
     elseif p.n > burst then
       p.next, p.allowed = p.tat, false
     else
@@ -115,7 +119,7 @@ for i = 1, m do
     -- A Count-mode limit is charged whatever the outcome: INCRBY at once
     -- (the count before is the reply minus n) instead of GET now and
     -- INCRBY below, one call fewer.
-    p.early = not p.refund and not p.undo and p.n <= q
+    p.early = not p.refund and not p.undo and p.n > 0 and p.n <= q
     local cur
     if p.early then
       local v = redis.call('INCRBY', p.cur_key, p.n)
@@ -140,6 +144,8 @@ for i = 1, m do
         p.allowed = full <= q and counts[1] * (sub - e) <= (q - full) * sub
       end
       counts[nw + 1] = cur
+      -- n = 0 is a read: within the limit or not, nothing to charge.
+      p.peek = p.n == 0
     end
   end
   all = all and p.allowed

@@ -211,6 +211,33 @@ func (lim *Limiter) AllowN(ctx context.Context, key string, now time.Time, n int
 	return rs[0], nil
 }
 
+var _ counter.Peeker = (*Limiter)(nil)
+
+// Peek implements counter.Peeker in one script call that writes nothing:
+// a window limit is allowed while its count (a sliding window's estimate)
+// does not exceed the quantity; a token bucket while one unit is
+// available.
+func (lim *Limiter) Peek(ctx context.Context, key string, now time.Time) (counter.Result, error) {
+	if err := counter.CheckKey(key); err != nil {
+		return counter.Result{}, err
+	}
+	f := lim.fields
+	f[2] = 0
+	rep, err := lim.s.run(ctx, key, now, f[:])
+	if err != nil {
+		return counter.Result{}, err
+	}
+	v := rep.vals
+	if len(v) < 2 {
+		return counter.Result{}, fmt.Errorf("%w: short reply", ErrReply)
+	}
+	allowed := v[0] == 1
+	if lim.r.Limit().Algorithm == counter.TokenBucket {
+		return lim.r.BucketResult(rep.now.UnixNano()+v[1], rep.now, 1, allowed), nil
+	}
+	return lim.r.WindowResult(v[1:], rep.now, 0, allowed)
+}
+
 // Undo implements counter.Allower: it gives n units admitted at now back
 // (a window: the current sub-window's count, not below 0; a token bucket:
 // its tat, never past full).

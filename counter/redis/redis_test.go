@@ -241,3 +241,48 @@ func TestUndoAndPeek(t *testing.T) {
 		})
 	}
 }
+
+// TestPeekAgreesWithMemory: Peek (Envoy's hits_addend 0) answers as the
+// in-process Limiter's Peek at every step of a sequence that fills and
+// overfills each limit: allowed while the count is at most the quantity,
+// the true remaining, refused above it; a peek counts nothing.
+func TestPeekAgreesWithMemory(t *testing.T) {
+	st := store(t, false)
+	now := time.Unix(1767225600, 0).Add(10 * time.Second)
+	for _, l := range []counter.Limit{
+		{Algorithm: counter.FixedWindow, Quantity: 3, Window: time.Minute},
+		{Quantity: 3, Window: time.Minute, Precision: 3},
+		{Algorithm: counter.TokenBucket, Quantity: 3, Window: time.Minute},
+	} {
+		t.Run(l.String(), func(t *testing.T) {
+			a := allower(t, st, l)
+			ref, err := counter.New(counter.NewMemoryStore(), l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := uniqueKey(t)
+			for step, n := range []int64{0, 1, 0, 0, 2, 0, 1, 0, 1, 0} {
+				at := now.Add(time.Duration(step) * time.Millisecond)
+				var got, want counter.Result
+				if n == 0 {
+					if got, err = a.Peek(ctx, key, at); err == nil {
+						want, err = ref.Peek(ctx, key, at)
+					}
+				} else if got, err = a.AllowN(ctx, key, at, n); err == nil {
+					want, err = ref.AllowN(ctx, key, at, n)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if l.Algorithm == counter.TokenBucket {
+					// The in-process bucket peeks by taking a unit and
+					// giving it back: its durations count that unit.
+					got.Reset, want.Reset, got.Next, want.Next, got.RetryAfter, want.RetryAfter = 0, 0, 0, 0, 0, 0
+				}
+				if got != want {
+					t.Errorf("step %d (n %d): %+v, want %+v", step, n, got, want)
+				}
+			}
+		})
+	}
+}

@@ -90,7 +90,8 @@ type Limit struct {
 	RequestsPerUnit uint32
 	// Unlimited: matched, never counted.
 	Unlimited bool
-	// ShadowMode: decided and counted, always answered OK (pop's dry run,
+	// ShadowMode: decided, counted and answered as an enforcing rule
+	// would be, except that OVER_LIMIT is answered OK (pop's dry run,
 	// LimitSpec.Shadow, on every limit of the rule).
 	ShadowMode     bool
 	DetailedMetric bool

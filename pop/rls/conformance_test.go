@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -12,10 +13,16 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memcached"
+	"github.com/poplimit/poplimit/counter/redis"
 	"github.com/poplimit/poplimit/pop"
 	"github.com/poplimit/poplimit/pop/rls"
 	"github.com/poplimit/poplimit/pop/rls/conformance"
 )
+
+func TestMain(m *testing.M) { os.Exit(fixture.Main(m)) }
 
 // t0 is 10 s into a minute (and a day): every suite runs inside one
 // window of every unit.
@@ -41,11 +48,44 @@ func startService(t *testing.T, svc *rls.Service) rlv3.RateLimitServiceClient {
 	return rlv3.NewRateLimitServiceClient(cc)
 }
 
-// newService is a Service over an in-process pop.Limiter with s's
-// settings and config, deciding at the instant *now.
-func newService(t *testing.T, s conformance.Suite, run string, now *time.Time) *rls.Service {
+// store builds the Limiter configs of one counter store: the counts of
+// every Limiter made from it live in the same place.
+type store struct {
+	name string
+	// start brings the store up for the test (nil: in process) and
+	// returns the Limiter config counting in it.
+	start func(t *testing.T) pop.Config
+}
+
+// stores are the counter stores rls runs over: the answers differ per
+// store when a store's client differs, so every suite replays on each.
+var stores = []store{
+	{"memory", func(*testing.T) pop.Config { return pop.Config{} }},
+	{"memcached", func(t *testing.T) pop.Config {
+		shards := fixture.Memcached(t, 2)
+		p := fixture.Mcproxy(t, fixture.Binary(t, "mcproxy"), "", fixture.Addrs(shards), "--admin", "")
+		// rls's default client: pipelined, one multiplexed connection.
+		st := memcached.NewPipeStore(memcached.PipeConfig{Addr: p.Addr, Timeout: 2 * time.Second, Multiplex: 1})
+		t.Cleanup(func() { st.Close() })
+		return pop.Config{Store: st, NewShared: func(l counter.Limit) (counter.Allower, error) { return counter.New(st, l) }}
+	}},
+	{"redis", func(t *testing.T) pop.Config {
+		c := fixture.SharedRedisCluster(t)
+		rs, err := redis.New(redis.Config{Addrs: c.Addrs(), Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rs.Close() })
+		return pop.Config{Store: rs, NewShared: func(l counter.Limit) (counter.Allower, error) { return rs.NewAllower(l) }}
+	}},
+}
+
+// newService is a Service over a pop.Limiter counting as base says, with
+// s's settings and config, deciding at the instant *now.
+func newService(t *testing.T, base pop.Config, s conformance.Suite, run string, now *time.Time) *rls.Service {
 	t.Helper()
-	lim, err := pop.New(pop.Config{Logger: slog.New(slog.DiscardHandler)})
+	base.Logger = slog.New(slog.DiscardHandler)
+	lim, err := pop.New(base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,25 +109,32 @@ func newService(t *testing.T, s conformance.Suite, run string, now *time.Time) *
 }
 
 // TestConformance replays every suite of testdata/conformance.yaml
-// against rls and requires every answer the suite expects.
+// against rls over each store (in process, real memcached behind
+// mcproxy, a real Redis Cluster) and requires every answer the suite
+// expects.
 func TestConformance(t *testing.T) {
 	suites, err := conformance.LoadFile("testdata/conformance.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range suites {
-		t.Run(s.Name, func(t *testing.T) {
-			now := t0
-			run := conformance.NewRun()
-			client := startService(t, newService(t, s, run, &now))
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			bad, err := conformance.Replay(ctx, client, s, run, func() time.Time { return now }, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, m := range bad {
-				t.Error(m)
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			base := st.start(t)
+			for _, s := range suites {
+				t.Run(s.Name, func(t *testing.T) {
+					now := t0
+					run := conformance.NewRun()
+					client := startService(t, newService(t, base, s, run, &now))
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					bad, err := conformance.Replay(ctx, client, s, run, func() time.Time { return now }, false)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, m := range bad {
+						t.Error(m)
+					}
+				})
 			}
 		})
 	}

@@ -81,6 +81,11 @@ func (p *parser) rateLimit(n *yaml.Node, fullKey string, shadow, detailed bool) 
 		l.Unit, l.RequestsPerUnit = def.unit, uint32(def.rpu)
 		return l
 	}
+	if def.name == "" && !slices.ContainsFunc(extras, func(x limitDef) bool { return x.name == "limit1" }) {
+		// The engine names what decided (a dry run's would-be rejection
+		// is known by its limit's name), as pop's policies name theirs.
+		def.name = "limit1"
+	}
 	specs := []pop.LimitSpec{p.limitSpec(n, def, "rate_limit")}
 	for i, x := range extras {
 		if x.name == "" {
@@ -90,7 +95,7 @@ func (p *parser) rateLimit(n *yaml.Node, fullKey string, shadow, detailed bool) 
 	}
 	for i := range specs {
 		// shadow_mode is pop's dry run: counted, decided, admitted, and
-		// reported in Decision.Shadow.
+		// reported in Decision.Shadow and Decision.ShadowBinding.
 		specs[i].Shadow = shadow
 	}
 	l.Unit, l.RequestsPerUnit = def.unit, uint32(def.rpu)

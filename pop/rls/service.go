@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/pop"
 )
 
@@ -334,22 +335,18 @@ func (s *Service) answer(req *rlv3.RateLimitRequest, descs []descriptor, out []p
 		cl := &lims[ds.check]
 		cl.Name, cl.RequestsPerUnit, cl.Unit = l.Name, l.RequestsPerUnit, rlv3.RateLimitResponse_RateLimit_Unit(l.Unit)
 		st.CurrentLimit = cl
-		st.LimitRemaining = uint32(min(max(d.Binding.Result.Remaining, 0), math.MaxUint32))
-		reset := resetOf(l, d, now)
+		o := outcomeOf(l, d, ds.hits)
+		reset := resetOf(l, o, now)
 		dur := &durs[ds.check]
 		dur.Seconds, dur.Nanos = int64(reset/time.Second), int32(reset%time.Second) // durationpb.New's
 		st.DurationUntilReset = dur
-		over := !d.Allowed || d.Shadow != ""
-		if d.Shadow != "" {
-			st.LimitRemaining = 0
-		}
-		if over {
+		if o.over {
 			st.Code = rlv3.RateLimitResponse_OVER_LIMIT
+		} else {
+			st.LimitRemaining = uint32(min(o.remaining, math.MaxUint32))
 		}
-		near := !over && float64(l.RequestsPerUnit-min(st.LimitRemaining, l.RequestsPerUnit)) > math.Floor(float64(l.RequestsPerUnit)*s.cfg.NearLimitRatio)
-		shadow := over && l.ShadowMode
-		s.cfg.Stats.descriptor(req.Domain, ds.statsKey, ds.hits, over, near, shadow)
-		if shadow {
+		s.cfg.Stats.descriptor(req.Domain, ds.statsKey, ds.hits, splitHits(o, uint64(l.RequestsPerUnit), uint64(ds.hits), float32(s.cfg.NearLimitRatio), l.ShadowMode))
+		if o.over && l.ShadowMode {
 			st.Code = rlv3.RateLimitResponse_OK
 		}
 		if st.LimitRemaining < minRemaining {
@@ -374,11 +371,93 @@ func (s *Service) answer(req *rlv3.RateLimitRequest, descs []descriptor, out []p
 	return resp, nil
 }
 
+// outcome is one descriptor's decision as envoyproxy/ratelimit reasons
+// about it: over the limit or not, the remaining when not, and the
+// window's count before and after the descriptor's hits (its statistics
+// split the hits by them).
+type outcome struct {
+	binding       pop.LimitResult // the result answered from
+	over          bool
+	remaining     int64
+	before, after uint64
+}
+
+// outcomeOf reads d for limit l and a request of hits. A shadow_mode rule
+// answers by its dry-run result. The counts are exact for a fixed window
+// of one limit counted by the store (counter.Result.Count); otherwise,
+// and for a rejection replayed from the mitigation cache (the window was
+// over already), they are derived from the remaining.
+func outcomeOf(l *Limit, d pop.Decision, hits int64) outcome {
+	b, over := d.Binding, !d.Allowed
+	if l.ShadowMode {
+		b = d.ShadowBinding
+		over = !d.Allowed || d.Shadow != "" || b.Limit.Quantity > 0 && !b.Result.Allowed
+	}
+	r, q, h := b.Result, uint64(l.RequestsPerUnit), uint64(hits)
+	o := outcome{binding: b, over: over, remaining: max(r.Remaining, 0)}
+	switch {
+	case b.Limit.Quantity == 0 || d.Reason == pop.ReasonMitigated:
+		// A replayed rejection (or nothing consulted: a fail mode).
+		if over {
+			o.before, o.after = q, q+h
+		}
+	case l.Fixed > 0 && len(l.Rule.Limits) == 1 && b.Limit.Algorithm == counter.FixedWindow:
+		c := uint64(max(r.Count, 0))
+		counted := hits > 0 && hits <= b.Limit.Quantity && (r.Allowed || b.Limit.OnReject == counter.Count)
+		if counted {
+			o.before, o.after = c-min(c, h), c
+		} else {
+			o.before, o.after = c, c+h
+		}
+	case over:
+		o.before, o.after = q, q+h
+	default:
+		o.after = q - min(q, uint64(o.remaining))
+		o.before = o.after - min(o.after, h)
+	}
+	return o
+}
+
+// hitCounts are a descriptor's hits by statistic.
+type hitCounts struct{ within, near, over, shadow uint64 }
+
+// splitHits splits the hits of a descriptor of limit q as
+// envoyproxy/ratelimit does: an admission's hits are within_limit, and
+// near_limit for the part above the near-limit threshold (⌊q × ratio⌋, in
+// float32 as its NEAR_LIMIT_RATIO); a rejection's hits above q are
+// over_limit (and shadow_mode in shadow mode), and the ones between the
+// threshold and q near_limit.
+func splitHits(o outcome, q, hits uint64, ratio float32, shadow bool) hitCounts {
+	near := uint64(math.Floor(float64(float32(q) * ratio)))
+	var h hitCounts
+	if o.over {
+		if o.before >= q {
+			h.over = hits
+		} else {
+			h.over = o.after - min(o.after, q)
+			h.near = q - max(near, o.before)
+		}
+		if shadow {
+			h.shadow = h.over
+		}
+		return h
+	}
+	h.within = hits
+	if o.after > near {
+		if o.before >= near {
+			h.near = hits
+		} else {
+			h.near = o.after - near
+		}
+	}
+	return h
+}
+
 // resetOf is duration_until_reset: for an epoch-aligned fixed window, the
 // whole seconds to its end as envoyproxy/ratelimit computes it (window −
 // now mod window, in seconds); else the binding limit's Reset (or its
-// RetryAfter when rejected).
-func resetOf(l *Limit, d pop.Decision, now time.Time) time.Duration {
+// RetryAfter when over).
+func resetOf(l *Limit, o outcome, now time.Time) time.Duration {
 	if l.Fixed >= time.Second && l.Fixed%time.Second == 0 {
 		sec := int64(l.Fixed / time.Second)
 		return time.Duration(sec-now.Unix()%sec) * time.Second
@@ -387,8 +466,8 @@ func resetOf(l *Limit, d pop.Decision, now time.Time) time.Duration {
 		w := int64(l.Fixed)
 		return time.Duration(w - now.UnixNano()%w)
 	}
-	if !d.Allowed && d.Binding.Result.RetryAfter > 0 && d.Binding.Result.RetryAfter != math.MaxInt64 {
-		return d.Binding.Result.RetryAfter
+	if r := o.binding.Result; o.over && r.RetryAfter > 0 && r.RetryAfter != math.MaxInt64 {
+		return r.RetryAfter
 	}
-	return d.Binding.Result.Reset
+	return o.binding.Result.Reset
 }

@@ -13,7 +13,8 @@ import (
 // _within_limit, _shadow_mode), labelled by domain and key (the
 // descriptor path after the domain: "key_value.key", the request's values
 // with detailed_metric or value_to_metric). Each counts hits (hits_addend
-// units), not requests. A nil *Stats records nothing.
+// units), not requests, split as envoyproxy/ratelimit splits them
+// (service.go, splitHits). A nil *Stats records nothing.
 type Stats struct {
 	total, over, near, within, shadow *prometheus.CounterVec
 	globalShadowMode, badRequests     prometheus.Counter
@@ -46,8 +47,8 @@ func NewStats(reg prometheus.Registerer, maxKeys int) (*Stats, error) {
 	}
 	s := &Stats{
 		total:            vec("total_hits", "Hits (hits_addend units) of descriptors that matched a limit."),
-		over:             vec("over_limit", "Hits answered OVER_LIMIT (shadow mode included)."),
-		near:             vec("near_limit", "Hits admitted above the near-limit ratio of the limit."),
+		over:             vec("over_limit", "Hits above the limit, answered OVER_LIMIT (shadow_mode rules included)."),
+		near:             vec("near_limit", "Hits between the near-limit ratio of the limit and the limit."),
 		within:           vec("within_limit", "Hits admitted."),
 		shadow:           vec("shadow_mode", "Hits over the limit answered OK by the rule's shadow_mode."),
 		globalShadowMode: prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_global_shadow_mode", Help: "Requests over the limit answered OK by the global shadow mode."}),
@@ -64,7 +65,7 @@ func NewStats(reg prometheus.Registerer, maxKeys int) (*Stats, error) {
 	return s, nil
 }
 
-func (s *Stats) descriptor(domain, statsKey string, hits int64, over, near, shadow bool) {
+func (s *Stats) descriptor(domain, statsKey string, hits int64, h hitCounts) {
 	if s == nil {
 		return
 	}
@@ -73,26 +74,25 @@ func (s *Stats) descriptor(domain, statsKey string, hits int64, over, near, shad
 	if ks == nil {
 		ks = s.newKey(domain, statsKey)
 	}
+	// A series appears once it counts, as envoyproxy/ratelimit's stats
+	// (total_hits whatever the hits, the others when they add).
 	total := statCounter(&ks.total, s.total, ks)
-	var c1, c2 prometheus.Counter
-	switch {
-	case over:
-		c1 = statCounter(&ks.over, s.over, ks)
-		if shadow {
-			c2 = statCounter(&ks.shadow, s.shadow, ks)
-		}
-	default:
-		c1 = statCounter(&ks.within, s.within, ks)
-		if near {
-			c2 = statCounter(&ks.near, s.near, ks)
+	var cs [4]prometheus.Counter
+	for i, c := range []struct {
+		n   uint64
+		p   *prometheus.Counter
+		vec *prometheus.CounterVec
+	}{{h.within, &ks.within, s.within}, {h.near, &ks.near, s.near}, {h.over, &ks.over, s.over}, {h.shadow, &ks.shadow, s.shadow}} {
+		if c.n > 0 {
+			cs[i] = statCounter(c.p, c.vec, ks)
 		}
 	}
 	s.mu.Unlock()
-	h := float64(hits)
-	total.Add(h)
-	c1.Add(h)
-	if c2 != nil {
-		c2.Add(h)
+	total.Add(float64(hits))
+	for i, n := range [4]uint64{h.within, h.near, h.over, h.shadow} {
+		if cs[i] != nil {
+			cs[i].Add(float64(n))
+		}
 	}
 }
 

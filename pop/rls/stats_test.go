@@ -16,12 +16,12 @@ func TestStatsCountByKeyAndOverflow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.descriptor("d", "d.user", 1, false, false, false)
-	s.descriptor("d", "d.user", 2, false, true, false)
-	s.descriptor("d", "d.ip", 1, true, false, true)
-	s.descriptor("d", "d.a", 5, false, false, false) // third key: overflow
-	s.descriptor("d", "d.b", 1, true, false, false)  // fourth: overflow too
-	s.descriptor("e", "e.x", 1, false, false, false) // another domain, still over the bound
+	s.descriptor("d", "d.user", 1, hitCounts{within: 1})
+	s.descriptor("d", "d.user", 2, hitCounts{within: 2, near: 2})
+	s.descriptor("d", "d.ip", 1, hitCounts{over: 1, shadow: 1})
+	s.descriptor("d", "d.a", 5, hitCounts{within: 5}) // third key: overflow
+	s.descriptor("d", "d.b", 1, hitCounts{over: 1})   // fourth: overflow too
+	s.descriptor("e", "e.x", 1, hitCounts{within: 1}) // another domain, still over the bound
 	for _, c := range []struct {
 		vec         *prometheus.CounterVec
 		key, domain string
