@@ -22,7 +22,7 @@ type model interface {
 type slidingModel struct {
 	q, sub, n int64 // quantity, sub-window ms, precision
 	count     bool
-	first     bool // CountFirst: no charge while the estimate is over q
+	first     bool            // CountFirst: no charge while the estimate is over q
 	subs      map[int64]int64 // sub-window id → units counted
 }
 
@@ -110,7 +110,7 @@ func (m *fixedModel) decide(ms, n int64) counter.Result {
 type bucketModel struct {
 	t, tau, burst int64
 	count         bool
-	first         bool // CountFirst: no charge while in debt
+	first         bool  // CountFirst: no charge while in debt
 	credit, last  int64 // ns
 }
 
