@@ -200,10 +200,17 @@ func (l *leaser) take(ctx context.Context, key string, now time.Time, n int64) (
 		return counter.Result{}, false, err
 	}
 	le.seenAt, le.seen = now, r
-	// A refused batch cost nothing (batches of a Count limit go through
+	// A refused batch costs nothing (batches of a Count limit go through
 	// a Refund copy): the request alone is then judged, and counted, as
 	// without leases, so its Retry-After is the shared count's.
-	if !r.Allowed && b > n {
+	retry := !r.Allowed && b > n
+	if lim := l.a.Limit(); retry && l.batchA == l.a && lim.OnReject != counter.Refund &&
+		lim.Algorithm != counter.TokenBucket && r.RetryAfter != counter.Never {
+		// No Refund copy: the window kept the refused batch in its
+		// count; take it back first.
+		retry = l.a.Undo(ctx, key, now, b*l.cost) == nil
+	}
+	if retry {
 		// Not enough for a batch: ask for the request alone.
 		b = n
 		if r, err = l.a.AllowN(ctx, key, now, n*l.cost); err != nil {
