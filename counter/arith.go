@@ -112,6 +112,19 @@ func (w window) slack(counts []int64, e int64) (int64, bool) {
 	return budget - int64(lo), true
 }
 
+// charged reports whether a rejected request of n units, included in
+// counts[w.n], stays counted in CountFirst mode: always for a fixed window,
+// for a sliding window only if the estimate without it was not over q.
+func (w window) charged(counts []int64, e, n int64) bool {
+	if w.n == 0 {
+		return true
+	}
+	counts[w.n] -= n
+	_, under := w.slack(counts, e)
+	counts[w.n] += n
+	return under
+}
+
 // remaining is how many whole units fit under q now.
 func (w window) remaining(counts []int64, e int64) int64 {
 	if w.n == 0 {
@@ -242,12 +255,15 @@ func emission(l Limit) int64 {
 // tau = burst × t.
 type gcra struct {
 	t, tau, burst int64
-	count         bool // OnReject == Count
+	count         bool // OnReject == Count or CountFirst
+	first         bool // OnReject == CountFirst
 }
 
 // decide returns the new tat and whether n units pass at now (unix ns).
 // Rejected requests leave tat unchanged in Refund mode; in Count mode they
-// consume their units too, the debt bounded to one burst (tat ≤ now + 2τ).
+// consume their units too, the debt bounded to one burst (tat ≤ now + 2τ);
+// in CountFirst mode only while the bucket is not in debt already
+// (tat − now ≤ τ).
 func (g gcra) decide(tat, now, n int64) (int64, bool) {
 	if n > g.burst {
 		return tat, false
@@ -257,7 +273,7 @@ func (g gcra) decide(tat, now, n int64) (int64, bool) {
 	if next-now <= g.tau {
 		return next, true
 	}
-	if g.count {
+	if g.count && (!g.first || tat-now <= g.tau) {
 		return max(tat, min(next, now+2*g.tau)), false
 	}
 	return tat, false
@@ -286,5 +302,5 @@ func (g gcra) result(tat, now, n int64, allowed bool) Result {
 
 func newGCRA(l Limit) gcra {
 	t := emission(l)
-	return gcra{t: t, tau: t * l.burst(), burst: l.burst(), count: l.OnReject == Count}
+	return gcra{t: t, tau: t * l.burst(), burst: l.burst(), count: l.OnReject != Refund, first: l.OnReject == CountFirst}
 }

@@ -89,6 +89,15 @@ const (
 	Count OnReject = iota
 	// Refund: rejected requests consume nothing.
 	Refund
+	// CountFirst is Count, except that a sliding window or token bucket
+	// already over its limit (only a charged rejection puts it there; an
+	// admission never does) does not charge further rejections until it is
+	// back under. The counts a rejection's RetryAfter was computed on then
+	// stand however many rejections, from however many workers, follow it:
+	// every worker's RetryAfter for the same burst is the same instant, and
+	// it is true. A fixed window charges as Count (its RetryAfter is the
+	// window's end whatever the count).
+	CountFirst
 )
 
 // Limit describes one rate limit. The zero value is not valid: Quantity and
@@ -106,7 +115,7 @@ type Limit struct {
 	// Burst is the TokenBucket capacity; 0 means Quantity. Ignored by the
 	// window algorithms.
 	Burst int64
-	// OnReject chooses Count (default) or Refund.
+	// OnReject chooses Count (default), Refund or CountFirst.
 	OnReject OnReject
 	// Precision is the number of sub-windows of a SlidingWindow; 0 or 1 is
 	// the two-counter form. The estimate is the sum of the Precision most
@@ -152,7 +161,7 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("%w: burst %d is negative", ErrBadLimit, l.Burst)
 	case l.Algorithm < SlidingWindow || l.Algorithm > TokenBucket:
 		return fmt.Errorf("%w: unknown algorithm %d", ErrBadLimit, l.Algorithm)
-	case l.OnReject < Count || l.OnReject > Refund:
+	case l.OnReject < Count || l.OnReject > CountFirst:
 		return fmt.Errorf("%w: unknown OnReject %d", ErrBadLimit, l.OnReject)
 	case l.Quantity > 1<<40 || l.Burst > 1<<40:
 		return fmt.Errorf("%w: quantity/burst above 2^40", ErrBadLimit)
@@ -198,7 +207,7 @@ func (l Limit) validateCalendar() error {
 		return fmt.Errorf("%w: quantity %d must be positive", ErrBadLimit, l.Quantity)
 	case l.Quantity > 1<<40:
 		return fmt.Errorf("%w: quantity above 2^40", ErrBadLimit)
-	case l.OnReject < Count || l.OnReject > Refund:
+	case l.OnReject < Count || l.OnReject > CountFirst:
 		return fmt.Errorf("%w: unknown OnReject %d", ErrBadLimit, l.OnReject)
 	}
 	return l.Calendar.validate()
@@ -218,8 +227,11 @@ func (l Limit) String() string {
 		a = fmt.Sprintf("%s(burst=%d)", a, l.burst())
 	}
 	mode := "count"
-	if l.OnReject == Refund {
+	switch l.OnReject {
+	case Refund:
 		mode = "refund"
+	case CountFirst:
+		mode = "count-first"
 	}
 	if l.Calendar.Unit != NoCalendar {
 		return fmt.Sprintf("%d/%v %s %s", l.Quantity, l.Calendar, a, mode)

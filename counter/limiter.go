@@ -377,7 +377,7 @@ func (lim *Limiter) windowBatch(ctx context.Context, key string, ws []*waiter) {
 		counts[w.n] = c
 		// The decision is on the counts including this request.
 		sl, allowed := w.slack(counts, e)
-		if !allowed && lim.l.OnReject == Refund {
+		if !allowed && (lim.l.OnReject == Refund || lim.l.OnReject == CountFirst && !w.charged(counts, e, wt.n)) {
 			sl = -1
 			c -= wt.n
 			refund += wt.n

@@ -143,7 +143,7 @@ func (lo *Local) allowWindow(e *localEntry, now time.Time, n int64) Result {
 	}
 	counts[w.n] += n
 	sl, allowed := w.slack(counts, el)
-	if !allowed && lo.l.OnReject == Refund {
+	if !allowed && (lo.l.OnReject == Refund || lo.l.OnReject == CountFirst && !w.charged(counts, el, n)) {
 		counts[w.n] -= n
 		sl = -1
 	}

@@ -29,6 +29,9 @@ func (lim *Limiter) Peek(ctx context.Context, key string, now time.Time) (Result
 		if err != nil {
 			return Result{}, err
 		}
+		// A refused Count request went into debt: give it back too. A
+		// refused CountFirst one may not have (the bucket was in debt
+		// already): it keeps the unit it may have charged, the strict side.
 		if res.Allowed || lim.l.OnReject == Count {
 			// A refused Count request went into debt: give it back too.
 			if err := lim.Undo(ctx, key, now, 1); err != nil {

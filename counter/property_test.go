@@ -22,6 +22,7 @@ type model interface {
 type slidingModel struct {
 	q, sub, n int64 // quantity, sub-window ms, precision
 	count     bool
+	first     bool            // CountFirst: no charge while the estimate is over q
 	subs      map[int64]int64 // sub-window id → units counted
 }
 
@@ -46,7 +47,8 @@ func (m *slidingModel) admits(ms, n int64) bool {
 
 func (m *slidingModel) decide(ms, n int64) counter.Result {
 	ok := m.admits(ms, n)
-	if n <= m.q && (ok || m.count) {
+	over := m.est(ms).Cmp(new(big.Rat).SetInt64(m.q)) > 0
+	if n <= m.q && (ok || m.count && !(m.first && over)) {
 		m.subs[ms/m.sub] += n
 	}
 	r := counter.Result{Allowed: ok, Limit: m.q}
@@ -108,6 +110,7 @@ func (m *fixedModel) decide(ms, n int64) counter.Result {
 type bucketModel struct {
 	t, tau, burst int64
 	count         bool
+	first         bool  // CountFirst: no charge while in debt
 	credit, last  int64 // ns
 }
 
@@ -124,7 +127,7 @@ func (m *bucketModel) decide(ms, n int64) counter.Result {
 	switch {
 	case ok:
 		c -= n * m.t
-	case n <= m.burst && m.count:
+	case n <= m.burst && m.count && !(m.first && c < 0):
 		c = max(c-n*m.t, -m.tau)
 	}
 	m.credit, m.last = c, ms*1e6
@@ -143,17 +146,18 @@ func (m *bucketModel) decide(ms, n int64) counter.Result {
 
 func drawLimit(t *rapid.T) (counter.Limit, model) {
 	q := rapid.Int64Range(1, 20).Draw(t, "quantity")
-	mode := counter.OnReject(rapid.IntRange(0, 1).Draw(t, "onReject"))
+	mode := counter.OnReject(rapid.IntRange(0, 2).Draw(t, "onReject"))
+	count, first := mode != counter.Refund, mode == counter.CountFirst
 	switch alg := counter.Algorithm(rapid.IntRange(0, 2).Draw(t, "algorithm")); alg {
 	case counter.SlidingWindow:
 		p := rapid.SampledFrom([]int64{1, 2, 4, 5}).Draw(t, "precision")
 		sub := rapid.Int64Range(1, 40).Draw(t, "subMs")
 		l := counter.Limit{Quantity: q, Window: time.Duration(p*sub) * ms, Precision: int(p), OnReject: mode}
-		return l, &slidingModel{q: q, sub: sub, n: p, count: mode == counter.Count, subs: map[int64]int64{}}
+		return l, &slidingModel{q: q, sub: sub, n: p, count: count, first: first, subs: map[int64]int64{}}
 	case counter.FixedWindow:
 		w := rapid.Int64Range(1, 200).Draw(t, "windowMs")
 		l := counter.Limit{Algorithm: alg, Quantity: q, Window: time.Duration(w) * ms, OnReject: mode}
-		return l, &fixedModel{q: q, w: w, count: mode == counter.Count, wins: map[int64]int64{}}
+		return l, &fixedModel{q: q, w: w, count: count, wins: map[int64]int64{}}
 	default:
 		w := rapid.Int64Range(1, 200).Draw(t, "windowMs")
 		b := rapid.Int64Range(0, 25).Draw(t, "burst")
@@ -163,7 +167,7 @@ func drawLimit(t *rapid.T) (counter.Limit, model) {
 			burst = b
 		}
 		et := (w*1e6 + q - 1) / q
-		return l, &bucketModel{t: et, tau: et * burst, burst: burst, count: mode == counter.Count,
+		return l, &bucketModel{t: et, tau: et * burst, burst: burst, count: count, first: first,
 			credit: et * burst, last: -1 << 50}
 	}
 }

@@ -68,15 +68,18 @@ func windowOf(lr LimitResult) time.Duration {
 
 // effectiveWindow is the draft's t of lr (and the seed's RateLimit-Reset):
 // the time within which the client can use no more than the Remaining it
-// is told. Admitted: until the next unit is available (Result.Next; Reset
-// for a result that has none). Refused: until the request may pass
-// (RetryAfter), or the next unit. Never more than the window.
+// is told. Refused: until the request may pass (RetryAfter, whatever the
+// window: the seed draft's RateLimit-Reset "SHOULD reference the same
+// point in time as" Retry-After, and draft 11's Retry-After "SHOULD NOT
+// reference a point in time earlier than the end of the effective
+// window"). Otherwise until the next unit is available (Result.Next;
+// Reset for a result that has none), never more than the window.
 func effectiveWindow(lr LimitResult) time.Duration {
 	res := lr.Result
-	t := res.Next
 	if !res.Allowed && res.RetryAfter > 0 && res.RetryAfter != counter.Never {
-		t = res.RetryAfter
+		return res.RetryAfter
 	}
+	t := res.Next
 	if t <= 0 {
 		t = res.Reset
 	}

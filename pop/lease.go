@@ -200,23 +200,15 @@ func (l *leaser) take(ctx context.Context, key string, now time.Time, n int64) (
 		return counter.Result{}, false, err
 	}
 	le.seenAt, le.seen = now, r
-	lim := l.a.Limit()
-	// A refused batch is retried as the request alone when the refusal
-	// cost nothing: Refund mode, or a token bucket (its batches go through
-	// a Refund copy).
-	retry := !r.Allowed && b > n && (lim.OnReject == counter.Refund || lim.Algorithm == counter.TokenBucket)
-	if !r.Allowed && b > n && lim.OnReject == counter.Count && lim.Algorithm != counter.TokenBucket {
-		if r.RetryAfter == counter.Never {
-			// Bigger than the limit itself: refused without being
-			// counted, so there is nothing to take back (an Undo would
-			// wipe out other workers' counts).
-			retry = true
-		} else {
-			// A window limit in Count mode kept the refused batch in its
-			// count: take it back, so that only the request itself is
-			// judged (and counted) below, as without leases.
-			retry = l.a.Undo(ctx, key, now, b*l.cost) == nil
-		}
+	// A refused batch costs nothing (batches of a Count limit go through
+	// a Refund copy): the request alone is then judged, and counted, as
+	// without leases, so its Retry-After is the shared count's.
+	retry := !r.Allowed && b > n
+	if lim := l.a.Limit(); retry && l.batchA == l.a && lim.OnReject != counter.Refund &&
+		lim.Algorithm != counter.TokenBucket && r.RetryAfter != counter.Never {
+		// No Refund copy: the window kept the refused batch in its
+		// count; take it back first.
+		retry = l.a.Undo(ctx, key, now, b*l.cost) == nil
 	}
 	if retry {
 		// Not enough for a batch: ask for the request alone.

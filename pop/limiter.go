@@ -188,12 +188,25 @@ func New(cfg Config) (*Limiter, error) {
 // for a global limit.
 func (l *Limiter) sharedAllower(ls LimitSpec, fm FailMode) (counter.Allower, error) {
 	if !ls.Global {
-		return l.cfg.NewShared(ls.Limit)
+		return l.cfg.NewShared(sharedLimit(ls.Limit))
 	}
 	if l.cfg.NewGlobal == nil {
 		return nil, ErrNoGlobal
 	}
 	return l.cfg.NewGlobal(ls.Limit, fm)
+}
+
+// sharedLimit is l as the shared count enforces it: on_reject count of a
+// sliding window or token bucket is counter.CountFirst, so a refusal while
+// the identity is already over is charged on no worker, as the mitigation
+// cache charges none in one: the counts the first refusal's Retry-After
+// was computed on stand, and every worker's Retry-After for one burst is
+// that same, true instant.
+func sharedLimit(l counter.Limit) counter.Limit {
+	if l.OnReject == counter.Count && l.Algorithm != counter.FixedWindow {
+		l.OnReject = counter.CountFirst
+	}
+	return l
 }
 
 // ErrNoGlobal: a policy has a "scope: global" limit but the Limiter has no

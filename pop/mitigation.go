@@ -70,14 +70,22 @@ func (c *mitigationCache) get(key string, now time.Time) (mitEntry, bool) {
 	return e, true
 }
 
-// put blocks key until until. When the shard is full one sampled entry is
-// dropped, the one with the earliest deadline, so an entry already expired
-// at now goes first whenever the sample holds one.
+// put blocks key until until, unless an entry of the same tier already
+// blocks it longer: rejections of one burst finish in any order, and the
+// later instant is the one computed on more of the counts. When the shard
+// is full one sampled entry is dropped, the one with the earliest
+// deadline, so an entry already expired at now goes first whenever the
+// sample holds one.
 func (c *mitigationCache) put(key string, now, until time.Time, e mitEntry) {
 	e.until = until.UnixNano()
 	s := c.shard(key)
 	s.mu.Lock()
-	if _, ok := s.m[key]; !ok && len(s.m) >= c.perShard {
+	old, ok := s.m[key]
+	if ok && old.tier == e.tier && old.until > e.until && old.until > now.UnixNano() {
+		s.mu.Unlock()
+		return
+	}
+	if !ok && len(s.m) >= c.perShard {
 		s.evict(len(s.m) - c.perShard + 1)
 	}
 	s.m[key] = e

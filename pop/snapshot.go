@@ -188,12 +188,12 @@ func (l *Limiter) compilePolicy(ps PolicySpec, f *File, fp uint64) (*policy, err
 					h = 100 * time.Millisecond
 				}
 				r.lease = newLeaser(r.shared, r.cost, mb, h, l.cfg.mitigationEntries())
-				if ls.Limit.Algorithm == counter.TokenBucket && ls.Limit.OnReject == counter.Count {
-					// Batches of a Count bucket are fetched with Refund
-					// semantics: a refused batch must not put the bucket
-					// into debt (the request alone is then judged, and
-					// counted, by r.shared).
-					rl := ls.Limit
+				if ls.Limit.OnReject != counter.Refund {
+					// Batches of a Count limit are fetched with Refund
+					// semantics: a refused batch must not count (nor put
+					// a bucket into debt); the request alone is then
+					// judged, and counted, by r.shared.
+					rl := sharedLimit(ls.Limit)
 					rl.OnReject = counter.Refund
 					ra, err := l.cfg.NewShared(rl)
 					if err != nil {

@@ -8,7 +8,7 @@
 -- ARGV[3]: m. Then 9 fields per limit:
 --   alg ("s" sliding, "f" fixed, "b" bucket), suffix, units n (0: read
 --   only, counter.Peeker's answer),
---   refund ("1" or "0"), undo ("1": give n back, nothing decided), then
+--   refund ("1"; "0" Count; "2" CountFirst), undo ("1": give n back, nothing decided), then
 --   windows: quantity, sub-window ms, sub-windows per window (0 fixed),
 --            item TTL ms;
 --   bucket:  interval ns, tolerance ns, burst, unused.
@@ -18,7 +18,8 @@
 -- value costs the shard a Lua-to-RESP conversion.
 --
 -- Every limit is decided first without writing; then a Count-mode limit
--- is charged whatever the outcome, and a Refund-mode one only when the
+-- is charged whatever the outcome (CountFirst: unless it refused while
+-- already over), and a Refund-mode one only when the
 -- whole rule admits (AllowAll's semantics, with no undo needed).
 
 local sec, nsec
@@ -79,7 +80,7 @@ local all = true
 for i = 1, m do
   local o = 3 + (i - 1) * 9
   local p = {alg = ARGV[o + 1], suffix = ARGV[o + 2], n = tonumber(ARGV[o + 3]),
-    refund = ARGV[o + 4] == "1", undo = ARGV[o + 5] == "1"}
+    refund = ARGV[o + 4] == "1", first = ARGV[o + 4] == "2", undo = ARGV[o + 5] == "1"}
   local id_key = KEYS[i]
   local a, b, c, d = tonumber(ARGV[o + 6]), tonumber(ARGV[o + 7]), tonumber(ARGV[o + 8]), tonumber(ARGV[o + 9])
   if p.alg == "b" then
@@ -100,7 +101,8 @@ for i = 1, m do
       local nxt = math.max(p.tat, 0) + p.n * t
       if nxt <= tau then
         p.next, p.allowed = nxt, true
-      elseif not p.refund then
+      elseif not p.refund and (not p.first or p.tat <= tau) then
+        -- CountFirst: charged only while not in debt already
         p.next, p.allowed = math.max(p.tat, math.min(nxt, 2 * tau)), false
       else
         p.next, p.allowed = p.tat, false
@@ -146,6 +148,15 @@ for i = 1, m do
       counts[nw + 1] = cur
       -- n = 0 is a read: within the limit or not, nothing to charge.
       p.peek = p.n == 0
+      if p.early and p.first and not p.allowed and nw > 0 then
+        -- CountFirst: a sliding window charges a rejection only while the
+        -- estimate without it is not over q.
+        local full = satsum(counts, 2, nw + 1, q)
+        if full > q or counts[1] * (sub - e) > (q - full) * sub then
+          redis.call('DECRBY', p.cur_key, p.n)
+          p.free = true
+        end
+      end
     end
   end
   all = all and p.allowed
@@ -176,7 +187,7 @@ for i = 1, m do
         redis.call('SET', p.cur_key, tostring(math.max(cur - p.n, 0)), 'KEEPTTL')
         p.counts[p.nw + 1] = math.max(cur - p.n, 0)
       end
-    elseif not p.peek and (p.allowed or not p.refund) then
+    elseif not p.peek and not p.free and (p.allowed or not p.refund) then
       -- the counts the limit decided on, charged or not
       p.counts[p.nw + 1] = cur + p.n
       if charge and not p.early then

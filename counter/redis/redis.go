@@ -176,8 +176,11 @@ func (s *Store) NewAllower(l counter.Limit) (*Limiter, error) {
 	}
 	lim := &Limiter{s: s, r: r}
 	refund := "0"
-	if l.OnReject == counter.Refund {
+	switch l.OnReject {
+	case counter.Refund:
 		refund = "1"
+	case counter.CountFirst:
+		refund = "2"
 	}
 	if l.Algorithm == counter.TokenBucket {
 		t, tau, burst := r.Bucket()
