@@ -41,7 +41,9 @@ func TestCompareFlagsTheOneFieldThatDiffers(t *testing.T) {
 		{"limit remaining", func(r *rlv3.RateLimitResponse) { r.Statuses[0].LimitRemaining = 2 }, []string{"limit_remaining"}},
 		{"limit name", func(r *rlv3.RateLimitResponse) { r.Statuses[0].CurrentLimit.Name = "m" }, []string{"current_limit"}},
 		{"requests per unit", func(r *rlv3.RateLimitResponse) { r.Statuses[0].CurrentLimit.RequestsPerUnit = 6 }, []string{"current_limit"}},
-		{"unit", func(r *rlv3.RateLimitResponse) { r.Statuses[0].CurrentLimit.Unit = rlv3.RateLimitResponse_RateLimit_HOUR }, []string{"current_limit"}},
+		{"unit", func(r *rlv3.RateLimitResponse) {
+			r.Statuses[0].CurrentLimit.Unit = rlv3.RateLimitResponse_RateLimit_HOUR
+		}, []string{"current_limit"}},
 		{"no limit", func(r *rlv3.RateLimitResponse) { r.Statuses[0].CurrentLimit = nil }, []string{"current_limit"}},
 		{"reset within a second", func(r *rlv3.RateLimitResponse) { r.Statuses[0].DurationUntilReset = durationpb.New(31 * time.Second) }, nil},
 		{"reset two seconds off", func(r *rlv3.RateLimitResponse) { r.Statuses[0].DurationUntilReset = durationpb.New(32 * time.Second) }, []string{"duration_until_reset"}},
