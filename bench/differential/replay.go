@@ -40,7 +40,7 @@ type Result struct {
 
 // Difference is one unexpected difference, everything needed to replay
 // it: the seed, the step (0-based index of the request), the request and
-// both answers.
+// both answers; or a config rls refuses (Req nil, Step -1).
 type Difference struct {
 	Seed      uint64
 	Store     string
@@ -57,6 +57,9 @@ func (d Difference) String() string {
 	ds := make([]string, len(d.Diffs))
 	for i, x := range d.Diffs {
 		ds[i] = x.String()
+	}
+	if d.Req == nil { // a config refused
+		return fmt.Sprintf("seed %d store %s [%s]\n  differs: %s", d.Seed, d.Store, d.Class, strings.Join(ds, "; "))
 	}
 	return fmt.Sprintf("seed %d store %s step %d [%s]\n  request: %s\n  rls:  %s\n  peer: %s\n  differs: %s",
 		d.Seed, d.Store, d.Step, d.Class, prototext.MarshalOptions{}.Format(d.Req), d.RLS, d.Peer, strings.Join(ds, "; "))
