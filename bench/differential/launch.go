@@ -166,7 +166,11 @@ func launch(ctx context.Context, cfg Config, root, rlsDir string) (*env, error) 
 		}
 	}
 	if redis == nil {
-		c, err := procs.StartRedisCluster(ctx, filepath.Join(cfg.Dir, "peer-redis"), procs.RedisClusterConfig{})
+		rdir := filepath.Join(cfg.Dir, "peer-redis")
+		if err := os.MkdirAll(rdir, 0o755); err != nil {
+			return e, err
+		}
+		c, err := procs.StartRedisCluster(ctx, rdir, procs.RedisClusterConfig{})
 		if err != nil {
 			return e, err
 		}

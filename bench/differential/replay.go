@@ -2,6 +2,7 @@ package differential
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -35,7 +36,7 @@ type Result struct {
 	ByDeliberate map[string]int `json:"by_deliberate,omitempty"`
 	// Classes counts the unexpected requests by Difference.Class.
 	Classes     map[string]int `json:"classes,omitempty"`
-	Differences []Difference   `json:"-"`
+	Differences []Difference   `json:"differences,omitempty"`
 }
 
 // Difference is one unexpected difference, everything needed to replay
@@ -51,6 +52,29 @@ type Difference struct {
 	// Class names the differing fields and the features of the
 	// descriptors concerned (shadow, repeated, hits=0, ...).
 	Class string
+}
+
+// MarshalJSON is d with the request in protobuf text and the answers as
+// String prints them.
+func (d Difference) MarshalJSON() ([]byte, error) {
+	ds := make([]string, len(d.Diffs))
+	for i, x := range d.Diffs {
+		ds[i] = x.String()
+	}
+	v := struct {
+		Seed      uint64   `json:"seed"`
+		Store     string   `json:"store"`
+		Step      int      `json:"step"`
+		Class     string   `json:"class"`
+		Request   string   `json:"request,omitempty"`
+		RLS       string   `json:"rls,omitempty"`
+		Peer      string   `json:"peer,omitempty"`
+		Diffs     []string `json:"differs"`
+	}{Seed: d.Seed, Store: d.Store, Step: d.Step, Class: d.Class, Diffs: ds}
+	if d.Req != nil {
+		v.Request, v.RLS, v.Peer = prototext.MarshalOptions{}.Format(d.Req), d.RLS.String(), d.Peer.String()
+	}
+	return json.Marshal(v)
 }
 
 func (d Difference) String() string {
