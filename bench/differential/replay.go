@@ -62,14 +62,14 @@ func (d Difference) MarshalJSON() ([]byte, error) {
 		ds[i] = x.String()
 	}
 	v := struct {
-		Seed      uint64   `json:"seed"`
-		Store     string   `json:"store"`
-		Step      int      `json:"step"`
-		Class     string   `json:"class"`
-		Request   string   `json:"request,omitempty"`
-		RLS       string   `json:"rls,omitempty"`
-		Peer      string   `json:"peer,omitempty"`
-		Diffs     []string `json:"differs"`
+		Seed    uint64   `json:"seed"`
+		Store   string   `json:"store"`
+		Step    int      `json:"step"`
+		Class   string   `json:"class"`
+		Request string   `json:"request,omitempty"`
+		RLS     string   `json:"rls,omitempty"`
+		Peer    string   `json:"peer,omitempty"`
+		Diffs   []string `json:"differs"`
 	}{Seed: d.Seed, Store: d.Store, Step: d.Step, Class: d.Class, Diffs: ds}
 	if d.Req != nil {
 		v.Request, v.RLS, v.Peer = prototext.MarshalOptions{}.Format(d.Req), d.RLS.String(), d.Peer.String()
