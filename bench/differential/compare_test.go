@@ -114,6 +114,12 @@ func TestClassifierSortsEveryStep(t *testing.T) {
 			{request("d0_t", 5), answer(rlv3.RateLimitResponse_OVER_LIMIT, 2, 3, 50*time.Second), over, time.Second},
 			{request("d0_t", 1), ok(1), over, 2 * time.Second},
 		}, differential.Result{Requests: 3, Compared: 3, Equal: 1, Deliberate: 2, ByDeliberate: map[string]int{"hits-addend-above-limit": 2}}},
+		{"hits above the limit: the later descriptors of the identity in that request are deliberate", []step{{request("d0_t", 5, 1),
+			differential.Answer{Resp: &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OVER_LIMIT, Statuses: []*rlv3.RateLimitResponse_DescriptorStatus{
+				answer(rlv3.RateLimitResponse_OVER_LIMIT, 3, 3, 50*time.Second).Resp.Statuses[0], ok(2).Resp.Statuses[0]}}},
+			differential.Answer{Resp: &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OVER_LIMIT, Statuses: []*rlv3.RateLimitResponse_DescriptorStatus{
+				over.Resp.Statuses[0], over.Resp.Statuses[0]}}}, 0},
+		}, differential.Result{Requests: 1, Compared: 1, Deliberate: 1, ByDeliberate: map[string]int{"hits-addend-above-limit": 1}}},
 		{"hits above the limit explain nothing in the next window", []step{
 			{request("d0_t", 5), over, over, 0},
 			{request("d0_t", 1), ok(2), over, time.Minute},

@@ -172,6 +172,22 @@ func (c *Classifier) Add(i int, st Step, t0, t1 time.Time) {
 		}
 		return
 	}
+	// A descriptor that diverges the counts of its identity does so for
+	// the later descriptors of the same identity in this request too (the
+	// peer counts a request's descriptors in order).
+	within := make([]string, len(req.Descriptors))
+	for j := range req.Descriptors {
+		for _, e := range Deliberates {
+			if e.Diverges == nil || !e.Diverges(st, j) {
+				continue
+			}
+			for k := j + 1; k < len(req.Descriptors); k++ {
+				if within[k] == "" && identity(req, k) == identity(req, j) {
+					within[k] = e.Name
+				}
+			}
+		}
+	}
 	diffs := Compare(st.RLS, st.Peer)
 	explained := make([]string, len(diffs)) // by whom, "" for none
 	firstDesc := ""
@@ -180,6 +196,8 @@ func (c *Classifier) Add(i int, st Step, t0, t1 time.Time) {
 		if d.Desc >= 0 {
 			if t, ok := c.tainted[identity(req, d.Desc)]; ok {
 				explained[k] = t.name
+			} else if d.Desc < len(within) {
+				explained[k] = within[d.Desc]
 			}
 		}
 		for _, e := range Deliberates {
