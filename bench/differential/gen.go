@@ -16,20 +16,26 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/poplimit/poplimit/pop/rls"
 )
 
 // The generated name spaces are small so that keys repeat and limits are
 // reached: keys, the values a config names, the values requests send.
 var (
-	genKeys        = []string{"k0", "k1", "k2"}
-	genValues      = []string{"a", "b", "c"}
-	genWildcards   = []string{"a*", "b*"}
-	genReqValues   = []string{"a", "b", "c", "ab", "ax", "bx", "d"}
-	genUnits       = []string{"second", "minute", "hour", "day"}
-	genEntryKeys   = []string{"k0", "k1", "k2", "kx"} // kx: in no config
-	genMaxDepth    = 3
-	genMaxEntries  = 4
-	unitOfGenerate = map[string]time.Duration{"second": time.Second, "minute": time.Minute, "hour": time.Hour, "day": 24 * time.Hour}
+	genKeys      = []string{"k0", "k1", "k2"}
+	genValues    = []string{"a", "b", "c"}
+	genWildcards = []string{"a*", "b*"}
+	genReqValues = []string{"a", "b", "c", "ab", "ax", "bx", "d"}
+	genUnits     = []string{"second", "minute", "hour", "day"}
+	genEntryKeys = []string{"k0", "k1", "k2", "kx"} // kx: in no config
+)
+
+// A config is at most genMaxDepth levels deep, a descriptor at most
+// genMaxEntries entries long.
+const (
+	genMaxDepth   = 3
+	genMaxEntries = 4
 )
 
 // Node is one descriptor of a generated config.
@@ -293,8 +299,11 @@ func (rp *Replay) Units() []time.Duration {
 	var walk func([]*Node)
 	walk = func(ns []*Node) {
 		for _, n := range ns {
-			if n.Limit != nil && !n.Limit.Unlimited && !slices.Contains(out, unitOfGenerate[n.Limit.Unit]) {
-				out = append(out, unitOfGenerate[n.Limit.Unit])
+			if n.Limit != nil && !n.Limit.Unlimited {
+				u := rls.Unit(rlv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(n.Limit.Unit)]).Duration()
+				if !slices.Contains(out, u) {
+					out = append(out, u)
+				}
 			}
 			walk(n.Children)
 		}

@@ -11,6 +11,8 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/prototext"
+
+	"github.com/poplimit/poplimit/pop/rls"
 )
 
 // Result is one replay's outcome. Every request is exactly one of equal,
@@ -282,18 +284,16 @@ func windowEnd(t time.Time, unit time.Duration) time.Time {
 	return time.Unix(0, (windowOf(t, unit)+1)*int64(unit))
 }
 
-var unitOfProto = map[rlv3.RateLimitResponse_RateLimit_Unit]time.Duration{
-	rlv3.RateLimitResponse_RateLimit_SECOND: time.Second, rlv3.RateLimitResponse_RateLimit_MINUTE: time.Minute,
-	rlv3.RateLimitResponse_RateLimit_HOUR: time.Hour, rlv3.RateLimitResponse_RateLimit_DAY: 24 * time.Hour,
-}
-
 // stepUnit is the window length of descriptor j's limit as either side
 // answered it.
 func stepUnit(s Step, j int) (time.Duration, bool) {
 	for _, a := range []Answer{s.Peer, s.RLS} {
 		if st := a.Resp.GetStatuses(); j < len(st) && st[j].GetCurrentLimit() != nil {
-			u, ok := unitOfProto[st[j].GetCurrentLimit().GetUnit()]
-			return u, ok
+			u := rls.Unit(st[j].GetCurrentLimit().GetUnit())
+			if u < rls.UnitSecond || u > rls.UnitWeek {
+				return 0, false
+			}
+			return u.Duration(), true
 		}
 	}
 	return 0, false
