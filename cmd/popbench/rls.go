@@ -50,13 +50,23 @@ Conformance: replay the suites of FILE against --target (the server must have lo
 config with the same --run token and the suites' settings):
 
   popbench rls --conformance pop/rls/testdata/conformance.yaml --write-config DIR --run abc
-  popbench rls --conformance pop/rls/testdata/conformance.yaml --target ADDR --run abc`,
+  popbench rls --conformance pop/rls/testdata/conformance.yaml --target ADDR --run abc
+
+Differential: --seeds randomized replays (configs in envoyproxy/ratelimit's YAML and request
+scripts of --requests requests, from seeds --first-seed, --first-seed+1, ...) in lockstep against
+one rls per --store (memcached: over mcproxy; redis: a Redis Cluster; both, the default here) and
+--peer over a Redis Cluster. Each answer pair is compared (codes, limit_remaining, current_limit,
+duration_until_reset within 1 s); a difference is deliberate (bench/differential's Deliberates,
+with reasons), skipped (a window boundary between the two answers) or unexpected: every unexpected
+one is printed with its seed, step, request and both answers, and the command fails.
+
+  popbench rls --differential --seeds 20 --requests 2000 --peer /tmp/peer/ratelimit-bin`,
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "target", Usage: "gRPC `ADDR` to drive (repeatable: clients spread over them)"},
 			&cli.IntFlag{Name: "rls", Value: 4, Usage: "rls processes of the launched PoP (without --target)"},
 			&cli.StringFlag{Name: "rls-bin", Usage: "rls binary (default: go build ./cmd/rls)"},
 			&cli.StringSliceFlag{Name: "rls-arg", Usage: "extra rls flag (repeatable)"},
-			&cli.StringFlag{Name: "store", Value: "memcached", Usage: "the launched PoP's store: memcached (3 shards + mcproxy) or redis (a Redis Cluster of 3 masters + 3 replicas: rls --store redis://…, and --peer with its Redis backend, REDIS_TYPE=cluster, on the same cluster)"},
+			&cli.StringFlag{Name: "store", Value: "memcached", Usage: "the launched PoP's store (--differential: also both, its default): memcached (3 shards + mcproxy) or redis (a Redis Cluster of 3 masters + 3 replicas: rls --store redis://…, and --peer with its Redis backend, REDIS_TYPE=cluster, on the same cluster)"},
 			&cli.StringFlag{Name: "peer", Usage: "envoyproxy/ratelimit `BIN` to measure beside rls (memcache backend over the same memcached)"},
 			&cli.IntFlag{Name: "rounds", Value: 2, Usage: "interleaved rounds with --peer"},
 			&cli.IntFlag{Name: "limit", Value: 1000000, Usage: "requests_per_unit (per minute) of the launched config's descriptor"},
@@ -71,6 +81,10 @@ config with the same --run token and the suites' settings):
 			&cli.StringFlag{Name: "run", Usage: "the ${RUN} token (default: fresh; give the one --write-config used)"},
 			&cli.StringSliceFlag{Name: "suite", Usage: "only these suites (repeatable)"},
 			&cli.BoolFlag{Name: "peer-suites", Usage: "skip the rls_only suites (rls's deliberate differences and extensions)"},
+			&cli.BoolFlag{Name: "differential", Usage: "replay randomized scripts against rls and --peer in lockstep and compare every answer"},
+			&cli.IntFlag{Name: "seeds", Value: 20, Usage: "--differential: replays (seeds --first-seed and on)"},
+			&cli.Uint64Flag{Name: "first-seed", Value: 1, Usage: "--differential: the first seed"},
+			&cli.IntFlag{Name: "requests", Value: 2000, Usage: "--differential: requests per replay"},
 			&cli.StringFlag{Name: "dir", Usage: "keep configs and logs in `DIR` (default: a removed temp dir)"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write the load generator's own CPU profile to `FILE`"},
@@ -85,6 +99,9 @@ config with the same --run token and the suites' settings):
 			}
 			if c.String("conformance") != "" {
 				return rlsConformance(c)
+			}
+			if c.Bool("differential") {
+				return rlsDifferential(c)
 			}
 			return rlsLoad(c)
 		},
