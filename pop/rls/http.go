@@ -11,20 +11,29 @@ import (
 // maxJSONBody bounds a /json request body.
 const maxJSONBody = 1 << 20
 
+// jsonUsage is the answer to a /json request that is not a POST.
+const jsonUsage = `POST a RateLimitRequest in protobuf JSON, e.g.
+curl -s -d '{"domain":"edge","descriptors":[{"entries":[{"key":"user","value":"alice"}]}]}' http://HOST:PORT/json`
+
 // JSONHandler is envoyproxy/ratelimit's /json endpoint: a POSTed
 // RateLimitRequest in protobuf JSON is answered with the RateLimitResponse
 // in JSON, status 429 when the overall code is OVER_LIMIT, 200 otherwise;
 // a body that does not parse (or is over 1 MiB) or a refused request is
-// 400.
+// 400; a method other than POST is 405 with a usage line.
 func (s *Service) JSONHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, jsonUsage, http.StatusMethodNotAllowed)
+			return
+		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
 		var req rlv3.RateLimitRequest
 		if err == nil {
 			err = protojson.Unmarshal(body, &req)
 		}
 		if err != nil {
-			http.Error(w, "Bad Request: "+err.Error(), http.StatusBadRequest)
+			http.Error(w, "Bad Request: "+err.Error()+"\n"+jsonUsage, http.StatusBadRequest)
 			return
 		}
 		resp, err := s.ShouldRateLimit(r.Context(), &req)

@@ -138,7 +138,11 @@ func (s *Service) loaded(err error) error {
 	s.cfg.Stats.reload(err)
 	if err != nil {
 		s.lastErr.Store(&err)
-		s.cfg.Logger.Error("rls config rejected, keeping the previous one", "err", err)
+		msg := "rls config rejected, keeping the previous one"
+		if s.cur.Load() == nil {
+			msg = "rls config rejected, no config loaded yet"
+		}
+		s.cfg.Logger.Error(msg, "err", err)
 		return err
 	}
 	s.lastErr.Store(nil)
