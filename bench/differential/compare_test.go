@@ -2,7 +2,9 @@ package differential_test
 
 import (
 	"maps"
+	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -161,6 +163,33 @@ func TestEveryDeliberateDifferenceHasANameAndAReason(t *testing.T) {
 			t.Errorf("deliberate difference %q: want a unique name, a reason and a rule", d.Name)
 		}
 		seen[d.Name] = true
+	}
+}
+
+// The README's table of deliberate differences names exactly the ones the
+// harness knows.
+func TestREADMEListsEveryDeliberateDifference(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(readme), "Deliberate differences from envoyproxy/ratelimit")
+	if !ok {
+		t.Fatal("README.md: no table of deliberate differences from envoyproxy/ratelimit")
+	}
+	table, _, _ = strings.Cut(table, "\n\n#")
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z-]+)` \\|").FindAllStringSubmatch(table, -1) {
+		listed[m[1]] = true
+	}
+	for _, d := range differential.Deliberates {
+		if !listed[d.Name] {
+			t.Errorf("README.md: no row for the deliberate difference %q", d.Name)
+		}
+		delete(listed, d.Name)
+	}
+	for name := range listed {
+		t.Errorf("README.md lists %q, which the harness does not know", name)
 	}
 }
 
