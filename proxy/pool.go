@@ -516,7 +516,7 @@ type replyReader struct {
 	cur          []*Call
 	i            int
 	lastDeadline time.Time
-	owners       []*clientConn // clients with calls finished in this batch
+	owners       []answerer // clients with calls finished in this batch
 }
 
 // answer finishes the calls whose replies buf holds whole, in order, and
@@ -567,7 +567,7 @@ func (rd *replyReader) answer() (err error) {
 	// Answer each client once per batch of replies: one write carries all
 	// of a pipelining client's replies.
 	for k, o := range rd.owners {
-		o.drain()
+		o.answer()
 		rd.owners[k] = nil
 	}
 	rd.owners = rd.owners[:0]
