@@ -13,8 +13,9 @@
 //     a client's reader (parse, dispatch), clientio.go: its writer
 //     (pipelined requests answered in order);
 //   - config.go, reload.go: the Twemproxy-compatible YAML configuration
-//     and its reload;
-//   - procs.go: GOMAXPROCS that follows the load (GovernProcs, mcproxy's
-//     default): one P while one is enough, fewer thread wake-ups per
-//     request.
+//     and its reload.
+//
+// proxy/memrelease decides when the memory of clients that went idle
+// together goes back to the operating system (the Server's sweeper calls
+// it).
 package proxy
