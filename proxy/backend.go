@@ -78,7 +78,7 @@ type Call struct {
 	// wake, when set, is the client writer's wakeup, signalled by Finish
 	// after finished is set (see clientio.go).
 	wake     chan struct{}
-	owner    *clientConn // instead of wake: Finish answers what it can
+	owner    answerer // instead of wake: told once the call has finished
 	finished atomic.Bool
 	// req is the storage for Req when the proxy builds a sub-request by
 	// splitting a multi-key request over shards: Router.do counts a call
@@ -87,19 +87,28 @@ type Call struct {
 	// wire is the byte length of Req's wire form, set by Pool.Do (its
 	// queue stats subtract it when the call leaves a queue).
 	wire int
-	// budget is the client's byte budget (clientConn.held): a reply of at
-	// least bigRequest bytes is counted against it from Finish (held)
-	// until the client connection releases the call.
+	// budget is the client's byte budget: a reply of at least bigRequest
+	// bytes is counted against it from Finish (held) until the client
+	// releases the call.
 	budget *atomic.Int64
 	held   int64
 	// perKey is what the client reserved in the budget for each key's
-	// reply when it dispatched the call (clientConn.replyReserve): a big
-	// reply is counted (held) only beyond perKey times its keys.
+	// reply when it dispatched the call: a big reply is counted (held)
+	// only beyond perKey times its keys.
 	perKey int64
-	// est is the client's reply size estimate (clientConn.replyEst):
-	// a retrieval's Finish raises it to its reply's size when big, and
-	// sets it to 0 from unknown when small.
+	// est is the client's reply size estimate: a retrieval's Finish
+	// raises it to its reply's size when big, and sets it to 0 from
+	// unknown when small.
 	est *atomic.Int64
+}
+
+// An answerer is the client side of a Call: it writes the replies of its
+// calls once they have finished. Finish calls answer after the call is
+// finished; a backend finishing a batch of calls answers each answerer once,
+// after the batch. answer runs on the backend's goroutine and must not wait
+// for a backend.
+type answerer interface {
+	answer()
 }
 
 // NewCall returns an empty Call ready for Do.
@@ -111,14 +120,14 @@ func NewCall() *Call {
 // exactly once per Do.
 func (c *Call) Finish(err error) {
 	if o := c.finish(err); o != nil {
-		o.drain()
+		o.answer()
 	}
 }
 
-// finish is Finish but for answering the client connection, which it
+// finish is Finish but for answering the client, whose answerer it
 // returns (nil when the client's writer was signalled instead): a backend
-// finishing a batch of calls drains each client once.
-func (c *Call) finish(err error) *clientConn {
+// finishing a batch of calls answers each client once.
+func (c *Call) finish(err error) answerer {
 	c.Err = err
 	var big int64 // the reply's size when big, else 0
 	if len(c.Reply) >= bigRequest {

@@ -28,6 +28,8 @@ import (
 // the reader stops once the pipeline or the byte budget is full).
 const maxOutBuffered = 256 << 10
 
+var _ answerer = (*clientConn)(nil)
+
 // clientOut is a client connection's output state, under mu.
 type clientOut struct {
 	mu    sync.Mutex
@@ -77,10 +79,10 @@ func (cc *clientConn) queue(e *entry) {
 }
 
 // answerNow answers the entries that are ready: at once with a raw
-// socket (drain), else by waking the writer goroutine.
+// socket, else by waking the writer goroutine.
 func (cc *clientConn) answerNow() {
 	if cc.sock.Raw() {
-		cc.drain()
+		cc.answer()
 	} else {
 		cc.signal()
 	}
@@ -94,9 +96,10 @@ func (cc *clientConn) signal() {
 	}
 }
 
-// drain answers the ready head entries and writes them without blocking;
-// see the comment at the top of the file.
-func (cc *clientConn) drain() {
+// answer answers the ready head entries and writes them without blocking;
+// see the comment at the top of the file. It makes clientConn the answerer
+// of its calls.
+func (cc *clientConn) answer() {
 	o := &cc.out
 	o.mu.Lock()
 	cc.writeReady()
@@ -187,7 +190,7 @@ func (cc *clientConn) writeNow() {
 // writeFailed marks the output dead after a failed write: the replies
 // answered and not written are dropped at once, and so is every later
 // one (answerReady), so the entries still queued are answered to nothing
-// and closeWhenAnswered can end. Dropping buf here matters: a drain may
+// and closeWhenAnswered can end. Dropping buf here matters: an answer may
 // have filled it while writeDirect's write blocked, and answerReady stops
 // at a full buffer. out.mu is held.
 func (cc *clientConn) writeFailed() {
@@ -238,7 +241,7 @@ func (cc *clientConn) writeDirect() {
 
 // closeWhenAnswered is the end of the reader with a raw socket (entries
 // closed): it waits until every entry is answered and written, then
-// closes the connection. drain and writeDirect signal wake when that
+// closes the connection. answer and writeDirect signal wake when that
 // happens.
 func (cc *clientConn) closeWhenAnswered() {
 	o := &cc.out

@@ -251,7 +251,7 @@ func (s *Server) sweepIdle(stop <-chan struct{}) {
 		if idle > 0 {
 			s.cl.idled.Add(uint64(s.park.expire(now - idle)))
 		}
-		s.mem.maybe(s.st.parked.Load(), time.Unix(0, now), &s.wg)
+		s.mem.Maybe(s.st.parked.Load(), time.Unix(0, now), &s.wg)
 		period = every()
 		t.Reset(period)
 	}

@@ -32,13 +32,12 @@ func migServeYAML(t *testing.T, yml string) string {
 	return addr
 }
 
-// TestModulaMigration is the modula follow-up of issue 5: 10,000 keys
-// written through Debian's nutcracker with distribution modula (3 real
-// memcached shards, weights 1,2,1, named) are all read back through mcproxy
-// parsing the same nutcracker.yml (only the listen address changed). As a
-// control, the same keys read through a ketama pool over the same shards
-// (what mcproxy did before modula existed) mostly miss.
-func TestModulaMigration(t *testing.T) {
+// TestModulaReadsNutcrackerKeys: 10,000 keys written through Debian's
+// nutcracker with distribution modula (3 real memcached shards, weights
+// 1,2,1, named) are all read back through mcproxy parsing the same
+// nutcracker.yml (only the listen address changed). As a control, the same
+// keys read through a ketama pool over the same shards mostly miss.
+func TestModulaReadsNutcrackerKeys(t *testing.T) {
 	shards := fixture.Memcached(t, 3)
 	fixture.RequireNutcracker(t)
 	tests := []struct {

@@ -163,8 +163,8 @@ func (p *parker) start() bool {
 	// epoll descriptor is itself readable when it has events), never in
 	// a blocking epoll_wait: a goroutine blocked in a system call keeps
 	// its P until sysmon takes it back, up to 10 ms later when the
-	// process has been idle, and under GOMAXPROCS 1 (GovernProcs at low
-	// load) every other goroutine would wait that long.
+	// process has been idle, and under GOMAXPROCS 1 (mcproxy's default at
+	// low load) every other goroutine would wait that long.
 	ef, rc := pollableEpoll(epfd)
 	if rc == nil {
 		_ = syscall.Close(pipe[0])

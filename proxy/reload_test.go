@@ -94,10 +94,10 @@ func (m *mcConn) do(req string) (string, error) {
 	}
 }
 
-// TestReloadAddAndRemoveShardUnderLoad is issue 5's "Done when 3": while
-// clients run set/get on kept connections, a reload adds a fourth shard,
-// another removes one. No client connection drops and no request fails
-// (the removed shard still runs: its in-flight requests finish on it).
+// TestReloadAddAndRemoveShardUnderLoad: while clients run set/get on kept
+// connections, a reload adds a fourth shard, another removes one. No client
+// connection drops and no request fails (the removed shard still runs: its
+// in-flight requests finish on it).
 func TestReloadAddAndRemoveShardUnderLoad(t *testing.T) {
 	noLeaks(t)
 	ms := fixture.Memcached(t, 4)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/proxy/fastconn"
+	"github.com/poplimit/poplimit/proxy/memrelease"
 	"github.com/poplimit/poplimit/proxy/protocol"
 )
 
@@ -141,9 +142,9 @@ type Server struct {
 	cl  clientLimits
 	acc acceptStats
 
-	park   parker     // idle connections with no goroutine (Linux)
-	queues sync.Pool  // request queues of parked connections (getQueue)
-	mem    memRelease // returns idle clients' memory to the OS (sweeper)
+	park   parker              // idle connections with no goroutine (Linux)
+	queues sync.Pool           // request queues of parked connections (getQueue)
+	mem    memrelease.Releaser // returns idle clients' memory to the OS (sweeper)
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.

@@ -9,7 +9,7 @@ import (
 )
 
 // TestMcproxyProcs: by default the idle daemon runs on one P (the
-// governor of proxy.GovernProcs starts there and an idle proxy gives it no
+// governor of daemon.GovernProcs starts there and an idle proxy gives it no
 // reason to raise it); --procs N, or GOMAXPROCS in the environment, fixes
 // the count instead. Read from go_sched_gomaxprocs_threads on /metrics.
 func TestMcproxyProcs(t *testing.T) {

@@ -18,14 +18,11 @@ const gcCycles = "/gc/cycles/total:gc-cycles"
 // RunGCFloor runs a collection whenever none has run for every, until ctx
 // ends; every <= 0 returns at once.
 //
-// Why: a daemon such as mcproxy has a live heap of a few MB and allocates
-// almost nothing per request, so its collections come a minute or more
-// apart; between them each cycle pages in memory the scavenger had
-// returned, and the resident set climbs for minutes to the scavenger's
-// plateau (110% of the collector's goal). With a collection at least every
-// few seconds the resident set settles within the first cycles. Under
-// load collections are more frequent than every anyway, and RunGCFloor
-// forces none. The figures are in bench/RESULTS.md ("Figures behind code
+// Why: a daemon that allocates almost nothing per request (mcproxy)
+// collects rarely, and between collections its resident set climbs back to
+// the scavenger's plateau; regular collections keep it settled. Under load
+// collections come more often than every anyway, and RunGCFloor forces
+// none. The figures are in bench/RESULTS.md ("Figures behind code
 // defaults").
 func RunGCFloor(ctx context.Context, every time.Duration) {
 	if every <= 0 {

@@ -12,14 +12,13 @@ import (
 // The garbage collector's heap floor (StartHeapFloor; distinct from
 // RunGCFloor, which forces collections of an idle daemon).
 //
-// rls keeps little live (its config, the caches: a few MB) and allocates
-// about 1 KB per decision, so with Go's default GOGC=100 the heap goal is
-// Go's minimum, 4 MB, and the collector runs many times a second under
-// load. With a floor the goal is at least the floor while the live heap is
+// With a floor the heap goal is at least the floor while the live heap is
 // small, and Go's own (twice the live heap) once the live heap is above
-// half the floor: memory stays bounded by max(floor, 2 × live). The
-// default's measurement is in bench/RESULTS.md ("Figures behind code
-// defaults").
+// half the floor: memory stays bounded by max(floor, 2 × live). Why: a
+// daemon with a small live heap that allocates per decision (rls) would
+// otherwise sit at Go's minimum goal and collect many times a second under
+// load. The default's measurement is in bench/RESULTS.md ("Figures behind
+// code defaults").
 //
 // After every collection (a finalizer re-armed each cycle) GOGC is set so
 // that the next goal is the floor: GOGC = 100 × (floor − live) / live,

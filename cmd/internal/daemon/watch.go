@@ -1,11 +1,12 @@
 // Package daemon is the process plumbing the poplimit daemons (cmd/edge,
-// cmd/mcproxy) share: the one config-file watcher (Watch: a file change on
-// disk or SIGHUP reloads, Kubernetes ConfigMap symlink swaps included) and
-// the stop signals (StopContext: SIGTERM and SIGINT end the daemon
-// gracefully). What a reload means stays in the daemon's own package
-// (pop.Limiter.LoadFile, proxy.Proxy.ReloadFile); this package only decides
-// when to call it. It imports the standard library and fsnotify, nothing of
-// poplimit.
+// cmd/mcproxy, cmd/rls) share: the one config-file watcher (Watch: a file
+// change on disk or SIGHUP reloads, Kubernetes ConfigMap symlink swaps
+// included), the stop signals (StopContext: SIGTERM and SIGINT end the
+// daemon gracefully), and the Go runtime's tuning for a long-running
+// daemon (GovernProcs, RunGCFloor, StartHeapFloor). What a reload means
+// stays in the daemon's own package (pop.Limiter.LoadFile,
+// proxy.Proxy.ReloadFile); this package only decides when to call it. It
+// imports the standard library and fsnotify, nothing of poplimit.
 package daemon
 
 import (

@@ -1,6 +1,6 @@
 //go:build unix
 
-package proxy
+package daemon
 
 import (
 	"syscall"

@@ -1,4 +1,4 @@
-package proxy
+package daemon
 
 import (
 	"context"
@@ -10,13 +10,11 @@ import (
 // GOMAXPROCS that follows the load (mcproxy's --procs 0, the default).
 //
 // GovernProcs runs the process on one P while it is lightly or moderately
-// loaded, doubling the Ps (up to Max) once they are more than 70% busy, and
-// halving them again once the load would fit in half of them under 60%
-// busy. Why: on one P a request costs fewer thread wake-ups (a second idle
-// P makes the scheduler start a thread for every goroutine the poller
-// readies), but one P queues requests behind each other once it is busy.
-// The thresholds' measurements are in bench/RESULTS.md ("Figures behind
-// code defaults").
+// loaded, doubling the Ps (up to Max) once they are more than Raise busy,
+// and halving them again once the load would fit in half of them under
+// Lower busy. Why: one P costs fewer thread wake-ups per request, until it
+// is busy enough that requests queue behind each other. The defaults'
+// measurements are in bench/RESULTS.md ("Figures behind code defaults").
 
 // ProcsConfig configures GovernProcs. Zero means default.
 type ProcsConfig struct {
@@ -34,9 +32,7 @@ type ProcsConfig struct {
 	// Lower: when, for LowerAfter consecutive intervals, the process used
 	// less than this share of half its Ps' time, the Ps halve (at least
 	// one). Default 0.6: under Raise, so a load that halves them is under
-	// Raise on the Ps left even when fewer Ps cost no less per request
-	// (they usually cost 20–30% less: fewer wake-ups), and the count does
-	// not swing back and forth.
+	// Raise on the Ps left and the count does not swing back and forth.
 	Lower float64
 	// LowerAfter is the number of intervals under Lower before the Ps
 	// halve; default 20 (2 s at the default Interval).
@@ -129,7 +125,7 @@ func (g *procsGovernor) run(ctx context.Context) {
 		from := g.procs
 		if to := g.step(cores); to != from {
 			cfg.SetProcs(to)
-			cfg.Logger.Debug("mcproxy: GOMAXPROCS changed", "from", from, "to", to, "cores_used", cores)
+			cfg.Logger.Debug("GOMAXPROCS changed", "from", from, "to", to, "cores_used", cores)
 		}
 	}
 }
