@@ -17,16 +17,10 @@ import (
 // room. The memcached clients (counter/memcached: gomemcache through
 // NewClient, PipeStore) and mcproxy's sockets use it.
 //
-// Why: syscall.Read and syscall.Write tell the scheduler that the thread
-// enters a system call, and a write on loopback TCP runs the receiver's
-// whole network path and wakes it, so on a busy machine the thread is
-// often descheduled inside the call; sysmon then takes its P away, hands
-// it to another thread, and keeps polling every 20 µs. On a 2-core machine
-// shared with the load generator and memcached, that churn cost mcproxy
-// about a third of its CPU per request (perf: sysmon's nanosleep, futex
-// wakeups, finish_task_switch). A call on a non-blocking socket never
-// blocks, so skipping the scheduler's bookkeeping is safe: at worst the P
-// waits for the call to return.
+// Why: a blocking-style syscall.Read/Write lets sysmon hand the P to
+// another thread when a loopback write runs the receiver's network path;
+// a call on a non-blocking socket never blocks, so raw calls skip that
+// churn safely (the cost it saved is in bench/RESULTS.md).
 //
 // One goroutine reads and one writes at a time (the caller serialises
 // each side, as bufio and the proxy's loops do); read and write state are
