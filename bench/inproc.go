@@ -9,7 +9,7 @@ import (
 
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/counting"
-	"github.com/poplimit/poplimit/counter/memcached"
+	"github.com/poplimit/poplimit/counter/store"
 )
 
 // InprocConfig configures in-process workers: each is a counter.Limiter per
@@ -70,7 +70,7 @@ type Inproc struct {
 
 type inprocWorker struct {
 	store    *counting.Store
-	closer   interface{ Close() error } // the PipeStore, if any
+	closer   interface{ Close() error } // the store's connections, if any
 	limiters map[string]counter.Allower // by route path
 	skew     time.Duration
 }
@@ -109,25 +109,26 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 			continue
 		}
 		st := shared
+		var closer interface{ Close() error }
 		if st == nil {
 			servers := []string{cfg.Servers[i%len(cfg.Servers)]}
 			if cfg.Direct {
 				servers = cfg.Servers
 			}
+			sc := store.Config{Memcached: servers, Client: store.Gomemcache, Multiplex: -1, Timeout: timeout}
 			switch cfg.StoreClient {
 			case StorePipe:
-				st = memcached.NewPipeStore(memcached.PipeConfig{Addr: servers[0], Timeout: timeout})
+				sc.Client = store.Pipe
 			case StorePipeMux:
-				st = memcached.NewPipeStore(memcached.PipeConfig{Addr: servers[0], Timeout: timeout, Multiplex: 1})
-			default:
-				st = memcached.NewStore(memcached.NewClient(memcached.Config{
-					Servers: servers, Timeout: timeout}))
+				sc.Client, sc.Multiplex = store.Pipe, 1
 			}
+			sh, err := store.New(sc)
+			if err != nil {
+				return nil, err
+			}
+			st, closer = sh.Store(), sh
 		}
-		w := &inprocWorker{store: counting.New(st), limiters: map[string]counter.Allower{}}
-		if c, ok := st.(*memcached.PipeStore); ok {
-			w.closer = c
-		}
+		w := &inprocWorker{store: counting.New(st), closer: closer, limiters: map[string]counter.Allower{}}
 		if len(cfg.Skew) > 0 {
 			w.skew = cfg.Skew[i%len(cfg.Skew)]
 		}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
-	"github.com/poplimit/poplimit/counter/memcached"
+	"github.com/poplimit/poplimit/counter/store"
 	"github.com/poplimit/poplimit/pop"
 )
 
@@ -79,7 +79,7 @@ type openTargets struct {
 
 // incrOp is one gomemcache incr of a Zipf key (created on its first miss,
 // as a counter does): the raw request of the floor and proxy paths.
-func incrOp(st *memcached.Store, keys []string) openOp {
+func incrOp(st counter.Store, keys []string) openOp {
 	return func(ctx context.Context, _ int, k uint64) error {
 		key := keys[k%uint64(len(keys))]
 		_, err := st.Incr(ctx, key, 1)
@@ -139,8 +139,9 @@ func popOp(store counter.Store, quantity int64, keys []string) (openOp, error) {
 // openPaths builds the named paths over t. The closed-loop capacity
 // probe uses one path more, as many workers as the schedule's.
 func openPaths(names []string, t *openTargets) ([]*openPath, error) {
-	gomc := func(addr string) *memcached.Store {
-		return memcached.NewStore(memcached.NewClient(memcached.Config{Servers: []string{addr}, Timeout: time.Second}))
+	gomc := func(addr string) counter.Store {
+		sh, _ := store.New(store.Config{Memcached: []string{addr}, Client: store.Gomemcache, Timeout: time.Second}) // a gomemcache Config New never refuses
+		return sh.Store()
 	}
 	var out []*openPath
 	for _, name := range names {
@@ -165,8 +166,11 @@ func openPaths(names []string, t *openTargets) ([]*openPath, error) {
 			var st counter.Store = gomc(t.mcAddr)
 			p.Detail = "pop decision (sliding window) over gomemcache through mcproxy (edge --store-client gomemcache)"
 			if name == PathPopPipe {
-				ps := memcached.NewPipeStore(memcached.PipeConfig{Addr: t.mcAddr, Timeout: time.Second, Multiplex: 1})
-				st, p.close = ps, func() { ps.Close() }
+				sh, err := store.New(store.Config{Memcached: []string{t.mcAddr}, Timeout: time.Second})
+				if err != nil {
+					return nil, fmt.Errorf("%w: %s: %v", ErrOpenLoop, name, err)
+				}
+				st, p.close = sh.Store(), func() { sh.Close() }
 				p.Detail = "pop decision (sliding window) over PipeStore, one multiplexed connection, through mcproxy (edge's and rls's default: --store-client pipe --store-multiplex 1)"
 			}
 			op, err := popOp(st, t.quantity, t.keys)

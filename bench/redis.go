@@ -9,7 +9,7 @@ import (
 
 	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/counter"
-	"github.com/poplimit/poplimit/counter/redis"
+	"github.com/poplimit/poplimit/counter/store"
 )
 
 // startRedis starts the Redis Cluster of a StoreRedis PoP in its Dir.
@@ -72,11 +72,7 @@ func (p *PoP) redisPids() []int {
 // newRedisWorker is in-process worker i, counting in the Redis Cluster of
 // url: its own Store (connections), one counter/redis Limiter per route.
 func newRedisWorker(routes []Route, cfg InprocConfig, i int, url string, timeout time.Duration) (*inprocWorker, error) {
-	addrs, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, err
-	}
-	st, err := redis.New(redis.Config{Addrs: addrs, Timeout: timeout, ServerTime: cfg.RedisServerTime})
+	st, err := store.New(store.Config{Redis: url, Timeout: timeout, RedisServerTime: cfg.RedisServerTime})
 	if err != nil {
 		return nil, err
 	}

@@ -50,7 +50,8 @@ policies:
 }
 
 // The library in a few lines: Open counts in the PoP's memcached through
-// the host's mcproxy (Memcached: "127.0.0.1:7411"); here "" counts in
+// the host's mcproxy (Store: store.Config{Memcached:
+// []string{"127.0.0.1:7411"}}); here the zero store.Config counts in
 // process. The policy: 2 requests per second per client IP.
 func ExampleOpen() {
 	serve(os.Stdout, pop.Options{})

@@ -11,7 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/counter"
-	"github.com/poplimit/poplimit/counter/memcached"
+	"github.com/poplimit/poplimit/counter/store"
 	"github.com/poplimit/poplimit/pop"
 	"github.com/poplimit/poplimit/pop/global"
 )
@@ -44,8 +44,11 @@ func Wire(c *cli.Context, local counter.Store, workers int, reg prometheus.Regis
 	}
 	// The pipelined client: a claim (add-if-absent + incr) is one round
 	// trip across regions.
-	cfg.Home = memcached.NewPipeStore(memcached.PipeConfig{Addr: addr, Timeout: time.Second})
-	var err error
+	home, err := store.New(store.Config{Memcached: []string{addr}, Multiplex: -1, Timeout: time.Second})
+	if err != nil {
+		return nil, nil, fmt.Errorf("--global-memcached: %w", err)
+	}
+	cfg.Home = home.Store()
 	if cfg.Metrics, err = global.NewMetrics(reg); err != nil {
 		return nil, nil, err
 	}
