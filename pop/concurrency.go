@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // errBreakerOpen stands for the store error of a call not made.
@@ -48,12 +49,12 @@ const concEpochs = 4
 
 // concRule is one compiled concurrency limit.
 type concRule struct {
-	spec  LimitSpec
+	spec  policy.LimitSpec
 	epoch time.Duration // max_request_time / concEpochs, at least 1ms
 	ttl   time.Duration // of an epoch counter: outlives its last read
 }
 
-func newConcRule(ls LimitSpec) *concRule {
+func newConcRule(ls policy.LimitSpec) *concRule {
 	e := max(ls.Concurrency.MaxRequestTime/concEpochs, time.Millisecond)
 	// Created at the earliest at its epoch's start, read until the end of
 	// epoch e+concEpochs: (concEpochs+1)·E, plus a second for memcached's
@@ -192,7 +193,7 @@ func parseStoreCount(b []byte) int64 {
 // back and the request is rejected (429, Retry-After the limit's
 // retry_after). On store failure the policy's fail mode applies: closed
 // answers 503, open and local admit without a slot.
-func (l *Limiter) acquireConc(ctx context.Context, p *policy, rs *rules, parts []string, now time.Time) ([]concSlot, *Decision) {
+func (l *Limiter) acquireConc(ctx context.Context, p *compiledPolicy, rs *rules, parts []string, now time.Time) ([]concSlot, *Decision) {
 	slots := make([]concSlot, 0, len(rs.conc))
 	for _, c := range rs.conc {
 		id := counter.Key(append(parts[:len(parts):len(parts)], "l", c.spec.Limit.Name)...)
@@ -205,7 +206,7 @@ func (l *Limiter) acquireConc(ctx context.Context, p *policy, rs *rules, parts [
 		}
 		if err != nil {
 			l.cfg.Metrics.concurrency(p.spec.Name, "store_error")
-			if p.spec.FailMode == FailClosed {
+			if p.spec.FailMode == policy.FailClosed {
 				l.releaseAll(ctx, p.spec.Name, slots)
 				return nil, &Decision{Reason: ReasonFailClosed, Status: http.StatusServiceUnavailable,
 					Binding: LimitResult{Result: counter.Result{RetryAfter: l.cfg.Breaker.openFor()}}}

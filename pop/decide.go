@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // Decide decides r at now. It never returns an error: store trouble is
@@ -30,7 +31,7 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 	if s == nil {
 		return Decision{Allowed: true, Reason: ReasonNoPolicy}
 	}
-	ip := s.file.TrustedProxies.ClientIPHops(r, s.file.maxHops())
+	ip := ClientIP(r, s.file.TrustedProxies, s.file.MaxHops())
 	// Per-IP counts key on the client's network (ip_prefix: an IPv6 /64
 	// by default), so rotating addresses within it shares one count.
 	cnet := s.file.ClientNet(ip)
@@ -53,9 +54,9 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 	id := Identity{IP: cnet, Route: pattern}
 	tier := p.spec.DefaultTier
 	if p.needKey {
-		id.APIKey = s.file.APIKey.Extract(r)
+		id.APIKey = APIKey(r, s.file.APIKey)
 		if id.APIKey != "" {
-			rec, keyID, known := s.file.lookupKey(id.APIKey)
+			rec, keyID, known := s.file.LookupKey(id.APIKey)
 			switch {
 			case known && rec.Inactive, !known && s.file.RejectUnknownKeys:
 				// A revoked key (403) or, per policy, an unknown one
@@ -74,7 +75,7 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 				}
 			case len(s.file.Keys) == 0:
 				// No key records: keys are taken as they come.
-				id.KeyID = KeyID(id.APIKey)
+				id.KeyID = policy.KeyID(id.APIKey)
 			default:
 				// Unknown key while records exist: anonymous, so rotating
 				// made-up keys cannot mint fresh identities.
@@ -102,28 +103,28 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 // name, then a (label, value) pair per identity part. A missing part is
 // replaced by the client IP (label "anon"), so anonymous traffic is still
 // counted per client.
-func identityParts(dst []string, spec PolicySpec, id Identity) []string {
+func identityParts(dst []string, spec policy.PolicySpec, id Identity) []string {
 	dst = append(dst, spec.Name)
 	ip := ""
 	for _, pt := range spec.Identity {
 		var label, v string
 		switch pt {
-		case PartIP:
+		case policy.PartIP:
 			label = "ip"
-		case PartAPIKey:
+		case policy.PartAPIKey:
 			label, v = "k", id.KeyID
-		case PartUser:
+		case policy.PartUser:
 			label, v = "u", id.User
-		case PartTenant:
+		case policy.PartTenant:
 			label, v = "t", id.Tenant
-		case PartRoute:
+		case policy.PartRoute:
 			label, v = "r", id.Route
 		}
 		if v == "" {
 			if ip == "" {
 				ip = id.IP.String()
 			}
-			if pt != PartIP {
+			if pt != policy.PartIP {
 				label = "anon"
 			}
 			v = ip
@@ -156,7 +157,7 @@ func (l *Limiter) finish(d *Decision, now time.Time, ip netip.Addr, id Identity)
 
 // decide runs mitigation cache → breaker → leases → shared count → fail
 // mode for one identity.
-func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []string, now time.Time) Decision {
+func (l *Limiter) decide(ctx context.Context, p *compiledPolicy, rs *rules, parts []string, now time.Time) Decision {
 	mitKey := counter.Key(parts...)
 	var kbuf [4]string // most rules have few limits: no allocation
 	var keys []string
@@ -192,7 +193,7 @@ func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []stri
 
 // decideCount runs breaker → leases → shared count → fail mode, the dry
 // run beside, and remembers a rejection (mitigation cache and flags).
-func (l *Limiter) decideCount(ctx context.Context, p *policy, rs *rules, keys []string, mitKey string, fl flags, now time.Time) Decision {
+func (l *Limiter) decideCount(ctx context.Context, p *compiledPolicy, rs *rules, keys []string, mitKey string, fl flags, now time.Time) Decision {
 	if !rs.countsAtAdmission() {
 		return Decision{Allowed: true, Reason: ReasonStore}
 	}
@@ -368,12 +369,12 @@ func verdict(all []LimitResult, consulted int, reason Reason) Decision {
 }
 
 // fallback applies the policy's fail mode when the store is unavailable.
-func (l *Limiter) fallback(ctx context.Context, p *policy, rs *rules, keys []string, now time.Time) Decision {
+func (l *Limiter) fallback(ctx context.Context, p *compiledPolicy, rs *rules, keys []string, now time.Time) Decision {
 	switch p.spec.FailMode {
-	case FailClosed:
+	case policy.FailClosed:
 		return Decision{Reason: ReasonFailClosed, Status: http.StatusServiceUnavailable,
 			Binding: LimitResult{Result: counter.Result{RetryAfter: l.cfg.Breaker.openFor()}}}
-	case FailLocal:
+	case policy.FailLocal:
 		return l.local(ctx, rs, keys, now, ReasonFailLocal)
 	}
 	return Decision{Allowed: true, Reason: ReasonFailOpen}

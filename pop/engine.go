@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // RuleSpec is one named rule of a RuleSet: a compound of limits (all must
@@ -23,11 +24,11 @@ type RuleSpec struct {
 	Name string
 	// Limits are enforced together; at least one. Limit names must be
 	// unique within the rule.
-	Limits []LimitSpec
+	Limits []policy.LimitSpec
 	// FailMode applies when the store cannot be consulted.
-	FailMode FailMode
+	FailMode policy.FailMode
 	// Lease enables token leasing (requests of one unit only).
-	Lease LeaseSpec
+	Lease policy.LeaseSpec
 }
 
 // RuleSet is an immutable set of compiled rules. Build it with
@@ -39,7 +40,7 @@ type RuleSet struct {
 // Rule is one compiled rule: the same limits, mitigation cache, fail mode
 // and leases the HTTP path uses for a policy.
 type Rule struct {
-	p  *policy
+	p  *compiledPolicy
 	rs *rules
 	// variants holds the rule compiled for a cost of hits × LimitSpec.Cost
 	// per request, by hits (hits ≥ 2), built on first use.
@@ -72,7 +73,7 @@ func (s *RuleSet) Len() int {
 // Spec is the definition r was compiled from.
 func (r *Rule) Spec() RuleSpec {
 	t := r.p.spec
-	specs := make([]LimitSpec, len(r.rs.limits))
+	specs := make([]policy.LimitSpec, len(r.rs.limits))
 	for i, l := range r.rs.limits {
 		specs[i] = l.spec
 	}
@@ -104,8 +105,8 @@ func (l *Limiter) CompileRules(specs []RuleSpec, old *RuleSet) (*RuleSet, error)
 				return nil, fmt.Errorf("%w: rule %q limit %q: %w", ErrConfig, spec.Name, ls.Limit.Name, err)
 			}
 		}
-		ps := PolicySpec{Name: spec.Name, FailMode: spec.FailMode, Lease: spec.Lease}
-		f := &File{Tiers: map[string]TierSpec{ruleTier: {Name: ruleTier, Limits: spec.Limits}}}
+		ps := policy.PolicySpec{Name: spec.Name, FailMode: spec.FailMode, Lease: spec.Lease}
+		f := &policy.File{Tiers: map[string]policy.TierSpec{ruleTier: {Name: ruleTier, Limits: spec.Limits}}}
 		fp := fingerprint(ps, f)
 		if o := old.Rule(spec.Name); o != nil && o.p.fingerprint == fp {
 			s.rules[spec.Name] = o
@@ -331,12 +332,12 @@ func (l *Limiter) peekRule(ctx context.Context, r *Rule, parts []string, now tim
 }
 
 func (l *Limiter) peekFallback(r *Rule) Decision {
-	if r.p.spec.FailMode == FailClosed {
+	if r.p.spec.FailMode == policy.FailClosed {
 		return Decision{Reason: ReasonFailClosed, Status: http.StatusServiceUnavailable,
 			Binding: LimitResult{Result: counter.Result{RetryAfter: l.cfg.Breaker.openFor()}}}
 	}
 	reason := ReasonFailOpen
-	if r.p.spec.FailMode == FailLocal {
+	if r.p.spec.FailMode == policy.FailLocal {
 		reason = ReasonFailLocal
 	}
 	return Decision{Allowed: true, Reason: reason}

@@ -9,20 +9,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
-)
-
-// BodyFormat selects the body of a rejection (`rejection_body:`).
-type BodyFormat int
-
-const (
-	// BodyJSON is {"error":"rate_limit_exceeded","retry_after":N}
-	// (default).
-	BodyJSON BodyFormat = iota
-	// BodyProblem is an RFC 9457 application/problem+json body with the
-	// problem types of draft-ietf-httpapi-ratelimit-headers: quota-exceeded
-	// (429) and temporary-reduced-capacity (503, the limiter unavailable
-	// and the policy failing closed).
-	BodyProblem
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // Problem types of draft-ietf-httpapi-ratelimit-headers (section 5).
@@ -61,7 +48,7 @@ func windowOf(lr LimitResult) time.Duration {
 	}
 	if l.Algorithm == counter.TokenBucket && l.Quantity > 0 {
 		t := (l.Window + time.Duration(l.Quantity) - 1) / time.Duration(l.Quantity)
-		return t * time.Duration(allowanceOf(l))
+		return t * time.Duration(policy.Allowance(l))
 	}
 	return l.Window
 }
@@ -90,8 +77,8 @@ func effectiveWindow(lr LimitResult) time.Duration {
 func seconds(d time.Duration) int64 { return min(ceilSeconds(d), secondsCap) }
 
 // writeRejection answers a rejected decision with body format f.
-func writeRejection(w http.ResponseWriter, d Decision, f BodyFormat) {
-	if f != BodyProblem {
+func writeRejection(w http.ResponseWriter, d Decision, f policy.BodyFormat) {
+	if f != policy.BodyProblem {
 		WriteRejection(w, d)
 		return
 	}
@@ -172,9 +159,9 @@ func hasCalendar(lrs []LimitResult) bool {
 }
 
 // bodyFormat is the current policy file's rejection_body.
-func (l *Limiter) bodyFormat() BodyFormat {
+func (l *Limiter) bodyFormat() policy.BodyFormat {
 	if s := l.snap.Load(); s != nil {
 		return s.file.RejectionBody
 	}
-	return BodyJSON
+	return policy.BodyJSON
 }

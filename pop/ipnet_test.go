@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // ipDoc: a per-IP limit of 3 and a pre-filter of 5 per network; %s is
@@ -62,7 +63,7 @@ func TestIPv6RotationSharesOneCount(t *testing.T) {
 }
 
 func TestClientNet(t *testing.T) {
-	f := &File{}
+	f := &policy.File{}
 	for in, want := range map[string]string{
 		"2001:db8:1:2:3:4:5:6": "2001:db8:1:2::",
 		"192.0.2.77":           "192.0.2.77",

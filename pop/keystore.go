@@ -1,8 +1,7 @@
 package pop
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"github.com/poplimit/poplimit/pop/policy"
 	"net/http"
 )
 
@@ -16,32 +15,12 @@ const (
 	ReasonKeyUnknown Reason = "key_unknown"
 )
 
-// KeyDigest is the lower-case hex SHA-256 digest of an API key (64
-// characters): how File.Keys is keyed when File.KeyDigests is set, and
-// how pop/pgpolicy stores keys. KeyID(k) is its first 24 characters.
-func KeyDigest(apiKey string) string {
-	sum := sha256.Sum256([]byte(apiKey))
-	return hex.EncodeToString(sum[:])
-}
-
-// lookupKey finds the record of apiKey, by digest when f.KeyDigests; keyID
-// is KeyID(apiKey) when known.
-func (f *File) lookupKey(apiKey string) (rec KeyRecord, keyID string, known bool) {
-	if !f.KeyDigests {
-		rec, known = f.Keys[apiKey]
-		return rec, KeyID(apiKey), known
-	}
-	d := KeyDigest(apiKey)
-	rec, known = f.Keys[d]
-	return rec, d[:24], known
-}
-
 // LoadPolicy installs f, a File built by a policy source (pop/pgpolicy)
 // rather than parsed from YAML: f must not be modified afterwards. On
 // error the current snapshot stays in place. A source validates what it
-// builds (pop.Parse of a generated document does); LoadPolicy compiles it
+// builds (policy.Parse of a generated document does); LoadPolicy compiles it
 // as LoadBytes does.
-func (l *Limiter) LoadPolicy(f *File) error {
+func (l *Limiter) LoadPolicy(f *policy.File) error {
 	if f == nil {
 		return l.loaded("", ErrNoPolicy)
 	}

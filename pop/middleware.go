@@ -1,6 +1,7 @@
 package pop
 
 import (
+	"github.com/poplimit/poplimit/pop/policy"
 	"net/http"
 	"strconv"
 	"strings"
@@ -125,8 +126,8 @@ func ceilSeconds(d time.Duration) int64 {
 // (effectiveWindow).
 //
 // Nothing is written when d consulted no limit.
-func WriteHeaders(h http.Header, d Decision, mode HeaderMode) {
-	if !d.limited() || mode == HeadersNone {
+func WriteHeaders(h http.Header, d Decision, mode policy.HeaderMode) {
+	if !d.limited() || mode == policy.HeadersNone {
 		return
 	}
 	res := d.Binding.Result
@@ -135,8 +136,8 @@ func WriteHeaders(h http.Header, d Decision, mode HeaderMode) {
 		lim = d.Binding.Limit.Quantity
 	}
 	reset := seconds(effectiveWindow(d.Binding))
-	seed := mode == HeadersBoth || mode == HeadersSeed
-	draft := mode == HeadersBoth || mode == HeadersDraft11
+	seed := mode == policy.HeadersBoth || mode == policy.HeadersSeed
+	draft := mode == policy.HeadersBoth || mode == policy.HeadersDraft11
 	// Every value is appended to one buffer, turned into one string and
 	// sliced: two allocations per response (that string and the backing
 	// array of the header value slices) whatever the mode.
@@ -200,7 +201,7 @@ func WriteHeaders(h http.Header, d Decision, mode HeaderMode) {
 // compile, unless it has calendar windows): `"name";q=Q;w=W` per limit,
 // comma separated. Q is the allowance the count reported (Result.Limit),
 // or, for a limit not consulted, the one it is configured with
-// (allowanceOf: a token bucket's burst); W is the window (windowOf: a
+// (policy.Allowance: a token bucket's burst); W is the window (windowOf: a
 // bucket's time to refill Q, a calendar window's true length) in whole
 // seconds, rounded up, at least 1.
 func appendPolicyField(b []byte, limits []LimitResult) []byte {
@@ -210,7 +211,7 @@ func appendPolicyField(b []byte, limits []LimitResult) []byte {
 		}
 		q := lr.Result.Limit
 		if q == 0 {
-			q = allowanceOf(lr.Limit)
+			q = policy.Allowance(lr.Limit)
 		}
 		b = appendSFString(b, lr.Limit.Name)
 		b = append(b, ";q="...)

@@ -29,12 +29,14 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // Sentinel errors, tested with errors.Is.
 var (
-	// ErrInvalidPolicy wraps every policy file validation error.
-	ErrInvalidPolicy = errors.New("pop: invalid policy")
+	// ErrInvalidPolicy wraps every policy file validation error: it is
+	// policy.ErrInvalidPolicy, for callers of Open and LoadFile.
+	ErrInvalidPolicy = policy.ErrInvalidPolicy
 	// ErrNoPolicy is returned when a Limiter is used before a snapshot was
 	// loaded.
 	ErrNoPolicy = errors.New("pop: no policy loaded")

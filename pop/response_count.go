@@ -23,7 +23,7 @@ import (
 
 // completion is what Finish owes an admitted request.
 type completion struct {
-	p      *policy
+	p      *compiledPolicy
 	rs     *rules
 	keys   []string // per rs.limits, as counted at admission
 	mitKey string
@@ -33,7 +33,7 @@ type completion struct {
 
 // admitted takes the concurrency slots of an admitted d and arms its
 // completion; a refused slot turns d into the rejection.
-func (l *Limiter) admitted(ctx context.Context, p *policy, rs *rules, parts, keys []string, d *Decision, now time.Time) {
+func (l *Limiter) admitted(ctx context.Context, p *compiledPolicy, rs *rules, parts, keys []string, d *Decision, now time.Time) {
 	var slots []concSlot
 	if len(rs.conc) > 0 {
 		var rej *Decision

@@ -3,6 +3,7 @@ package pop
 import (
 	"context"
 	"fmt"
+	"github.com/poplimit/poplimit/pop/policy"
 	"net/http/httptest"
 	"strconv"
 	"testing"
@@ -55,7 +56,7 @@ policies:
 					t.Fatalf("request 301 admitted: %+v", d)
 				}
 				rec := httptest.NewRecorder()
-				WriteHeaders(rec.Header(), d, HeadersBoth)
+				WriteHeaders(rec.Header(), d, policy.HeadersBoth)
 				WriteRejection(rec, d)
 				ra := rec.Header().Get("Retry-After")
 				if reset := rec.Header().Get("Ratelimit-Reset"); reset != ra {

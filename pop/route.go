@@ -153,26 +153,6 @@ func unhex(c byte) byte {
 	return c - 'A' + 10
 }
 
-// patternHasUpper reports upper-case letters in the path of a ServeMux
-// pattern "[METHOD ][HOST]/PATH", outside {wildcards}.
-func patternHasUpper(pat string) bool {
-	if i := strings.IndexByte(pat, '/'); i >= 0 {
-		pat = pat[i:]
-	}
-	depth := 0
-	for i := 0; i < len(pat); i++ {
-		switch c := pat[i]; {
-		case c == '{':
-			depth++
-		case c == '}':
-			depth--
-		case depth == 0 && c >= 'A' && c <= 'Z':
-			return true
-		}
-	}
-	return false
-}
-
 // unmatchedRoute is the Identity.Route of a request decided by the default
 // policy (no route matched).
 const unmatchedRoute = "(unmatched)"

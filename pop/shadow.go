@@ -29,7 +29,7 @@ const ShadowHeader = "X-RateLimit-Shadow"
 // d and records in d.Shadow the one that would have rejected an admitted
 // request. A store error leaves d alone: a dry run never changes a
 // decision.
-func (l *Limiter) shadowPass(ctx context.Context, p *policy, rs *rules, keys []string, mitKey string, fl flags, d *Decision, now time.Time) {
+func (l *Limiter) shadowPass(ctx context.Context, p *compiledPolicy, rs *rules, keys []string, mitKey string, fl flags, d *Decision, now time.Time) {
 	if e, ok := p.mit.get(mitKey+flagShadow, now); ok && e.tier == rs.tier {
 		if d.Allowed {
 			d.Shadow = e.binding.Limit.Name
