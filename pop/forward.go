@@ -3,7 +3,6 @@ package pop
 import (
 	"context"
 	"errors"
-	"github.com/poplimit/poplimit/pop/policy"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // ForwardConfig configures Limiter.Forwarder. Zero means default.

@@ -1,13 +1,14 @@
 package pop
 
 import (
-	"github.com/poplimit/poplimit/pop/policy"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 func TestClientIP(t *testing.T) {

@@ -277,6 +277,18 @@ func (l *Limiter) LoadFile(path string) error {
 	return l.install(f)
 }
 
+// LoadPolicy installs f, a File built by a policy source (pop/pgpolicy)
+// rather than parsed from YAML: f must not be modified afterwards. On
+// error the current snapshot stays in place. A source validates what it
+// builds (policy.Parse of a generated document does); LoadPolicy compiles it
+// as LoadBytes does.
+func (l *Limiter) LoadPolicy(f *policy.File) error {
+	if f == nil {
+		return l.loaded("", ErrNoPolicy)
+	}
+	return l.install(f)
+}
+
 // LoadBytes is LoadFile for an in-memory document labelled name.
 func (l *Limiter) LoadBytes(name string, data []byte) error {
 	f, err := policy.Parse(name, data)

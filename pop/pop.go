@@ -68,8 +68,32 @@ const (
 	// is 499 (client closed request).
 	ReasonCanceled Reason = "canceled"
 	// ReasonConcurrency: a concurrency limit had every slot of the
-	// identity in flight (concurrency.go); 429.
+	// identity in flight (finish.go); 429.
 	ReasonConcurrency Reason = "concurrency"
+)
+
+// Reasons of the key checks a policy source with key states enables.
+const (
+	// ReasonKeyInactive: the request's API key has a record marked
+	// inactive (revoked). Rejected with 403: not a quota answer.
+	ReasonKeyInactive Reason = "key_inactive"
+	// ReasonKeyUnknown: the request's API key has no record while the
+	// file says unknown keys are refused (File.RejectUnknownKeys): 401.
+	ReasonKeyUnknown Reason = "key_unknown"
+)
+
+// Reasons of decisions taken by the local budget while the store is alive.
+const (
+	// ReasonStoreSlow: the store answered other calls within the breaker
+	// window but this decision ran out of its deadline (a burst made the
+	// store slow, it is not dead). Decided by the conservative local
+	// budget (limit ÷ WorkersPerPoP per worker), whatever the fail mode:
+	// never a fail-open, never a 503.
+	ReasonStoreSlow Reason = "store_slow"
+	// ReasonStoreBusy: MaxInFlight decisions were already waiting on the
+	// store and no slot freed within InFlightWait. Decided by the local
+	// budget like ReasonStoreSlow.
+	ReasonStoreBusy Reason = "store_busy"
 )
 
 // LimitResult is the answer of one limit of a compound rule.
@@ -99,7 +123,7 @@ type Decision struct {
 	All []LimitResult
 
 	// Shadow names the dry-run limit that would have rejected this
-	// admitted request ("" when none would have): shadow.go.
+	// admitted request ("" when none would have): decide.go, shadowPass.
 	Shadow string
 	// ShadowBinding is the dry-run limits' closest result, as Binding is
 	// the enforcing ones'. Zero when the rule has none or the store was

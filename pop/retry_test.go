@@ -3,11 +3,12 @@ package pop
 import (
 	"context"
 	"fmt"
-	"github.com/poplimit/poplimit/pop/policy"
 	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // TestRetryAfterOfABurstAdmitsOnEveryWorker: four workers share one store;

@@ -42,7 +42,7 @@ type rules struct {
 	// policyField is the draft-11 RateLimit-Policy value of the shared
 	// limits, built once.
 	policyField string
-	// conc are the concurrency limits (concurrency.go), taken after the
+	// conc are the concurrency limits (finish.go), taken after the
 	// rate limits admitted.
 	conc []*concRule
 	// shadow: some limit is a dry run; flagged: some limit has a
@@ -65,7 +65,7 @@ type rule struct {
 	// (LimitSpec.Cost, at least 1): counter.Check.Cost.
 	cost int64
 	// shadow: a dry run (the limit's, its policy's or Config.Shadow);
-	// after: counted once the response is known (response_count.go).
+	// after: counted once the response is known (finish.go).
 	shadow, after bool
 }
 
