@@ -1,5 +1,7 @@
 package pop
 
+// The admin endpoints: health and reload.
+
 import (
 	"crypto/subtle"
 	"encoding/json"

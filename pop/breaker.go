@@ -1,5 +1,9 @@
 package pop
 
+// When the store fails: the circuit breaker (evidence of death), the
+// bound on store calls in flight, the local budget a slow or busy store
+// falls back to, and the fail modes of a dead one.
+
 import (
 	"context"
 	"errors"

@@ -1,7 +1,10 @@
 package pop
 
-// One decision: identity, policy, mitigation cache, breaker, in-flight
-// slot, leases and the shared count, fail modes.
+// The decision pipeline, top-down (Limiter.Decide): identify
+// (identity.go), the policy (snapshot.go, route.go), the mitigation cache
+// (mitigation.go), then step 4, the count: breaker, in-flight slot,
+// leases, the shared count and its dry-run limits. A dead, slow or busy
+// store hands over to breaker.go; the answer is written by middleware.go.
 
 import (
 	"context"

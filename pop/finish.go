@@ -1,5 +1,9 @@
 package pop
 
+// What a decision leaves open until the response is known
+// (Limiter.Finish): concurrency slots, released at the end, and the limits
+// that count by response (count_if, cost_header), charged then.
+//
 // Concurrency limits: at most N requests of one identity in flight across
 // the PoP, counted in the shared store with memcached's primitives only
 // (add, incr, decr, get with TTLs).

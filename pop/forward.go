@@ -1,5 +1,7 @@
 package pop
 
+// The forwarding headers the edge sends upstream.
+
 import (
 	"context"
 	"errors"

@@ -1,5 +1,8 @@
 package pop
 
+// Step 1 of a decision, identify: the client IP behind trusted proxies
+// and the API key, as the policy file says to find them.
+
 import (
 	"net"
 	"net/http"

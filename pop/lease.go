@@ -1,5 +1,8 @@
 package pop
 
+// Token leases: a worker reserves a batch of a hot key's shared count in
+// one store call and serves it locally.
+
 import (
 	"context"
 	"math"

@@ -1,5 +1,7 @@
 package pop
 
+// The Limiter: its Config, construction, and installing a policy.
+
 import (
 	"context"
 	"errors"

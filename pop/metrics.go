@@ -1,5 +1,7 @@
 package pop
 
+// Prometheus metrics, in an explicit registry.
+
 import (
 	"errors"
 	"sync"

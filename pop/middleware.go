@@ -1,5 +1,8 @@
 package pop
 
+// Step 5, the answer: the HTTP middleware, the RateLimit-* fields and
+// Retry-After, and the rejection bodies (429, 503, key refusals).
+
 import (
 	"net/http"
 	"strconv"

@@ -1,5 +1,10 @@
 package pop
 
+// Step 3, the mitigation cache: an identity known to be over a limit is
+// rejected locally until its estimate falls back, with zero store
+// operations; flags shared through the store carry mitigation timeouts
+// to every worker of the PoP.
+
 import (
 	"context"
 	"errors"

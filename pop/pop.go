@@ -10,9 +10,20 @@
 // breaker, with a per-policy fail mode (open, closed, local) → optional token
 // leases served locally.
 //
-// Policies and tiers come from a YAML file (see testdata/policies/example.yml)
-// and are swapped atomically on reload (file watch, SIGHUP, admin endpoint);
-// in-flight requests finish under the snapshot they started with.
+// Policies and tiers come from a YAML file (see testdata/policies/example.yml),
+// parsed and validated by package pop/policy, and are swapped atomically on
+// reload (file watch, SIGHUP, admin endpoint); in-flight requests finish
+// under the snapshot they started with.
+//
+// Reading order, one decision top-down (Limiter.Decide, decide.go):
+// identity.go (identify) → snapshot.go, route.go (the policy snapshot and
+// the route matched) → mitigation.go (the mitigation cache) → decide.go
+// (the count; breaker.go when the store is dead, slow or busy; lease.go
+// for local token leases; finish.go for what is settled after the
+// response) → middleware.go (the answer: headers and rejection bodies).
+// Around it: limiter.go (Config, New, loading a policy), open.go (Open),
+// engine.go (the same engine without HTTP, for pop/rls), metrics.go,
+// events.go, admin.go, forward.go.
 //
 // pop never speaks the memcached protocol itself: Open builds the usual
 // shared limiters (counter.New over a memcached.Store or

@@ -1,5 +1,8 @@
 package pop
 
+// Step 2, the route: the canonical path of a request and the policy route
+// it matches, memoised per snapshot.
+
 import (
 	"net/http"
 	"net/url"

@@ -1,5 +1,8 @@
 package pop
 
+// Step 2, the policy snapshot: a policy.File compiled into immutable
+// rules and published atomically; lookups never lock.
+
 import (
 	"fmt"
 	"hash/fnv"

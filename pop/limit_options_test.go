@@ -333,10 +333,3 @@ policies:
 		t.Fatalf("after the timeout: %+v", d)
 	}
 }
-
-func unjoin(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
-}
