@@ -30,8 +30,7 @@
 // memcached.PipeStore aimed at the host's mcproxy) and loads the policy in
 // one call; New takes them from the caller through Config.NewShared, for
 // any other counter.Store. pop imports counter, counter/memcached and
-// pop/policy; the
-// file watchers and signals of a daemon live beside it, in
+// pop/policy; the file watchers and signals of a daemon live beside it, in
 // cmd/internal/daemon.
 package pop
 
