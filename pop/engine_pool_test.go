@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // TestDecideAllManyChecksOnWorkers: batches larger than the parked
@@ -24,7 +25,7 @@ func TestDecideAllManyChecksOnWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := l.CompileRules([]RuleSpec{fixedSpec("a", 2, FailOpen)}, nil)
+	rs, err := l.CompileRules([]RuleSpec{fixedSpec("a", 2, policy.FailOpen)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

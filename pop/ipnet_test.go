@@ -2,7 +2,6 @@ package pop
 
 import (
 	"fmt"
-	"net/netip"
 	"testing"
 
 	"github.com/poplimit/poplimit/counter"
@@ -58,20 +57,5 @@ func TestIPv6RotationSharesOneCount(t *testing.T) {
 	}
 	if n, _ := allowed(l, []string{"192.0.2.1:1", "192.0.2.2:1", "192.0.2.3:1", "192.0.2.4:1"}); n != 3 {
 		t.Errorf("ipv4: 24: %d of one /24's 4 addresses admitted, want 3", n)
-	}
-}
-
-func TestClientNet(t *testing.T) {
-	f := &File{}
-	for in, want := range map[string]string{
-		"2001:db8:1:2:3:4:5:6": "2001:db8:1:2::",
-		"192.0.2.77":           "192.0.2.77",
-	} {
-		if got := f.ClientNet(netip.MustParseAddr(in)); got.String() != want {
-			t.Errorf("ClientNet(%s) = %s, want %s", in, got, want)
-		}
-	}
-	if f.ClientNet(netip.Addr{}).IsValid() {
-		t.Error("zero address became valid")
 	}
 }

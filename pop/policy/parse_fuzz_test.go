@@ -1,4 +1,4 @@
-package pop
+package policy
 
 import (
 	"errors"
@@ -18,7 +18,7 @@ import (
 // 9f73b4d211d3cd95: a lone CR); the line after the last one is the end
 // of input (seed a9e88922f87ae8de: "---" is reported at line 2).
 func FuzzParsePolicyErrors(f *testing.F) {
-	files, _ := filepath.Glob("../testdata/policies/*.yml")
+	files, _ := filepath.Glob("../../testdata/policies/*.yml")
 	for _, name := range files {
 		if data, err := os.ReadFile(name); err == nil {
 			f.Add(data)

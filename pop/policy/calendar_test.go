@@ -1,4 +1,4 @@
-package pop
+package policy
 
 import (
 	"errors"

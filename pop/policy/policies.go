@@ -1,153 +1,17 @@
-package pop
+package policy
 
-// The policy half of the policy file: tiers, their limits, the pre-filter
-// and the policies (routes, identity, overrides, fail mode, leases).
+// The policies of the policy file: routes, identity, tier, overrides,
+// fail mode, leases.
 
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"sort"
-	"time"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/poplimit/poplimit/counter"
 )
-
-func (p *parser) prefilter(n *yaml.Node, path string) *PrefilterSpec {
-	ps := &PrefilterSpec{}
-	p.fields(n, path, []string{"quantity", "window", "burst"}, func(k string, v *yaml.Node) {
-		switch k {
-		case "quantity":
-			ps.Quantity = p.int(v, join(path, k), 1)
-		case "window":
-			ps.Window = p.dur(v, join(path, k))
-		case "burst":
-			ps.Burst = p.int(v, join(path, k), 0)
-		}
-	})
-	if ps.Quantity == 0 {
-		p.errf(n, join(path, "quantity"), "required")
-	}
-	if ps.Window == 0 {
-		ps.Window = time.Second
-	}
-	return ps
-}
-
-func (p *parser) tiers(n *yaml.Node, f *File) {
-	if n.Kind != yaml.MappingNode {
-		p.errf(n, "tiers", "must be a mapping of tier name to tier")
-		return
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		path := "tiers." + k.Value
-		if !validName(k.Value) {
-			p.errf(k, path, "tier names use letters, digits, '-' and '_'")
-		}
-		t := TierSpec{Name: k.Value}
-		p.fields(v, path, []string{"limits"}, func(k2 string, v2 *yaml.Node) {
-			t.Limits = p.limits(v2, join(path, k2))
-		})
-		if len(t.Limits) == 0 {
-			p.errf(v, join(path, "limits"), "at least one limit is required")
-		}
-		f.Tiers[k.Value] = t
-	}
-}
-
-func (p *parser) limits(n *yaml.Node, path string) []LimitSpec {
-	var out []LimitSpec
-	names := map[string]bool{}
-	p.list(n, path, func(i int, e *yaml.Node) {
-		lp := fmt.Sprintf("%s[%d]", path, i)
-		ls := LimitSpec{Cost: 1}
-		l := &ls.Limit
-		seen := map[string]bool{}
-		p.fields(e, lp, []string{"name", "algorithm", "quantity", "window", "burst", "cost", "on_reject", "precision", "scope",
-			"shadow", "mitigation_timeout", "count_if", "cost_header", "max_request_time", "retry_after",
-			"time_zone", "start_day", "start_month", "start_weekday"}, func(k string, v *yaml.Node) {
-			fp := join(lp, k)
-			seen[k] = true
-			if p.limitExtra(k, v, fp, &ls) { // shadow, concurrency, count by response: parse_limits.go
-				return
-			}
-			if p.calendarField(k, v, fp, &ls) { // calendar windows: parse_calendar.go
-				return
-			}
-			switch k {
-			case "name":
-				l.Name = p.str(v, fp)
-				if !validName(l.Name) {
-					p.errf(v, fp, "limit names use letters, digits, '-' and '_'")
-				}
-			case "algorithm":
-				l.Algorithm = oneOf(p, v, fp, "sliding_window, fixed_window, token_bucket or concurrency",
-					choice[counter.Algorithm]{"sliding_window", counter.SlidingWindow}, choice[counter.Algorithm]{"fixed_window", counter.FixedWindow},
-					choice[counter.Algorithm]{"token_bucket", counter.TokenBucket})
-			case "quantity":
-				l.Quantity = p.int(v, fp, 1)
-			case "window":
-				l.Window = p.dur(v, fp)
-			case "burst":
-				l.Burst = p.int(v, fp, 0)
-			case "cost":
-				ls.Cost = p.int(v, fp, 1)
-			case "on_reject":
-				l.OnReject = oneOf(p, v, fp, "count or refund",
-					choice[counter.OnReject]{"count", counter.Count}, choice[counter.OnReject]{"refund", counter.Refund})
-			case "precision":
-				l.Precision = int(p.int(v, fp, 0))
-			case "scope":
-				ls.Global = oneOf(p, v, fp, "pop or global", choice[bool]{"pop", false}, choice[bool]{"global", true})
-			}
-		})
-		if ls.Global && l.Algorithm != counter.FixedWindow {
-			p.errf(e, join(lp, "scope"), "a global limit counts epoch-aligned fixed windows: set algorithm: fixed_window")
-		}
-		if l.Name == "" {
-			l.Name = fmt.Sprintf("limit%d", i)
-		}
-		if names[l.Name] {
-			p.errf(e, join(lp, "name"), "duplicate limit name %q", l.Name)
-		}
-		names[l.Name] = true
-		if !seen["quantity"] {
-			p.errf(e, join(lp, "quantity"), "required")
-		}
-		if p.checkLimitExtra(e, lp, &ls, seen) {
-			out = append(out, ls)
-			return // a concurrency limit: no window, no algorithm
-		}
-		p.checkCalendar(e, lp, &ls, seen)
-		if !seen["window"] {
-			p.errf(e, join(lp, "window"), "required")
-		}
-		if l.Quantity > 0 && l.Window > 0 {
-			if err := l.Validate(); err != nil {
-				p.errf(e, lp, "%v", err)
-			}
-		}
-		if ls.Cost > l.Quantity && l.Quantity > 0 && (l.Algorithm != counter.TokenBucket || l.Burst < ls.Cost) {
-			p.errf(e, join(lp, "cost"), "cost %d exceeds the allowance: no request could ever pass", ls.Cost)
-		}
-		out = append(out, ls)
-	})
-	return out
-}
-
-func validName(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
 
 func (p *parser) policy(n *yaml.Node, path string, f *File) PolicySpec {
 	ps := PolicySpec{TierSource: "api_key"}
@@ -281,7 +145,7 @@ func (p *parser) checkMaxBatch(n *yaml.Node, path string, ps PolicySpec, f *File
 			if ls.Cost < 1 || ls.Concurrency.MaxRequestTime > 0 || ls.Response.Set() { // never leased
 				continue
 			}
-			if c := allowanceOf(ls.Limit) / ls.Cost; ps.Lease.MaxBatch > c && c > 0 {
+			if c := Allowance(ls.Limit) / ls.Cost; ps.Lease.MaxBatch > c && c > 0 {
 				p.errf(n, path, "%d exceeds what limit %s of tier %s can grant at once (%d)", ps.Lease.MaxBatch, ls.Limit.Name, tier, c)
 				return
 			}
@@ -296,13 +160,33 @@ func (p *parser) addPattern(s string) (err error) {
 		return errors.New("empty route pattern")
 	}
 	if p.mux == nil {
-		p.mux = newRouteMux()
+		p.mux = http.NewServeMux()
 	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("bad route pattern %q: %v", s, r)
 		}
 	}()
-	p.mux.HandleFunc(s, nopHandler)
+	p.mux.HandleFunc(s, func(http.ResponseWriter, *http.Request) {})
 	return nil
+}
+
+// patternHasUpper reports upper-case letters in the path of a ServeMux
+// pattern "[METHOD ][HOST]/PATH", outside {wildcards}.
+func patternHasUpper(pat string) bool {
+	if i := strings.IndexByte(pat, '/'); i >= 0 {
+		pat = pat[i:]
+	}
+	depth := 0
+	for i := 0; i < len(pat); i++ {
+		switch c := pat[i]; {
+		case c == '{':
+			depth++
+		case c == '}':
+			depth--
+		case depth == 0 && c >= 'A' && c <= 'Z':
+			return true
+		}
+	}
+	return false
 }

@@ -1,8 +1,8 @@
 package pop_test
 
-// Issue 14, Done-when 2 (the dry run, concurrency, count_if and
-// mitigation-timeout parts): four edge processes, one mcproxy, three
-// memcached.
+// The limit options beside the rate algorithms (dry run, concurrency,
+// count_if, mitigation timeout) across one PoP: four edge processes, one
+// mcproxy, three memcached.
 
 import (
 	"context"

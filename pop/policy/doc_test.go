@@ -1,4 +1,4 @@
-package pop
+package policy
 
 // POLICY.md is the reference of the policy file. These tests keep it and
 // the parser in step: every key its tables list is one the parser knows,

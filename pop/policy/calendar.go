@@ -1,4 +1,4 @@
-package pop
+package policy
 
 // Calendar windows in the policy file: `window: day|week|month|year`,
 // `time_zone:`, `start_day:`, `start_month:`, `start_weekday:`

@@ -1,11 +1,102 @@
-package pop
+// Package policy is the policy file format of package pop: Parse takes
+// the bytes of a YAML policy file and returns a validated *File, or every
+// problem found, each naming the file, line and field. It does no I/O and
+// holds no behaviour: package pop compiles a File into the limiter's
+// snapshot. POLICY.md beside this file is the format's reference.
+package policy
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/netip"
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+)
+
+// ErrInvalidPolicy wraps every policy file validation error.
+var ErrInvalidPolicy = errors.New("pop: invalid policy")
+
+// Part names one identity component a policy can key on.
+type Part string
+
+// Identity parts.
+const (
+	PartIP     Part = "ip"      // client IP, trusted-proxy aware
+	PartAPIKey Part = "api_key" // API key (only its digest is ever stored or logged)
+	PartUser   Part = "user"    // user id header
+	PartTenant Part = "tenant"  // tenant from the API key's record
+	PartRoute  Part = "route"   // method + path pattern of the matched route
+)
+
+// APIKeySource says where an API key may be found; the first non-empty
+// source wins in the order Header, Bearer, Query.
+type APIKeySource struct {
+	Header string // request header, e.g. "X-API-Key" (canonical)
+	Bearer bool   // "Authorization: Bearer <key>"
+	Query  string // query parameter name
+}
+
+// TrustedProxies is a set of CIDRs whose forwarding headers are believed.
+// The zero value trusts nobody: the client IP is the connection's peer.
+type TrustedProxies []netip.Prefix
+
+// Contains reports whether a (unmapped) is a trusted proxy.
+func (t TrustedProxies) Contains(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range t {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// DefaultMaxForwardedHops is how many forwarding hops are examined when
+// no other bound is given (File.MaxForwardedHops zero).
+const DefaultMaxForwardedHops = 16
+
+// KeyID returns the digest used in place of an API key everywhere outside
+// the request: the first 12 bytes of its SHA-256, hex encoded.
+func KeyID(apiKey string) string {
+	if apiKey == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(apiKey))
+	return hex.EncodeToString(sum[:12])
+}
+
+// KeyDigest is the lower-case hex SHA-256 digest of an API key (64
+// characters): how File.Keys is keyed when File.KeyDigests is set, and
+// how pop/pgpolicy stores keys. KeyID(k) is its first 24 characters.
+func KeyDigest(apiKey string) string {
+	sum := sha256.Sum256([]byte(apiKey))
+	return hex.EncodeToString(sum[:])
+}
+
+// Allowance is the most units one window (or a full token bucket) of lim
+// can grant at once: Burst for a token bucket with a Burst, else Quantity.
+func Allowance(lim counter.Limit) int64 {
+	if lim.Algorithm == counter.TokenBucket && lim.Burst > 0 {
+		return lim.Burst
+	}
+	return lim.Quantity
+}
+
+// BodyFormat selects the body of a rejection (`rejection_body:`).
+type BodyFormat int
+
+const (
+	// BodyJSON is {"error":"rate_limit_exceeded","retry_after":N}
+	// (default).
+	BodyJSON BodyFormat = iota
+	// BodyProblem is an RFC 9457 application/problem+json body with the
+	// problem types of draft-ietf-httpapi-ratelimit-headers: quota-exceeded
+	// (429) and temporary-reduced-capacity (503, the limiter unavailable
+	// and the policy failing closed).
+	BodyProblem
 )
 
 // HeaderMode selects which rate-limit response headers are written.
@@ -69,7 +160,7 @@ type KeyRecord struct {
 	Tenant string
 	Tier   string
 	// Inactive marks a revoked key: its requests get 403
-	// (ReasonKeyInactive). Policy sources set it (pop/pgpolicy).
+	// (pop.ReasonKeyInactive). Policy sources set it (pop/pgpolicy).
 	Inactive bool
 }
 
@@ -80,23 +171,23 @@ type LimitSpec struct {
 	Cost int64
 	// Shadow (`shadow: true`) makes the limit a dry run: it counts and
 	// decides as usual, but a request only shadow limits would reject is
-	// admitted, and metrics and events say it would have been (shadow.go).
+	// admitted, and metrics and events say it would have been (package pop's dry run).
 	Shadow bool
 	// MitigationTimeout (`mitigation_timeout:`), if positive, keeps an
 	// identity this limit rejected rejected for that long, on every worker
-	// of the PoP (a flag key in the store: mitigation.go).
+	// of the PoP (a flag key in the store).
 	MitigationTimeout time.Duration
 	// Response, when set (Response.Set), counts the request after the
-	// upstream answered (`count_if:`, `cost_header:`): response_count.go.
+	// upstream answered (`count_if:`, `cost_header:`).
 	// Values, not pointers: a policy's fingerprint prints its spec.
 	Response ResponseCount
 	// Concurrency, when set (MaxRequestTime > 0), makes this a concurrency
 	// limit (`algorithm: concurrency`): at most Limit.Quantity requests of
-	// one identity in flight across the PoP (concurrency.go).
+	// one identity in flight across the PoP.
 	// Limit.Algorithm, Window and OnReject are then unused.
 	Concurrency ConcurrencySpec
 	// Global (YAML "scope: global") counts the limit across every PoP
-	// through Config.NewGlobal (package pop/global) instead of per PoP;
+	// through pop.Config.NewGlobal (package pop/global) instead of per PoP;
 	// it must be a fixed window. Default false: "scope: pop".
 	Global bool
 }
@@ -127,7 +218,7 @@ type PolicySpec struct {
 	Name string
 	// Routes are net/http ServeMux patterns ("GET /api/{id}"); a request
 	// matches the most specific pattern over all policies, after its path
-	// is normalised (NormalizePath). Only the file's default policy may
+	// is normalised (pop.NormalizePath). Only the file's default policy may
 	// have none.
 	Routes []string
 	// Identity lists the parts composing the counted key, in order.
@@ -171,7 +262,7 @@ type File struct {
 	// clear (pop/pgpolicy's files).
 	KeyDigests bool
 	// RejectUnknownKeys answers a key without a record 401
-	// (ReasonKeyUnknown) instead of treating it as anonymous.
+	// (pop.ReasonKeyUnknown) instead of treating it as anonymous.
 	RejectUnknownKeys bool
 	Tiers             map[string]TierSpec
 	Policies          []PolicySpec
@@ -209,8 +300,8 @@ type File struct {
 	Shadow bool
 }
 
-// maxHops is MaxForwardedHops resolved.
-func (f *File) maxHops() int {
+// MaxHops is MaxForwardedHops resolved.
+func (f *File) MaxHops() int {
 	if f.MaxForwardedHops > 0 {
 		return f.MaxForwardedHops
 	}
@@ -241,4 +332,76 @@ func (f *File) ClientNet(a netip.Addr) netip.Addr {
 		return a
 	}
 	return p.Addr()
+}
+
+// LookupKey finds the record of apiKey, by digest when f.KeyDigests, and
+// the key's id (KeyID, or the digest's first 24 characters).
+func (f *File) LookupKey(apiKey string) (rec KeyRecord, keyID string, known bool) {
+	if !f.KeyDigests {
+		rec, known = f.Keys[apiKey]
+		return rec, KeyID(apiKey), known
+	}
+	d := KeyDigest(apiKey)
+	rec, known = f.Keys[d]
+	return rec, d[:24], known
+}
+
+// Concurrency limit defaults.
+const (
+	// DefaultMaxRequestTime is a concurrency limit's max_request_time: the
+	// edge's --upstream-timeout default.
+	DefaultMaxRequestTime = time.Minute
+	// DefaultConcurrencyRetryAfter is a concurrency limit's retry_after.
+	DefaultConcurrencyRetryAfter = time.Second
+	// maxCostCeiling bounds cost_header.max.
+	maxCostCeiling = 1 << 30
+)
+
+// ConcurrencySpec configures a concurrency limit.
+type ConcurrencySpec struct {
+	// MaxRequestTime (`max_request_time:`, default DefaultMaxRequestTime)
+	// is the longest a request is counted in flight: a slot whose release
+	// never comes (a crashed worker) stops counting at most 1.25 times this
+	// after its request was admitted. Set it at or above
+	// the upstream timeout.
+	MaxRequestTime time.Duration
+	// RetryAfter (`retry_after:`, default DefaultConcurrencyRetryAfter) is
+	// the Retry-After of a rejection.
+	RetryAfter time.Duration
+}
+
+// StatusRange is an inclusive range of HTTP statuses (Lo == Hi for one).
+type StatusRange struct{ Lo, Hi int }
+
+// ResponseCount says how a limit counts a request after its response:
+// only when the status matches Statuses (all when empty), Cost units, or
+// the value of the CostHeader response header when set (bounded).
+type ResponseCount struct {
+	Statuses []StatusRange
+	// CostHeader is the canonical name of the response header holding the
+	// cost (`cost_header: {name: X-Cost}`); "" charges LimitSpec.Cost.
+	CostHeader string
+	// MaxCost caps a header's cost (`max:`, default the limit's
+	// allowance); a larger value is charged MaxCost and counted in
+	// poplimit_response_cost_invalid_total{reason="too_large"}.
+	MaxCost int64
+	// DefaultCost (`default:`, default 1) is charged when the header is
+	// missing, negative or not an integer (also counted in that metric).
+	DefaultCost int64
+}
+
+// Set reports whether the limit counts by response.
+func (rc ResponseCount) Set() bool { return len(rc.Statuses) > 0 || rc.CostHeader != "" }
+
+// Matches reports whether status is counted.
+func (rc ResponseCount) Matches(status int) bool {
+	if len(rc.Statuses) == 0 {
+		return true
+	}
+	for _, r := range rc.Statuses {
+		if status >= r.Lo && status <= r.Hi {
+			return true
+		}
+	}
+	return false
 }

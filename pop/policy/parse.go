@@ -1,4 +1,4 @@
-package pop
+package policy
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -16,17 +15,6 @@ import (
 
 	"github.com/poplimit/poplimit/proxy/yamlpos"
 )
-
-// ParseFile reads and validates a policy file. A file that cannot be read
-// is reported as such (errors.Is(err, fs.ErrNotExist) for a missing one),
-// not as ErrInvalidPolicy.
-func ParseFile(path string) (*File, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("pop: read policy: %w", err)
-	}
-	return Parse(path, data)
-}
 
 // Parse validates a policy document. name labels errors. Every problem
 // found is reported (errors.Join of *ValidationError), each naming the file,
