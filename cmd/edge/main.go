@@ -78,7 +78,7 @@ func newApp() *cli.App {
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7480", Usage: "address of the proxied HTTP listener (7480: clear of 8080, taken by envoyproxy/ratelimit and most dev servers)"},
 			&cli.StringFlag{Name: "upstream", Required: true, Usage: "upstream base `URL`, e.g. http://127.0.0.1:9000"},
-			&cli.StringFlag{Name: "policy", Usage: "policy YAML `FILE` (this or --policy-source is required: edge has no built-in policy, so it never enforces example limits by accident; reference pop/POLICY.md, example testdata/policies/example.yml)"},
+			&cli.StringFlag{Name: "policy", Usage: "policy YAML `FILE` (this or --policy-source is required: edge has no built-in policy, so it never enforces example limits by accident; reference pop/policy/POLICY.md, example testdata/policies/example.yml)"},
 			&cli.StringFlag{Name: "policy-source", Usage: "policy from PostgreSQL, `postgres://...` (pop/pgpolicy: tiers and keys pushed by NOTIFY; instead of --policy; schema by popctl migrate)"},
 			&cli.StringFlag{Name: "policy-cache", Usage: "with --policy-source: snapshot cache `FILE`, written after each load and served at start while PostgreSQL is down"},
 			&cli.DurationFlag{Name: "policy-resync", Value: 30 * time.Second, Usage: "with --policy-source: period of the full re-read"},
