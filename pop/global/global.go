@@ -33,7 +33,10 @@
 //     waiting, which every waiting request shares (one claim in flight
 //     covers them all; see waitq) and whose grant is handed to the
 //     waiting requests first. It is rejected only once the window's count
-//     is known to be used up (Retry-After: the window's end); a claim that
+//     is known to be used up (Retry-After: the window's end) and no claim
+//     of the PoP's workers is in flight for it (a count in the PoP's
+//     store: their grants may still reach the pool, which it retries
+//     until its wait runs out); a claim that
 //     fails hands it to the Fallback. A wait that runs out while the home
 //     store is up admits it on the claim it waits for (it stays queued: a
 //     grant pays its units, or the pool once the queue is woken), within
@@ -90,8 +93,9 @@
 // default) that is admitted(w) ≤ L + Σ_p rate_p·|skew_p|: the tokens
 // outstanding in pools are part of L, never in excess of it; answering
 // later, the excess is the lent units whose claims fell short. A worker killed mid-refill loses
-// the claimed batch (under-admission) and blocks refills of its key for at
-// most LockTTL; it never over-admits. Under-admission in a window whose
+// the claimed batch (under-admission), blocks refills of its key for at
+// most LockTTL and leaves its claim counted in flight (refusals of that
+// window then wait out their wait); it never over-admits. Under-admission in a window whose
 // demand exceeds L is at most the tokens left in pools when it ends,
 // Σ_p rate_p·(Horizon + 1.5·latency).
 //
@@ -347,7 +351,8 @@ var _ counter.Allower = (*Allower)(nil)
 func (a *Allower) Limit() counter.Limit { return a.lim }
 
 // key is identity + "g<win>.<id>" + kind: p pool, c credited, l lock, d
-// debt, o overdraft (PoP store); h the global count (home store).
+// debt, o overdraft, f claims in flight (PoP store); h the global count
+// (home store).
 func (a *Allower) key(identity string, win int64, kind byte) string {
 	return identity + a.suffix + strconv.FormatInt(win, 36) + string(kind)
 }
@@ -425,6 +430,11 @@ func (a *Allower) empty(ctx context.Context, key string, ks *keyState, win int64
 	joins := 0
 	for {
 		if ks.isExhausted(win) {
+			if ok, left := a.lastTokens(ctx, key, win, n, deadline); ok {
+				res.Allowed, res.Remaining = true, left
+				a.m.decisions(pathWaited).Inc()
+				return res, nil
+			}
 			res.RetryAfter = res.Reset
 			a.m.decisions(pathExhausted).Inc()
 			return res, nil

@@ -275,10 +275,9 @@ func (a *Allower) claimDemand(key string, ks *keyState, win, d int64, now time.T
 	}
 	dk := a.key(key, win, 'd')
 	debt := a.takeDebt(ctx, dk)
-	hctx, hcancel := context.WithTimeout(ctx, a.h.cfg.HomeTimeout)
-	c, err := a.claim(hctx, a.key(key, win, 'h'), uint64(d+debt))
-	hcancel()
+	c, landed, err := a.claimInFlight(ctx, key, win, uint64(d+debt))
 	if err != nil {
+		landed()
 		a.returnDebt(ctx, dk, debt)
 		vals, _ := a.h.cfg.Local.GetMulti(ctx, []string{a.key(key, win, 'c')})
 		a.m.localOps.Inc()
@@ -288,6 +287,7 @@ func (a *Allower) claimDemand(key string, ks *keyState, win, d int64, now time.T
 		a.h.setDown(false, nil)
 		grant := a.granted(ks, win, int64(c), d, debt)
 		a.deliver(ctx, key, ks, win, grant)
+		landed()
 		a.h.observe(a.h.clock().Sub(start))
 		if grant < d {
 			ks.mu.Lock()
