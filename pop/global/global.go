@@ -430,14 +430,7 @@ func (a *Allower) empty(ctx context.Context, key string, ks *keyState, win int64
 	joins := 0
 	for {
 		if ks.isExhausted(win) {
-			if ok, left := a.lastTokens(ctx, key, win, n, deadline); ok {
-				res.Allowed, res.Remaining = true, left
-				a.m.decisions(pathWaited).Inc()
-				return res, nil
-			}
-			res.RetryAfter = res.Reset
-			a.m.decisions(pathExhausted).Inc()
-			return res, nil
+			return a.usedUp(ctx, key, win, n, deadline, res), nil
 		}
 		down := a.h.down.Load()
 		if down {
@@ -514,6 +507,20 @@ func (a *Allower) empty(ctx context.Context, key string, ks *keyState, win int64
 			return counter.Result{}, err
 		}
 	}
+}
+
+// usedUp decides a request of a window whose count is used up: the
+// tokens claims in flight at the PoP still credit (lastTokens), else a
+// rejection until the window ends.
+func (a *Allower) usedUp(ctx context.Context, key string, win, n int64, deadline time.Time, res counter.Result) counter.Result {
+	if ok, left := a.lastTokens(ctx, key, win, n, deadline); ok {
+		res.Allowed, res.Remaining = true, left
+		a.m.decisions(pathWaited).Inc()
+		return res
+	}
+	res.RetryAfter = res.Reset
+	a.m.decisions(pathExhausted).Inc()
+	return res
 }
 
 // deadlineMargin is how long before its context's deadline a waiting
