@@ -399,7 +399,7 @@ func (a *Allower) claimInFlight(ctx context.Context, key string, win int64, delt
 func (a *Allower) lastTokens(ctx context.Context, key string, win, n int64, deadline time.Time) (bool, int64) {
 	local := a.h.cfg.Local
 	pk, fk := a.key(key, win, 'p'), a.key(key, win, 'f')
-	poll := max(time.Millisecond, a.h.latency()/8)
+	poll := max(2*time.Millisecond, a.h.latency()/4)
 	for {
 		vals, err := local.GetMulti(ctx, []string{fk})
 		a.m.localOps.Inc()
