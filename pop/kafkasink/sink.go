@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -150,6 +151,10 @@ type Sink struct {
 	bytes    atomic.Int64 // their key and value bytes
 	closed   atomic.Bool
 	warned   atomic.Bool // the first delivery failure was logged
+	purging  atomic.Bool // a purge of a recreated topic is running
+	bg       sync.WaitGroup
+	drained  chan struct{} // closed by finish when Close waits and none is left
+	drainOne sync.Once
 	log      *slog.Logger
 	m        *metrics
 	promise  func(*kgo.Record, error) // s.finish, bound once
@@ -181,6 +186,7 @@ func New(cfg Config) (*Sink, error) {
 		maxRecs:  int64(cfg.maxRecords()),
 		maxBytes: int64(cfg.maxBytes()),
 		log:      cfg.logger(),
+		drained:  make(chan struct{}),
 	}
 	s.promise = s.finish
 	opts := []kgo.Opt{
@@ -238,15 +244,21 @@ func (s *Sink) Produce(key, value []byte) {
 
 // finish is every record's promise; kgo calls promises serially.
 func (s *Sink) finish(r *kgo.Record, err error) {
-	s.recs.Add(-1)
 	s.bytes.Add(-int64(len(r.Key) + len(r.Value)))
-	if err == nil {
+	defer func() {
+		if s.recs.Add(-1) == 0 && s.closed.Load() {
+			s.drainOne.Do(func() { close(s.drained) })
+		}
+	}()
+	switch {
+	case err == nil:
 		s.m.delivered()
 		return
-	}
-	if errors.Is(err, kgo.ErrMaxBuffered) {
+	case errors.Is(err, kgo.ErrMaxBuffered):
 		s.m.drop(DropBufferFull)
 		return
+	case errors.Is(err, kerr.UnknownTopicID):
+		s.purgeRecreatedTopic()
 	}
 	reason := errorReason(err)
 	s.m.deliveryError(reason)
@@ -254,6 +266,23 @@ func (s *Sink) finish(r *kgo.Record, err error) {
 	if !s.warned.Swap(true) {
 		s.log.Warn("rejection events: Kafka delivery failed; dropping and counting failed events", "topic", s.topic, "reason", reason, "err", err)
 	}
+}
+
+// purgeRecreatedTopic makes the client forget a topic that was deleted and
+// recreated (its ID changed), so that the next records adopt the new one;
+// without it the client keeps failing them. It runs outside the promise,
+// which must not block on the client, one at a time.
+func (s *Sink) purgeRecreatedTopic() {
+	if s.closed.Load() || !s.purging.CompareAndSwap(false, true) {
+		return
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer s.purging.Store(false)
+		s.log.Warn("rejection events: Kafka topic was recreated; producing to the new one", "topic", s.topic)
+		s.cl.PurgeTopicsFromProducing(s.topic)
+	}()
 }
 
 // Buffered is the number of records accepted and not yet acknowledged or
@@ -276,6 +305,11 @@ func (s *Sink) Close(ctx context.Context) error {
 	}
 	err := s.cl.Flush(ctx)
 	s.cl.Close()
+	// The client fails what it still buffers after Close returns.
+	if s.recs.Load() > 0 {
+		<-s.drained
+	}
+	s.bg.Wait()
 	s.m.unregister()
 	if err != nil {
 		return fmt.Errorf("kafkasink: flush before close: %w", err)
