@@ -232,6 +232,10 @@ func (s *Sink) Produce(key, value []byte) {
 		s.m.drop(DropTooLarge)
 		return
 	}
+	if s.recs.Load() >= s.maxRecs {
+		s.m.drop(DropBufferFull)
+		return
+	}
 	n, b := s.recs.Add(1), s.bytes.Add(size)
 	if n > s.maxRecs || b > s.maxBytes {
 		s.recs.Add(-1)
