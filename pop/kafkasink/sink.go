@@ -28,7 +28,8 @@ import (
 type Config struct {
 	// Brokers are the seed brokers, host:port.
 	Brokers []string
-	// Topic receives every record.
+	// Topic receives every record. It must exist, unless the brokers
+	// create topics on first use (auto.create.topics.enable).
 	Topic string
 	// MaxBufferedRecords bounds the records accepted but not yet
 	// acknowledged; default 10000. Beyond it Produce drops.
@@ -44,8 +45,9 @@ type Config struct {
 	Compression string
 	// DeliveryTimeout is how long a record may wait for an acknowledgement
 	// before it is failed and counted as dropped (the idempotent producer
-	// fails it only when that is safe); default 2m. Negative means no
-	// limit: records wait in the buffer until the brokers come back.
+	// fails it only when that is safe); default 2m, at least 1s. Negative
+	// means no limit: records wait in the buffer until the brokers come
+	// back.
 	DeliveryTimeout time.Duration
 	// ClientID names the producer to the brokers; default "poplimit".
 	ClientID string
@@ -196,9 +198,9 @@ func New(cfg Config) (*Sink, error) {
 		kgo.ProducerBatchCompression(codec),
 		kgo.ProducerLinger(cfg.linger()),
 		kgo.RecordDeliveryTimeout(cfg.deliveryTimeout()),
-		// Produce admits against the same bounds first; the client's own
-		// are one record wider so that its ErrMaxBuffered (whose failure
-		// path may park the caller) is never reached.
+		// Produce admits against these bounds first; the client's own are
+		// wider so that its ErrMaxBuffered (whose failure path may park the
+		// caller) is never reached.
 		kgo.MaxBufferedRecords(cfg.maxRecords() + 1),
 		kgo.MaxBufferedBytes(2 * cfg.maxBytes()),
 		kgo.AllowAutoTopicCreation(),

@@ -244,6 +244,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{"no topic", Config{Brokers: []string{"k1"}}},
 		{"bad topic", Config{Brokers: []string{"k1"}, Topic: "a/b"}},
 		{"unknown compression", Config{Brokers: []string{"k1"}, Topic: "t", Compression: "brotli"}},
+		{"delivery timeout under a second", Config{Brokers: []string{"k1"}, Topic: "t", DeliveryTimeout: 500 * time.Millisecond}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -394,5 +395,33 @@ func TestCloseReturnsWhenBrokersNeverAnswer(t *testing.T) {
 	}
 	if s.Dropped() != 10 || s.Buffered() != 0 {
 		t.Errorf("after Close: dropped %d, buffered %d; want 10, 0", s.Dropped(), s.Buffered())
+	}
+}
+
+func TestRecordsUndeliveredWithinDeliveryTimeoutAreDropped(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	s, err := New(Config{Brokers: []string{addr}, Topic: testTopic, DeliveryTimeout: time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	for i := range 10 {
+		s.Produce(keyOf(i), []byte(fmt.Sprint(i)))
+	}
+	waitFor(t, "records timed out", func() bool { return s.Dropped() == 10 })
+	if got := testutil.ToFloat64(s.m.errors.WithLabelValues("timeout")); got != 10 {
+		t.Errorf("delivery_errors{reason=timeout} = %v, want 10", got)
+	}
+	if got := testutil.ToFloat64(s.m.dropped.WithLabelValues(DropDelivery)); got != 10 {
+		t.Errorf("dropped{reason=delivery} = %v, want 10", got)
+	}
+	if s.Buffered() != 0 {
+		t.Errorf("buffered %d after the timeouts", s.Buffered())
 	}
 }
