@@ -54,9 +54,9 @@ var (
 	// times than its retry budget allows. Nothing was admitted or counted;
 	// the caller may retry.
 	ErrContention = errors.New("counter: too much contention on key")
-	// ErrCorrupt: a stored value is not what the algorithm wrote (not a
+	// errCorrupt: a stored value is not what the algorithm wrote (not a
 	// decimal number).
-	ErrCorrupt = errors.New("counter: corrupt stored value")
+	errCorrupt = errors.New("counter: corrupt stored value")
 )
 
 // Never is the RetryAfter of a request that can never be admitted because
@@ -200,9 +200,9 @@ func (l Limit) Validate() error {
 func (l Limit) validateCalendar() error {
 	switch {
 	case l.Algorithm != FixedWindow:
-		return fmt.Errorf("%w: a calendar window counts fixed windows (algorithm fixed_window)", ErrBadCalendar)
+		return fmt.Errorf("%w: a calendar window counts fixed windows (algorithm fixed_window)", errBadCalendar)
 	case l.Window != 0:
-		return fmt.Errorf("%w: window %v is set by the calendar: leave it zero", ErrBadCalendar, l.Window)
+		return fmt.Errorf("%w: window %v is set by the calendar: leave it zero", errBadCalendar, l.Window)
 	case l.Quantity <= 0:
 		return fmt.Errorf("%w: quantity %d must be positive", ErrBadLimit, l.Quantity)
 	case l.Quantity > 1<<40:

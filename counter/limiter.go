@@ -488,7 +488,7 @@ func (lim *Limiter) batch(ctx context.Context, b Batcher, key string, id int64, 
 		return 0, err
 	}
 	if v > 1<<62 {
-		return 0, fmt.Errorf("%w: counter %d", ErrCorrupt, v)
+		return 0, fmt.Errorf("%w: counter %d", errCorrupt, v)
 	}
 	if len(missing) > 0 {
 		if err := lim.fillClosed(key, id, missing, keys, vals, counts, cache); err != nil {
@@ -589,7 +589,7 @@ func (lim *Limiter) bump(ctx context.Context, key string, n int64, seen bool, tt
 			v, err := lim.store.Incr(ctx, key, uint64(n))
 			if err == nil {
 				if v > 1<<62 {
-					return 0, fmt.Errorf("%w: counter %d", ErrCorrupt, v)
+					return 0, fmt.Errorf("%w: counter %d", errCorrupt, v)
 				}
 				return int64(v), nil
 			}

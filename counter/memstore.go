@@ -151,7 +151,7 @@ func (m *MemoryStore) incrDecr(ctx context.Context, key string, delta uint64, in
 	}
 	v, err := strconv.ParseUint(string(it.value), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: cannot increment or decrement non-numeric value", ErrCorrupt)
+		return 0, fmt.Errorf("%w: cannot increment or decrement non-numeric value", errCorrupt)
 	}
 	switch {
 	case incr:

@@ -25,7 +25,7 @@ func NewRemote(l Limit) (Remote, error) {
 	}
 	if l.Calendar.Unit != NoCalendar {
 		// The store derives window ids from now and a fixed length.
-		return Remote{}, fmt.Errorf("%w: calendar windows need a store that counts through Limiter (not a remote script)", ErrBadCalendar)
+		return Remote{}, fmt.Errorf("%w: calendar windows need a store that counts through Limiter (not a remote script)", errBadCalendar)
 	}
 	r := Remote{l: l, suffix: limitSuffix(l)}
 	if l.Algorithm != TokenBucket {
@@ -74,7 +74,7 @@ func CheckKey(identity string) error { return checkIdentity(identity) }
 // included when it was counted).
 func (r Remote) WindowResult(counts []int64, now time.Time, n int64, allowed bool) (Result, error) {
 	if len(counts) != r.win.n+1 {
-		return Result{}, fmt.Errorf("%w: %d window counts, want %d", ErrCorrupt, len(counts), r.win.n+1)
+		return Result{}, fmt.Errorf("%w: %d window counts, want %d", errCorrupt, len(counts), r.win.n+1)
 	}
 	nowNs := now.UnixNano()
 	ms := floorDiv(nowNs, 1e6)
