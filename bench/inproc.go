@@ -9,6 +9,7 @@ import (
 
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/counting"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/counter/store"
 )
 
@@ -96,7 +97,7 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 	}
 	var shared counter.Store
 	if len(cfg.Servers) == 0 {
-		shared = counter.NewMemoryStore()
+		shared = memstore.New()
 	}
 	in := &Inproc{routes: routes}
 	for i := 0; i < n; i++ {

@@ -1,7 +1,7 @@
 // Package counter implements the rate algorithms of poplimit (sliding window
 // counter with optional sub-window precision, fixed window, token bucket as
 // GCRA) over a small Store interface, with an in-process Store
-// (MemoryStore), plus allocation-free in-process variants of each
+// (package counter/memstore), plus allocation-free in-process variants of each
 // algorithm (NewLocal).
 //
 // Time is always a parameter: the core methods take now and never read the
@@ -15,7 +15,7 @@
 // Stores: the memcached clients live in counter/memcached (PipeStore,
 // recommended: it pipelines, so every window-algorithm decision is one
 // round trip; Store over gomemcache: a window a worker has not counted in
-// costs a multi-get plus an add); MemoryStore is the in-process one. See
+// costs a multi-get plus an add); counter/memstore is the in-process one. See
 // Limiter for the costs; counter/counting measures them. The token bucket
 // costs gets + cas.
 //
@@ -54,9 +54,9 @@ var (
 	// times than its retry budget allows. Nothing was admitted or counted;
 	// the caller may retry.
 	ErrContention = errors.New("counter: too much contention on key")
-	// errCorrupt: a stored value is not what the algorithm wrote (not a
+	// ErrCorrupt: a stored value is not what the algorithm wrote (not a
 	// decimal number).
-	errCorrupt = errors.New("counter: corrupt stored value")
+	ErrCorrupt = errors.New("counter: corrupt stored value")
 )
 
 // Never is the RetryAfter of a request that can never be admitted because

@@ -23,6 +23,3 @@ func (lim *Limiter) CachedKeys() int { return lim.cachedKeys() }
 
 // LocalLen returns the number of keys with state of a NewLocal limiter.
 func LocalLen(a Allower) int { return a.(*local).size() }
-
-// Len returns the number of live items.
-func (m *MemoryStore) Len() int { return m.size() }

@@ -54,7 +54,7 @@ func (c Config) maxCachedKeys() int {
 // per decision (incr of the current window). The closed sub-windows a
 // sliding window needs are read once per worker (one multi-get, one shard)
 // after they close and kept in a local cache until they slide out. With a
-// Batcher store (memcached.PipeStore, MemoryStore) that read and the create-or-
+// Batcher store (memcached.PipeStore, memstore.Store) that read and the create-or-
 // increment of a window this worker has not counted in go in one round
 // trip, so every decision costs exactly one; without (memcached.Store over
 // gomemcache) they cost a multi-get plus an add (or incr first for keys
@@ -488,7 +488,7 @@ func (lim *Limiter) batch(ctx context.Context, b Batcher, key string, id int64, 
 		return 0, err
 	}
 	if v > 1<<62 {
-		return 0, fmt.Errorf("%w: counter %d", errCorrupt, v)
+		return 0, fmt.Errorf("%w: counter %d", ErrCorrupt, v)
 	}
 	if len(missing) > 0 {
 		if err := lim.fillClosed(key, id, missing, keys, vals, counts, cache); err != nil {
@@ -589,7 +589,7 @@ func (lim *Limiter) bump(ctx context.Context, key string, n int64, seen bool, tt
 			v, err := lim.store.Incr(ctx, key, uint64(n))
 			if err == nil {
 				if v > 1<<62 {
-					return 0, fmt.Errorf("%w: counter %d", errCorrupt, v)
+					return 0, fmt.Errorf("%w: counter %d", ErrCorrupt, v)
 				}
 				return int64(v), nil
 			}

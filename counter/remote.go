@@ -74,7 +74,7 @@ func CheckKey(identity string) error { return checkIdentity(identity) }
 // included when it was counted).
 func (r Remote) WindowResult(counts []int64, now time.Time, n int64, allowed bool) (Result, error) {
 	if len(counts) != r.win.n+1 {
-		return Result{}, fmt.Errorf("%w: %d window counts, want %d", errCorrupt, len(counts), r.win.n+1)
+		return Result{}, fmt.Errorf("%w: %d window counts, want %d", ErrCorrupt, len(counts), r.win.n+1)
 	}
 	nowNs := now.UnixNano()
 	ms := floorDiv(nowNs, 1e6)

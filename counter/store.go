@@ -75,7 +75,7 @@ func parseCount(b []byte) (int64, error) {
 	// memcached pads a counter that shrank on decr with trailing spaces.
 	v, err := strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
 	if err != nil || v < 0 {
-		return 0, fmt.Errorf("%w: %q", errCorrupt, b)
+		return 0, fmt.Errorf("%w: %q", ErrCorrupt, b)
 	}
 	return v, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/pop/global"
 )
 
@@ -25,12 +26,12 @@ import (
 func TestColdKeysBurstingAtEveryPoPAdmitTheLimit(t *testing.T) {
 	lim := counter.Limit{Name: "g", Algorithm: counter.FixedWindow, Quantity: 500, Window: 10 * time.Second}
 	const pops, workers, keys, windows = 3, 2, 2, 3
-	home := &slowHome{Store: counter.NewMemoryStore(), d: 20 * time.Millisecond}
+	home := &slowHome{Store: memstore.New(), d: 20 * time.Millisecond}
 	var hs []*global.Home
 	var as [][]*global.Allower
 	var regs []*prometheus.Registry
 	for p := 0; p < pops; p++ {
-		local := counter.NewMemoryStore()
+		local := memstore.New()
 		var ws []*global.Allower
 		for w := 0; w < workers; w++ {
 			reg := prometheus.NewRegistry()

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/pop/global"
 )
 
@@ -57,7 +58,7 @@ func (r *shiftRun) run(t *testing.T, home counter.Store) {
 			t.Fatal(err)
 		}
 		c := r.cfg
-		c.Local, c.Home, c.PoPs, c.Metrics = counter.NewMemoryStore(), home, pops, m
+		c.Local, c.Home, c.PoPs, c.Metrics = memstore.New(), home, pops, m
 		h, err := global.NewHome(c)
 		if err != nil {
 			t.Fatal(err)
@@ -157,8 +158,8 @@ func TestShiftingTrafficAdmitsTheLimitEachWindow(t *testing.T) {
 		wait     time.Duration
 		refusals float64 // false refusals allowed
 	}{
-		{"home answers within the wait", counter.NewMemoryStore(), 0, 0},
-		{"home answers after the wait", &slowHome{Store: counter.NewMemoryStore(), d: 10 * time.Millisecond}, time.Millisecond, float64(lim.Quantity) * 3 / 100},
+		{"home answers within the wait", memstore.New(), 0, 0},
+		{"home answers after the wait", &slowHome{Store: memstore.New(), d: 10 * time.Millisecond}, time.Millisecond, float64(lim.Quantity) * 3 / 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &shiftRun{lim: lim, cfg: global.Config{Wait: tc.wait}, before: []float64{0.7, 0.2, 0.1}, after: []float64{0.1, 0.2, 0.7}, perStep: 10, wins: 3}

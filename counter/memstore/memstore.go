@@ -1,4 +1,6 @@
-package counter
+// Package memstore is an in-process counter.Store with memcached's
+// semantics: for tests, single-process use and the demo.
+package memstore
 
 import (
 	"context"
@@ -8,14 +10,16 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/poplimit/poplimit/counter"
 )
 
-// MemoryStore is an in-process Store with memcached's semantics, TTLs
+// Store is an in-process counter.Store with memcached's semantics, TTLs
 // included: for tests, for single-process use and as a fallback. It is safe
-// for concurrent use; its zero value is not usable, call NewMemoryStore.
+// for concurrent use; its zero value is not usable, call New.
 // Expired items are dropped lazily on access and by a periodic sweep of
 // each shard amortised over writes, so idle keys do not accumulate.
-type MemoryStore struct {
+type Store struct {
 	now    func() time.Time
 	shards [memShards]memShard
 }
@@ -36,17 +40,17 @@ type memItem struct {
 }
 
 var (
-	_ Store   = (*MemoryStore)(nil)
-	_ Batcher = (*MemoryStore)(nil)
+	_ counter.Store   = (*Store)(nil)
+	_ counter.Batcher = (*Store)(nil)
 )
 
-// NewMemoryStore returns an empty store whose TTLs follow the wall clock.
-func NewMemoryStore() *MemoryStore { return NewMemoryStoreClock(time.Now) }
+// New returns an empty store whose TTLs follow the wall clock.
+func New() *Store { return NewClock(time.Now) }
 
-// NewMemoryStoreClock returns an empty store whose TTLs follow now (for
+// NewClock returns an empty store whose TTLs follow now (for
 // tests that step through instants).
-func NewMemoryStoreClock(now func() time.Time) *MemoryStore {
-	m := &MemoryStore{now: now}
+func NewClock(now func() time.Time) *Store {
+	m := &Store{now: now}
 	for i := range m.shards {
 		m.shards[i].items = make(map[string]*memItem)
 	}
@@ -54,7 +58,7 @@ func NewMemoryStoreClock(now func() time.Time) *MemoryStore {
 }
 
 // size returns the number of live items.
-func (m *MemoryStore) size() int {
+func (m *Store) size() int {
 	now := m.now().UnixNano()
 	n := 0
 	for i := range m.shards {
@@ -72,7 +76,7 @@ func (m *MemoryStore) size() int {
 
 func (it *memItem) live(now int64) bool { return it.expires == 0 || now < it.expires }
 
-func (m *MemoryStore) shard(key string) *memShard {
+func (m *Store) shard(key string) *memShard {
 	return &m.shards[xxhash.Sum64String(key)%memShards]
 }
 
@@ -119,8 +123,8 @@ func ctxErr(ctx context.Context) error {
 	return nil
 }
 
-// Add implements Store.
-func (m *MemoryStore) Add(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+// Add implements counter.Store.
+func (m *Store) Add(ctx context.Context, key string, value []byte, ttl time.Duration) error {
 	if err := ctxErr(ctx); err != nil {
 		return err
 	}
@@ -129,7 +133,7 @@ func (m *MemoryStore) Add(ctx context.Context, key string, value []byte, ttl tim
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.get(key, now) != nil {
-		return ErrNotStored
+		return counter.ErrNotStored
 	}
 	s.cas++
 	s.items[key] = &memItem{value: append([]byte(nil), value...), cas: s.cas, expires: expiry(now, ttl)}
@@ -137,7 +141,7 @@ func (m *MemoryStore) Add(ctx context.Context, key string, value []byte, ttl tim
 	return nil
 }
 
-func (m *MemoryStore) incrDecr(ctx context.Context, key string, delta uint64, incr bool) (uint64, error) {
+func (m *Store) incrDecr(ctx context.Context, key string, delta uint64, incr bool) (uint64, error) {
 	if err := ctxErr(ctx); err != nil {
 		return 0, err
 	}
@@ -147,11 +151,11 @@ func (m *MemoryStore) incrDecr(ctx context.Context, key string, delta uint64, in
 	defer s.mu.Unlock()
 	it := s.get(key, now)
 	if it == nil {
-		return 0, ErrNotFound
+		return 0, counter.ErrNotFound
 	}
 	v, err := strconv.ParseUint(string(it.value), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: cannot increment or decrement non-numeric value", errCorrupt)
+		return 0, fmt.Errorf("%w: cannot increment or decrement non-numeric value", counter.ErrCorrupt)
 	}
 	switch {
 	case incr:
@@ -167,18 +171,18 @@ func (m *MemoryStore) incrDecr(ctx context.Context, key string, delta uint64, in
 	return v, nil
 }
 
-// Incr implements Store.
-func (m *MemoryStore) Incr(ctx context.Context, key string, delta uint64) (uint64, error) {
+// Incr implements counter.Store.
+func (m *Store) Incr(ctx context.Context, key string, delta uint64) (uint64, error) {
 	return m.incrDecr(ctx, key, delta, true)
 }
 
-// Decr implements Store.
-func (m *MemoryStore) Decr(ctx context.Context, key string, delta uint64) (uint64, error) {
+// Decr implements counter.Store.
+func (m *Store) Decr(ctx context.Context, key string, delta uint64) (uint64, error) {
 	return m.incrDecr(ctx, key, delta, false)
 }
 
-// GetMulti implements Store.
-func (m *MemoryStore) GetMulti(ctx context.Context, keys []string) (map[string][]byte, error) {
+// GetMulti implements counter.Store.
+func (m *Store) GetMulti(ctx context.Context, keys []string) (map[string][]byte, error) {
 	if err := ctxErr(ctx); err != nil {
 		return nil, err
 	}
@@ -195,8 +199,8 @@ func (m *MemoryStore) GetMulti(ctx context.Context, keys []string) (map[string][
 	return out, nil
 }
 
-// Gets implements Store.
-func (m *MemoryStore) Gets(ctx context.Context, key string) ([]byte, CASToken, error) {
+// Gets implements counter.Store.
+func (m *Store) Gets(ctx context.Context, key string) ([]byte, counter.CASToken, error) {
 	if err := ctxErr(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -206,19 +210,19 @@ func (m *MemoryStore) Gets(ctx context.Context, key string) ([]byte, CASToken, e
 	defer s.mu.Unlock()
 	it := s.get(key, now)
 	if it == nil {
-		return nil, nil, ErrNotFound
+		return nil, nil, counter.ErrNotFound
 	}
 	return append([]byte(nil), it.value...), it.cas, nil
 }
 
-// CompareAndSwap implements Store.
-func (m *MemoryStore) CompareAndSwap(ctx context.Context, key string, value []byte, cas CASToken, ttl time.Duration) error {
+// CompareAndSwap implements counter.Store.
+func (m *Store) CompareAndSwap(ctx context.Context, key string, value []byte, cas counter.CASToken, ttl time.Duration) error {
 	if err := ctxErr(ctx); err != nil {
 		return err
 	}
 	want, ok := cas.(uint64)
 	if !ok {
-		return fmt.Errorf("%w: foreign CAS token %T", ErrCASConflict, cas)
+		return fmt.Errorf("%w: foreign CAS token %T", counter.ErrCASConflict, cas)
 	}
 	now := m.now().UnixNano()
 	s := m.shard(key)
@@ -226,10 +230,10 @@ func (m *MemoryStore) CompareAndSwap(ctx context.Context, key string, value []by
 	defer s.mu.Unlock()
 	it := s.get(key, now)
 	if it == nil {
-		return ErrNotFound
+		return counter.ErrNotFound
 	}
 	if it.cas != want {
-		return ErrCASConflict
+		return counter.ErrCASConflict
 	}
 	s.cas++
 	it.value = append(it.value[:0], value...)
@@ -239,18 +243,18 @@ func (m *MemoryStore) CompareAndSwap(ctx context.Context, key string, value []by
 	return nil
 }
 
-// GetMultiIncr implements Batcher (one round trip: in process, trivially).
-func (m *MemoryStore) GetMultiIncr(ctx context.Context, keys []string, incrKey string, delta uint64, ttl time.Duration) (map[string][]byte, uint64, error) {
+// GetMultiIncr implements counter.Batcher (one round trip: in process, trivially).
+func (m *Store) GetMultiIncr(ctx context.Context, keys []string, incrKey string, delta uint64, ttl time.Duration) (map[string][]byte, uint64, error) {
 	vals, err := m.GetMulti(ctx, keys)
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := m.Add(ctx, incrKey, []byte("0"), ttl); err != nil && err != ErrNotStored {
+	if err := m.Add(ctx, incrKey, []byte("0"), ttl); err != nil && err != counter.ErrNotStored {
 		return nil, 0, err
 	}
 	v, err := m.Incr(ctx, incrKey, delta)
-	if err == ErrNotFound {
-		return nil, 0, fmt.Errorf("%w: %s vanished after add", ErrContention, incrKey)
+	if err == counter.ErrNotFound {
+		return nil, 0, fmt.Errorf("%w: %s vanished after add", counter.ErrContention, incrKey)
 	}
 	return vals, v, err
 }
