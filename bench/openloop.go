@@ -122,10 +122,10 @@ type OpenRun struct {
 	// Client is this process (generator and client library), Proxy the
 	// proxy's process, Shards the memcached processes, Server the
 	// decision's server (rls; zero for the other paths), per request.
-	Client ProcPerRequest `json:"client"`
-	Proxy  ProcPerRequest `json:"proxy"`
-	Shards ProcPerRequest `json:"shards"`
-	Server ProcPerRequest `json:"server"`
+	Client procs.PerRequest `json:"client"`
+	Proxy  procs.PerRequest `json:"proxy"`
+	Shards procs.PerRequest `json:"shards"`
+	Server procs.PerRequest `json:"server"`
 	// Busy is the share of the machine's CPUs the path's processes
 	// (this one, the generator included, the proxy, the shards, the
 	// server) used while it ran: near 1 the path's latency is the run
@@ -133,7 +133,7 @@ type OpenRun struct {
 	Busy float64 `json:"machine_busy"`
 
 	counts                       *openCounts
-	client, proxy, shard, server procSample
+	client, proxy, shard, server procs.Usage
 }
 
 // OpenSummary is one path at one rate over every round: histograms
@@ -281,10 +281,10 @@ func (r *OpenRun) fill() {
 	c := r.counts
 	r.Latency, r.Service, r.Lateness = c.Latency.Summary(), c.Service.Summary(), c.Lateness.Summary()
 	r.Sent, r.Errors, r.Queued, r.Unsent, r.Senders = c.Sent, c.Errors, c.Queued, c.Unsent, c.Senders
-	r.Client, r.Proxy, r.Shards = r.client.per(c.Sent), r.proxy.per(c.Sent), r.shard.per(c.Sent)
-	r.Server = r.server.per(c.Sent)
+	r.Client, r.Proxy, r.Shards = r.client.Per(c.Sent), r.proxy.Per(c.Sent), r.shard.Per(c.Sent)
+	r.Server = r.server.Per(c.Sent)
 	if c.Seconds > 0 {
-		cpu := r.client.add(r.proxy).add(r.shard).add(r.server)
+		cpu := r.client.Add(r.proxy).Add(r.shard).Add(r.server)
 		r.Busy = (cpu.User + cpu.System).Seconds() / (c.Seconds * float64(runtime.NumCPU()))
 	}
 }

@@ -21,8 +21,8 @@ func (rep *OpenLoopReport) summarise(rates []float64, paths []*openPath) {
 					continue
 				}
 				s.counts.merge(r.counts)
-				s.client, s.proxy = s.client.add(r.client), s.proxy.add(r.proxy)
-				s.shard, s.server = s.shard.add(r.shard), s.server.add(r.server)
+				s.client, s.proxy = s.client.Add(r.client), s.proxy.Add(r.proxy)
+				s.shard, s.server = s.shard.Add(r.shard), s.server.Add(r.server)
 				p99s = append(p99s, r.Latency.P99)
 				if f := rep.floorP99(rate, r.Round); f > 0 {
 					ratios = append(ratios, r.Latency.P99/f)

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"time"
 )
 
@@ -10,7 +11,7 @@ import (
 type openAcc struct {
 	path                         *openPath
 	per                          *workerCounts
-	client, proxy, shard, server procSample
+	client, proxy, shard, server procs.Usage
 }
 
 // sliceGrace is how long a slice may go on sending its late requests: a
@@ -59,14 +60,14 @@ func (a *openAcc) slice(ctx context.Context, s openSchedule) error {
 	if p.Proxy != 0 {
 		proxy = []int{p.Proxy}
 	}
-	px0, sh0, sv0 := sampleProcs(proxy), sampleProcs(p.Shards), sampleProcs(p.Server)
-	self0 := sampleSelf()
+	px0, sh0, sv0 := procs.SampleUsage(proxy), procs.SampleUsage(p.Shards), procs.SampleUsage(p.Server)
+	self0 := procs.SelfUsage()
 	if err := runOpenInto(ctx, s, p.Op, a.per); err != nil {
 		return err
 	}
-	a.client = a.client.add(sampleSelf().sub(self0))
-	a.proxy = a.proxy.add(sampleProcs(proxy).sub(px0))
-	a.shard = a.shard.add(sampleProcs(p.Shards).sub(sh0))
-	a.server = a.server.add(sampleProcs(p.Server).sub(sv0))
+	a.client = a.client.Add(procs.SelfUsage().Sub(self0))
+	a.proxy = a.proxy.Add(procs.SampleUsage(proxy).Sub(px0))
+	a.shard = a.shard.Add(procs.SampleUsage(p.Shards).Sub(sh0))
+	a.server = a.server.Add(procs.SampleUsage(p.Server).Sub(sv0))
 	return nil
 }

@@ -99,12 +99,12 @@ type RLSResult struct {
 	// ServerCPU is the CPU of all RLSLoadConfig.Pids per decision, CPU
 	// that of each group, Generator this process's (the load's clients)
 	// per decision: on a shared machine, steadier than decisions/s.
-	ServerCPU ProcPerRequest            `json:"server_cpu_per_decision"`
-	CPU       map[string]ProcPerRequest `json:"cpu_per_decision,omitempty"`
+	ServerCPU procs.PerRequest            `json:"server_cpu_per_decision"`
+	CPU       map[string]procs.PerRequest `json:"cpu_per_decision,omitempty"`
 	// Syscalls are each group's read and write system calls per decision
 	// (/proc/PID/io syscr + syscw: sockets included; epoll and futex not).
-	Syscalls  map[string]float64 `json:"syscalls_per_decision,omitempty"`
-	Generator ProcPerRequest     `json:"generator_cpu_per_decision"`
+	Syscalls  map[string]float64   `json:"syscalls_per_decision,omitempty"`
+	Generator procs.PerRequest `json:"generator_cpu_per_decision"`
 	// Processes are the server-side processes measured, by group.
 	Processes map[string]int `json:"processes,omitempty"`
 }
@@ -175,7 +175,7 @@ func RunRLSLoad(ctx context.Context, cfg RLSLoadConfig) (*RLSResult, error) {
 	}
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	var wg sync.WaitGroup
-	srv0, gen0, io0 := sampleGroups(cfg.Pids), sampleSelf(), ioGroups(cfg.Pids)
+	srv0, gen0, io0 := sampleGroups(cfg.Pids), procs.SelfUsage(), ioGroups(cfg.Pids)
 	start := time.Now()
 	for i := range ws {
 		w := &ws[i]
@@ -205,7 +205,7 @@ func RunRLSLoad(ctx context.Context, cfg RLSLoadConfig) (*RLSResult, error) {
 	}
 	wg.Wait()
 	el := time.Since(start)
-	srv, gen, io := sampleGroups(cfg.Pids), sampleSelf().sub(gen0), ioGroups(cfg.Pids)
+	srv, gen, io := sampleGroups(cfg.Pids), procs.SelfUsage().Sub(gen0), ioGroups(cfg.Pids)
 	res := &RLSResult{Target: cfg.Targets[0], Duration: el, Codes: map[string]int64{}}
 	lat := NewLatency()
 	for _, w := range ws {
@@ -225,27 +225,27 @@ func RunRLSLoad(ctx context.Context, cfg RLSLoadConfig) (*RLSResult, error) {
 		for g, pids := range cfg.Pids {
 			res.Processes[g] = len(pids)
 		}
-		var all procSample
-		res.CPU, res.Syscalls = map[string]ProcPerRequest{}, map[string]float64{}
+		var all procs.Usage
+		res.CPU, res.Syscalls = map[string]procs.PerRequest{}, map[string]float64{}
 		for g, n := range io {
 			res.Syscalls[g] = float64(n-io0[g]) / float64(max(decisions, 1))
 		}
 		for g, s := range srv {
-			d := s.sub(srv0[g])
-			all = all.add(d)
-			res.CPU[g] = d.per(decisions)
+			d := s.Sub(srv0[g])
+			all = all.Add(d)
+			res.CPU[g] = d.Per(decisions)
 		}
-		res.ServerCPU = all.per(decisions)
+		res.ServerCPU = all.Per(decisions)
 	}
-	res.Generator = gen.per(decisions)
+	res.Generator = gen.Per(decisions)
 	return res, nil
 }
 
 // sampleGroups is sampleProcs of each group.
-func sampleGroups(groups map[string][]int) map[string]procSample {
-	out := make(map[string]procSample, len(groups))
+func sampleGroups(groups map[string][]int) map[string]procs.Usage {
+	out := make(map[string]procs.Usage, len(groups))
 	for g, pids := range groups {
-		out[g] = sampleProcs(pids)
+		out[g] = procs.SampleUsage(pids)
 	}
 	return out
 }
