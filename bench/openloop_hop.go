@@ -25,7 +25,7 @@ func startOpenHop(ctx context.Context, dir, target string) (*procs.Proc, error) 
 	if err != nil {
 		return nil, fmt.Errorf("%w: hop: %v", ErrOpenLoop, err)
 	}
-	pr, err := startServing(ctx, "tcphop", bin, filepath.Join(dir, "tcphop.log"), func(addr string) []string {
+	pr, err := procs.StartServing(ctx, "tcphop", bin, filepath.Join(dir, "tcphop.log"), func(addr string) []string {
 		return []string{"--listen", addr, "--target", target}
 	}, func(addr string) error { return procs.Ping(addr, 200*time.Millisecond) })
 	if err != nil {

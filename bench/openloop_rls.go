@@ -43,9 +43,9 @@ func startOpenRLS(ctx context.Context, bin, dir, mcAddr string) (*procs.Proc, st
 		return nil, "", err
 	}
 	httpAddr := "127.0.0.1:" + strconv.Itoa(port)
-	pr, err := startServing(ctx, "rls", bin, filepath.Join(dir, "rls.log"), func(addr string) []string {
+	pr, err := procs.StartServing(ctx, "rls", bin, filepath.Join(dir, "rls.log"), func(addr string) []string {
 		return []string{"--grpc", addr, "--http", httpAddr, "--config-dir", confDir, "--memcached", mcAddr}
-	}, func(string) error { return httpOK("http://" + httpAddr + "/healthcheck") })
+	}, func(string) error { return procs.HTTPOK("http://" + httpAddr + "/healthcheck") })
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: rls: %v", ErrOpenLoop, err)
 	}

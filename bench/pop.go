@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -337,7 +335,7 @@ func (p *PoP) startShard(ctx context.Context, i int) (*Shard, error) {
 		s.mc, s.Direct = m, m.Addr
 	} else {
 		name := fmt.Sprintf("shard-%d", i)
-		pr, err := startServing(ctx, name, cfg.Bins.MCProxy, p.logFile(name),
+		pr, err := procs.StartServing(ctx, name, cfg.Bins.MCProxy, p.logFile(name),
 			func(addr string) []string { return []string{"--listen", addr, "--embedded", "1", "--admin", ""} },
 			func(addr string) error { return procs.Ping(addr, 200*time.Millisecond) })
 		if err != nil {
@@ -364,7 +362,7 @@ func (p *PoP) startProxies(ctx context.Context) error {
 	for i := 0; i < cfg.Proxies; i++ {
 		name := fmt.Sprintf("mcproxy-%d", i)
 		var werr error
-		pr, err := startServing(ctx, name, cfg.Bins.MCProxy, p.logFile(name),
+		pr, err := procs.StartServing(ctx, name, cfg.Bins.MCProxy, p.logFile(name),
 			func(addr string) []string {
 				args := []string{"--listen", addr}
 				if cfg.ProxyPool != "" {
@@ -421,56 +419,19 @@ func (p *PoP) startEdges(ctx context.Context) error {
 		admin := "127.0.0.1:" + strconv.Itoa(adminPort)
 		servers, _ := p.StoreServers(i)
 		name := fmt.Sprintf("edge-%d", i)
-		pr, err := startServing(ctx, name, cfg.Bins.Edge, p.logFile(name),
+		pr, err := procs.StartServing(ctx, name, cfg.Bins.Edge, p.logFile(name),
 			func(addr string) []string {
 				args := []string{"--listen", addr, "--upstream", cfg.Upstream}
 				args = append(args, p.storeArgs(servers)...)
 				return append(append(args, "--policy", p.PolicyFile, "--admin", admin,
 					"--workers-per-pop", strconv.Itoa(cfg.WorkersPerPoP)), cfg.EdgeArgs...)
 			},
-			func(addr string) error { return httpUp("http://" + admin + "/healthz") })
+			func(addr string) error { return procs.HTTPUp("http://" + admin + "/healthz") })
 		if err != nil {
 			return err
 		}
 		p.Edges = append(p.Edges, &Edge{URL: "http://" + pr.Addr, Admin: "http://" + admin, Proc: pr})
 	}
-	return nil
-}
-
-// startServing starts a process that listens on a free port given by args,
-// retrying on a lost port, and waits for ready(addr).
-func startServing(ctx context.Context, name, bin, log string, args func(addr string) []string, ready func(addr string) error) (*procs.Proc, error) {
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		port, err := procs.FreePort()
-		if err != nil {
-			return nil, err
-		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		pr, err := procs.StartProc(name, bin, args(addr), log)
-		if err != nil {
-			return nil, err
-		}
-		pr.Addr = addr
-		if lastErr = pr.WaitReady(ctx, 10*time.Second, func() error { return ready(addr) }); lastErr == nil {
-			return pr, nil
-		}
-		pr.Kill()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-	}
-	return nil, lastErr
-}
-
-// httpUp succeeds when url answers any HTTP status.
-func httpUp(url string) error {
-	c := http.Client{Timeout: 500 * time.Millisecond}
-	resp, err := c.Get(url)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
 	return nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -103,8 +102,8 @@ type RLSResult struct {
 	CPU       map[string]procs.PerRequest `json:"cpu_per_decision,omitempty"`
 	// Syscalls are each group's read and write system calls per decision
 	// (/proc/PID/io syscr + syscw: sockets included; epoll and futex not).
-	Syscalls  map[string]float64   `json:"syscalls_per_decision,omitempty"`
-	Generator procs.PerRequest `json:"generator_cpu_per_decision"`
+	Syscalls  map[string]float64 `json:"syscalls_per_decision,omitempty"`
+	Generator procs.PerRequest   `json:"generator_cpu_per_decision"`
 	// Processes are the server-side processes measured, by group.
 	Processes map[string]int `json:"processes,omitempty"`
 }
@@ -386,31 +385,17 @@ func LaunchRLSPoP(ctx context.Context, cfg RLSPoPConfig) (_ *RLSPoP, err error) 
 		httpAddr := "127.0.0.1:" + strconv.Itoa(port)
 		servers, _ := pop.StoreServers(i)
 		name := fmt.Sprintf("rls-%d", i)
-		pr, err := startServing(ctx, name, cfg.Bin, pop.logFile(name), func(addr string) []string {
+		pr, err := procs.StartServing(ctx, name, cfg.Bin, pop.logFile(name), func(addr string) []string {
 			args := []string{"--grpc", addr, "--http", httpAddr, "--config-dir", cfg.ConfigDir, "--workers-per-pop", strconv.Itoa(cfg.RLS)}
 			args = append(args, pop.storeArgs(servers)...)
 			return append(args, cfg.Args...)
-		}, func(string) error { return httpOK("http://" + httpAddr + "/healthcheck") })
+		}, func(string) error { return procs.HTTPOK("http://" + httpAddr + "/healthcheck") })
 		if err != nil {
 			return nil, err
 		}
 		p.RLS = append(p.RLS, &RLSProc{GRPC: pr.Addr, HTTP: httpAddr, Proc: pr})
 	}
 	return p, nil
-}
-
-// httpOK succeeds when url answers 200.
-func httpOK(url string) error {
-	c := http.Client{Timeout: 500 * time.Millisecond}
-	resp, err := c.Get(url)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return nil
 }
 
 // WriteRLSConfig writes body as dir/name, creating dir: the rls config
