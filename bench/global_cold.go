@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 )
@@ -125,7 +126,7 @@ func sendCold(ctx context.Context, cfg GlobalConfig, targets []*HTTPTarget) *Glo
 		}
 		wg.Wait()
 		for _, n := range win.Admitted {
-			win.MaxAbsPct = max(win.MaxAbsPct, 100*abs(float64(n-cfg.Quantity))/float64(cfg.Quantity))
+			win.MaxAbsPct = max(win.MaxAbsPct, 100*math.Abs(float64(n-cfg.Quantity))/float64(cfg.Quantity))
 		}
 		if cfg.Progress != nil {
 			cfg.Progress(w+1, cfg.Windows)

@@ -266,13 +266,13 @@ func (rep *ProxyCompareReport) runMix(ctx context.Context, cfg ProxyCompareConfi
 // startMcproxyForCompare builds (unless given) and starts mcproxy over the
 // pool's servers, on a free loopback port, and waits until it answers.
 func startMcproxyForCompare(ctx context.Context, cfg ProxyCompareConfig, dir string, pool procs.TwemproxyPool) (*procs.Proc, string, error) {
-	p, _, detail, err := startMcproxyAdmin(ctx, cfg, dir, pool)
+	p, _, detail, err := StartMcproxyAdmin(ctx, cfg, dir, pool)
 	return p, detail, err
 }
 
 // startMcproxyAdmin is startMcproxyForCompare, also returning the admin
 // base URL (http://HOST:PORT).
-func startMcproxyAdmin(ctx context.Context, cfg ProxyCompareConfig, dir string, pool procs.TwemproxyPool) (*procs.Proc, string, string, error) {
+func StartMcproxyAdmin(ctx context.Context, cfg ProxyCompareConfig, dir string, pool procs.TwemproxyPool) (*procs.Proc, string, string, error) {
 	bin := cfg.McproxyBin
 	if bin == "" {
 		bins, err := procs.Build(ctx, dir, "mcproxy")

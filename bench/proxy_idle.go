@@ -130,7 +130,7 @@ func RunIdleConns(ctx context.Context, cfg IdleConnsConfig) (*IdleConnsReport, e
 		return nil, err
 	}
 	defer nc.Stop()
-	mc, admin, _, err := startMcproxyAdmin(ctx, ProxyCompareConfig{McproxyBin: cfg.McproxyBin, McproxyArgs: cfg.McproxyArgs}, dir, pool)
+	mc, admin, _, err := StartMcproxyAdmin(ctx, ProxyCompareConfig{McproxyBin: cfg.McproxyBin, McproxyArgs: cfg.McproxyArgs}, dir, pool)
 	if err != nil {
 		return nil, err
 	}

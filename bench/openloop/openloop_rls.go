@@ -1,8 +1,9 @@
-package bench
+package openloop
 
 import (
 	"context"
 	"fmt"
+	"github.com/poplimit/poplimit/bench"
 	"path/filepath"
 	"strconv"
 
@@ -35,7 +36,7 @@ func startOpenRLS(ctx context.Context, bin, dir, mcAddr string) (*procs.Proc, st
 		bin = bins["rls"]
 	}
 	confDir := filepath.Join(dir, "rls-config")
-	if err := WriteRLSConfig(confDir, "bench.yaml", RLSBenchConfig(1<<30)); err != nil {
+	if err := bench.WriteRLSConfig(confDir, "bench.yaml", bench.RLSBenchConfig(1<<30)); err != nil {
 		return nil, "", err
 	}
 	port, err := procs.FreePort()

@@ -1,8 +1,9 @@
-package bench
+package openloop
 
 import (
 	"context"
 	"fmt"
+	"github.com/poplimit/poplimit/bench"
 	"io"
 	"os"
 	"runtime"
@@ -109,12 +110,12 @@ type OpenRun struct {
 	Round int     `json:"round"`
 	// Latency from the intended send time, Service from the actual one,
 	// Lateness the generator's wake-up error (see openCounts).
-	Latency  Summary `json:"latency"`
-	Service  Summary `json:"service"`
-	Lateness Summary `json:"lateness"`
-	Sent     int64   `json:"sent"`
-	Errors   int64   `json:"errors"`
-	Queued   int64   `json:"queued"`
+	Latency  bench.Summary `json:"latency"`
+	Service  bench.Summary `json:"service"`
+	Lateness bench.Summary `json:"lateness"`
+	Sent     int64         `json:"sent"`
+	Errors   int64         `json:"errors"`
+	Queued   int64         `json:"queued"`
 	// Senders is the most sending goroutines in requests at once in any
 	// slice of the run (the pool grows to keep one free; see MaxWorkers).
 	Senders int   `json:"senders"`
@@ -191,7 +192,7 @@ type PathInfo struct {
 // ratios to the floor.
 func RunOpenLoop(ctx context.Context, cfg OpenLoopConfig) (*OpenLoopReport, error) {
 	cfg = cfg.withDefaults()
-	if _, err := NewZipf(1, cfg.ZipfS, cfg.Keys); err != nil {
+	if _, err := bench.NewZipf(1, cfg.ZipfS, cfg.Keys); err != nil {
 		return nil, err
 	}
 	for _, p := range append(cfg.Paths, cfg.CapacityPath) {
@@ -320,7 +321,7 @@ func startOpenTargets(ctx context.Context, cfg OpenLoopConfig, dir string) (*ope
 	}
 	stops = append(stops, nc.Stop)
 	t.ncAddr, t.ncPid = nc.Addr, nc.Pid()
-	mc, _, detail, err := startMcproxyAdmin(ctx, ProxyCompareConfig{McproxyBin: cfg.McproxyBin, McproxyArgs: cfg.McproxyArgs}, dir, pool)
+	mc, _, detail, err := bench.StartMcproxyAdmin(ctx, bench.ProxyCompareConfig{McproxyBin: cfg.McproxyBin, McproxyArgs: cfg.McproxyArgs}, dir, pool)
 	if err != nil {
 		stop()
 		return nil, nil, fmt.Errorf("%w: mcproxy: %v", ErrOpenLoop, err)
@@ -357,4 +358,12 @@ func loadAvg() string {
 	var a, b5, c string
 	fmt.Sscan(string(b), &a, &b5, &c)
 	return a + " " + b5 + " " + c
+}
+
+// defaultTo sets *v to def when it is zero or negative: the "zero means
+// default" rule of every Config in this package.
+func defaultTo[T int | int64 | uint64 | float64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }

@@ -1,7 +1,8 @@
-package bench
+package openloop
 
 import (
 	"context"
+	"github.com/poplimit/poplimit/bench"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,7 +46,7 @@ type openCounts struct {
 	// carries its wait); Service from its actual start; Lateness is the
 	// generator's own error, the delay between the intended time and the
 	// wake-up of the sender that was idle (asleep) waiting for it.
-	Latency, Service, Lateness *Latency
+	Latency, Service, Lateness *bench.Latency
 	// Sent, Errors: requests made, and those that failed. Queued counts
 	// requests that started late because every sender was busy at their
 	// intended time (their latency says by how much; with room to grow
@@ -58,7 +59,7 @@ type openCounts struct {
 }
 
 func newOpenCounts() *openCounts {
-	return &openCounts{Latency: NewLatency(), Service: NewLatency(), Lateness: NewLatency()}
+	return &openCounts{Latency: bench.NewLatency(), Service: bench.NewLatency(), Lateness: bench.NewLatency()}
 }
 
 func (c *openCounts) merge(o *openCounts) {
@@ -201,7 +202,7 @@ func (r *openRun) grow() {
 func (r *openRun) worker(w int) int64 {
 	s, ctx := r.s, r.ctx
 	c := r.wc.of(w)
-	z, err := NewZipf(s.Seed*1000+uint64(w), s.ZipfS, s.Keys)
+	z, err := bench.NewZipf(s.Seed*1000+uint64(w), s.ZipfS, s.Keys)
 	if err != nil {
 		z = nil // a bad ZipfS: key 0 only (RunOpenLoop checks it first)
 	}
@@ -270,7 +271,7 @@ func runClosed(ctx context.Context, d time.Duration, conns int, keys uint64, zip
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			z, err := NewZipf(uint64(900+w), zipfS, keys)
+			z, err := bench.NewZipf(uint64(900+w), zipfS, keys)
 			if err != nil {
 				return
 			}

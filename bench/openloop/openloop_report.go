@@ -1,7 +1,8 @@
-package bench
+package openloop
 
 import (
 	"fmt"
+	"github.com/poplimit/poplimit/bench"
 	"slices"
 )
 
@@ -164,16 +165,16 @@ func abs(x float64) float64 {
 
 // Tables returns the summary per rate and path, the per-request costs,
 // and every run.
-func (rep *OpenLoopReport) Tables() []*Table {
+func (rep *OpenLoopReport) Tables() []*bench.Table {
 	senders := fmt.Sprintf("%d senders (a fixed pool)", rep.Workers)
 	if rep.MaxWorkers > rep.Workers {
 		senders = fmt.Sprintf("%d senders growing to at most %d", rep.Workers, rep.MaxWorkers)
 	}
 	head := fmt.Sprintf("capacity %.0f/s (%s closed loop, %d conns), %s, %d Zipf keys, %d rounds × %gs per run in %gs slices (paths rotated), load average %s, %d CPUs",
 		rep.Capacity, rep.CapacityPath, rep.Workers, senders, rep.Keys, rep.Rounds, rep.Seconds, rep.Slice, rep.LoadAvg, rep.NumCPU)
-	lat := &Table{Title: "Open loop: latency from the intended send time, ms (" + head + ")",
+	lat := &bench.Table{Title: "Open loop: latency from the intended send time, ms (" + head + ")",
 		Header: []string{"rate/s", "path", "sent", "p50", "p99", "p999", "p50 ÷ floor", "p99 ÷ floor", "p99 − floor", "median p99", "median p99 ÷ floor", "median p99 − floor", "service p50", "service p99", "late p99", "queued", "senders", "errors", "unsent"}}
-	cost := &Table{Title: "Open loop: cost per request (µs CPU user/system; context switches voluntary/involuntary)",
+	cost := &bench.Table{Title: "Open loop: cost per request (µs CPU user/system; context switches voluntary/involuntary)",
 		Header: []string{"rate/s", "path", "client µs usr", "client µs sys", "proxy µs usr", "proxy µs sys", "proxy cs vol", "proxy cs invol", "shards µs usr", "shards µs sys", "shards cs vol", "server µs usr", "server µs sys", "machine busy %"}}
 	for _, s := range rep.Summary {
 		lat.Add(s.Rate, s.Path, s.Sent, s.Latency.P50, s.Latency.P99, s.Latency.P999, s.P50Ratio, s.P99Ratio, s.AddedP99MS,
@@ -181,7 +182,7 @@ func (rep *OpenLoopReport) Tables() []*Table {
 		cost.Add(s.Rate, s.Path, s.Client.UserUS, s.Client.SystemUS, s.Proxy.UserUS, s.Proxy.SystemUS, s.Proxy.Voluntary,
 			s.Proxy.Involuntary, s.Shards.UserUS, s.Shards.SystemUS, s.Shards.Voluntary, s.Server.UserUS, s.Server.SystemUS, 100*s.Busy)
 	}
-	runs := &Table{Title: "Open loop: every run (one path in one round: its slices, rotated with the other paths' slices)",
+	runs := &bench.Table{Title: "Open loop: every run (one path in one round: its slices, rotated with the other paths' slices)",
 		Header: []string{"rate/s", "round", "path", "sent", "p50", "p99", "p999", "p99 ÷ floor's this round", "service p99", "late p99", "queued", "senders", "errors"}}
 	for _, r := range rep.Runs {
 		ratio := 0.0
@@ -190,12 +191,12 @@ func (rep *OpenLoopReport) Tables() []*Table {
 		}
 		runs.Add(r.Rate, r.Round, r.Path, r.Sent, r.Latency.P50, r.Latency.P99, r.Latency.P999, ratio, r.Service.P99, r.Lateness.P99, r.Queued, r.Senders, r.Errors)
 	}
-	notes := &Table{Title: "Targets (at the rate nearest 50% of capacity) and paths", Header: []string{"note"}}
+	notes := &bench.Table{Title: "Targets (at the rate nearest 50% of capacity) and paths", Header: []string{"note"}}
 	for _, n := range rep.Notes {
 		notes.Add(n)
 	}
 	for _, p := range rep.Paths {
 		notes.Add(p.Name + ": " + p.Detail)
 	}
-	return []*Table{lat, cost, notes, runs}
+	return []*bench.Table{lat, cost, notes, runs}
 }
