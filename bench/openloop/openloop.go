@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/proxycmp"
 	"io"
 	"os"
 	"runtime"
@@ -321,7 +322,7 @@ func startOpenTargets(ctx context.Context, cfg OpenLoopConfig, dir string) (*ope
 	}
 	stops = append(stops, nc.Stop)
 	t.ncAddr, t.ncPid = nc.Addr, nc.Pid()
-	mc, _, detail, err := bench.StartMcproxyAdmin(ctx, bench.ProxyCompareConfig{McproxyBin: cfg.McproxyBin, McproxyArgs: cfg.McproxyArgs}, dir, pool)
+	mc, _, detail, err := proxycmp.StartMcproxyAdmin(ctx, proxycmp.ProxyCompareConfig{McproxyBin: cfg.McproxyBin, McproxyArgs: cfg.McproxyArgs}, dir, pool)
 	if err != nil {
 		stop()
 		return nil, nil, fmt.Errorf("%w: mcproxy: %v", ErrOpenLoop, err)

@@ -1,10 +1,11 @@
-package bench
+package proxycmp
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/poplimit/poplimit/bench"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -123,7 +124,7 @@ type ProxyLoadResult struct {
 	Hits   int64 `json:"hits"`
 	Misses int64 `json:"misses"`
 	// Latency is over every successful operation.
-	Latency Summary `json:"latency"`
+	Latency bench.Summary `json:"latency"`
 	// CPUSeconds is the CPU time of each of ProxyLoadConfig.CPUPids over
 	// the timed phase, in the same order; ClientCPUSeconds the driver's.
 	CPUSeconds       []float64 `json:"cpu_seconds,omitempty"`
@@ -131,7 +132,7 @@ type ProxyLoadResult struct {
 	// FirstError describes the first error seen, if any.
 	FirstError string `json:"first_error,omitempty"`
 
-	hist *Latency
+	hist *bench.Latency
 }
 
 // CPUPerMillion returns CPU seconds per million operations for
@@ -201,7 +202,7 @@ func RunProxyLoad(ctx context.Context, cfg ProxyLoadConfig) (*ProxyLoadResult, e
 	res := &ProxyLoadResult{
 		Addr: cfg.Addr, Mix: mix, Conns: cfg.conns(), Seconds: elapsed.Seconds(),
 		ClientCPUSeconds: selfCPUSeconds() - clientBefore,
-		hist:             NewLatency(),
+		hist:             bench.NewLatency(),
 	}
 	for i, pid := range cfg.CPUPids {
 		after, err := procs.CPUSeconds(pid)

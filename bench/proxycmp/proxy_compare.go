@@ -1,8 +1,9 @@
-package bench
+package proxycmp
 
 import (
 	"context"
 	"fmt"
+	"github.com/poplimit/poplimit/bench"
 	"io"
 	"net"
 	"os"
@@ -89,7 +90,7 @@ type ProxySystemSummary struct {
 	// OpsPerSec is the sum of ops over the sum of seconds.
 	OpsPerSec float64 `json:"ops_per_sec"`
 	// Latency merges the histograms of every run.
-	Latency Summary `json:"latency"`
+	Latency bench.Summary `json:"latency"`
 	// CPUPerMillion is the system process's CPU seconds per million ops
 	// (for memcached: the one shard); ClientCPUPerMillion the driver's.
 	CPUPerMillion       float64 `json:"cpu_s_per_mop"`
@@ -329,7 +330,7 @@ func summariseMix(mix string, systems []ProxySystem, runs []*ProxyLoadResult) Pr
 	byName := map[string]*ProxySystemSummary{}
 	for _, s := range systems {
 		sum := ProxySystemSummary{System: s.Name}
-		hist := NewLatency()
+		hist := bench.NewLatency()
 		var cpu, client, shardsCPU float64
 		for _, r := range runs {
 			if r.Mix != mix || r.System != s.Name {

@@ -1,9 +1,10 @@
-package bench
+package proxycmp
 
 import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/poplimit/poplimit/bench"
 	"io"
 	"net"
 	"os"
@@ -159,7 +160,7 @@ func holdIdle(ctx context.Context, cfg IdleConnsConfig, n int, name, addr, admin
 		if admin == "" {
 			return -1
 		}
-		m, err := ScrapeMetrics(admin)
+		m, err := bench.ScrapeMetrics(admin)
 		if err != nil {
 			return -1
 		}

@@ -1,10 +1,11 @@
-package bench
+package proxycmp
 
 import (
 	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/poplimit/poplimit/bench"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -37,7 +38,7 @@ type loadConn struct {
 	r        *bufio.Reader
 	w        *bufio.Writer
 	rng      *rand.Rand
-	hist     *Latency
+	hist     *bench.Latency
 	nkeys    uint64
 	prefix   string
 	ops      int64
@@ -53,7 +54,7 @@ func newLoadConn(c net.Conn, cfg ProxyLoadConfig, i uint64) *loadConn {
 		r:      bufio.NewReaderSize(c, 16<<10),
 		w:      bufio.NewWriterSize(c, 4<<10),
 		rng:    rand.New(rand.NewPCG(cfg.seed(), i)),
-		hist:   NewLatency(),
+		hist:   bench.NewLatency(),
 		nkeys:  uint64(cfg.keys()),
 		prefix: cfg.keyPrefix(),
 	}
