@@ -112,14 +112,14 @@ type Span struct {
 
 // ChartTimeline draws requests per second by outcome over time, with the
 // spans marked as vertical lines.
-func ChartTimeline(path, title string, series [][numOutcomes]int64, bucket time.Duration, spans []Span) error {
+func ChartTimeline(path, title string, series [][NumOutcomes]int64, bucket time.Duration, spans []Span) error {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "time (s)"
 	p.Y.Label.Text = "requests/s"
 	p.Legend.Top = true
 	top := 1.0
-	for o := Outcome(0); o < numOutcomes; o++ {
+	for o := Outcome(0); o < NumOutcomes; o++ {
 		pts := make(plotter.XYs, len(series))
 		for i, b := range series {
 			v := float64(b[o]) / bucket.Seconds()

@@ -19,7 +19,8 @@ const (
 	Unavailable
 	// Failed: a transport error or any other status.
 	Failed
-	numOutcomes
+	// NumOutcomes is the number of outcomes, the size of a per-outcome array.
+	NumOutcomes
 )
 
 var outcomeNames = [...]string{"admitted", "rejected", "unavailable", "failed"}
@@ -183,7 +184,7 @@ type ClientStats struct {
 	Limit    float64            `json:"limit_per_s"`
 	Multiple float64            `json:"offered_multiple"`
 	Offered  int64              `json:"offered"`
-	Outcomes [numOutcomes]int64 `json:"-"`
+	Outcomes [NumOutcomes]int64 `json:"-"`
 	// Admitted, Rejected, Unavailable, Failed mirror Outcomes for JSON.
 	Admitted    int64 `json:"admitted"`
 	Rejected    int64 `json:"rejected"`
@@ -218,8 +219,8 @@ func (r *Replay) PerClient() []ClientStats {
 }
 
 // Totals sums outcomes over every request.
-func (r *Replay) Totals() [numOutcomes]int64 {
-	var t [numOutcomes]int64
+func (r *Replay) Totals() [NumOutcomes]int64 {
+	var t [NumOutcomes]int64
 	for _, rec := range r.Records {
 		t[rec.Outcome]++
 	}
@@ -229,9 +230,9 @@ func (r *Replay) Totals() [numOutcomes]int64 {
 // Series buckets outcomes by send time: out[b][o] counts outcome o of the
 // requests sent in [b·bucket, (b+1)·bucket). Only requests of clients for
 // which keep returns true count (nil keeps all).
-func (r *Replay) Series(bucket time.Duration, keep func(client int32) bool) [][numOutcomes]int64 {
+func (r *Replay) Series(bucket time.Duration, keep func(client int32) bool) [][NumOutcomes]int64 {
 	n := max(1, int((r.Trace.Duration+bucket-1)/bucket))
-	out := make([][numOutcomes]int64, n)
+	out := make([][NumOutcomes]int64, n)
 	for _, rec := range r.Records {
 		if keep != nil && !keep(rec.Client) {
 			continue

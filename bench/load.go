@@ -125,7 +125,7 @@ func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error)
 				cpu0 = p.CPUSeconds()
 			}
 			done := (round-1)*len(cfg.Algorithms) + ai
-			run := closedLoop(ctx, target, route, cfg, uint64(round*10+ai), func(frac float64) {
+			run := ClosedLoop(ctx, target, route, cfg, uint64(round*10+ai), func(frac float64) {
 				if cfg.Progress != nil {
 					cfg.Progress(int(1000*(float64(done)+frac)), 1000*total)
 				}
@@ -240,7 +240,7 @@ func (res *LoadResult) finish(rounds int) {
 
 // closedLoop runs cfg.Conns clients for cfg.Duration, each sending the next
 // request when the previous one is answered.
-func closedLoop(ctx context.Context, target Target, route Route, cfg LoadConfig, seed uint64, progress func(float64)) *LoadRun {
+func ClosedLoop(ctx context.Context, target Target, route Route, cfg LoadConfig, seed uint64, progress func(float64)) *LoadRun {
 	// Warm up: one untimed request per client opens the connections.
 	var warm sync.WaitGroup
 	for g := 0; g < cfg.Conns; g++ {
@@ -263,7 +263,7 @@ func closedLoop(ctx context.Context, target Target, route Route, cfg LoadConfig,
 			defer wg.Done()
 			z, _ := NewZipf(cfg.Seed*1000+seed*100+uint64(g), cfg.ZipfS, cfg.Keys)
 			lat := NewLatency()
-			var counts [numOutcomes]int64
+			var counts [NumOutcomes]int64
 			c := &Client{}
 			for i := g; ctx.Err() == nil; i += cfg.Conns {
 				c.ID = "k" + strconv.FormatUint(z.Next(), 10)

@@ -86,7 +86,7 @@ func RunRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin stri
 			}
 			cpu0 := cpuOf(side.pids())
 			done := (round-1)*len(sides) + si
-			run := closedLoop(ctx, target, route, cfg, uint64(round*10+si), func(frac float64) {
+			run := ClosedLoop(ctx, target, route, cfg, uint64(round*10+si), func(frac float64) {
 				if cfg.Progress != nil {
 					cfg.Progress(int(1000*(float64(done)+frac)), 1000*total)
 				}

@@ -144,7 +144,7 @@ func RunSoak(ctx context.Context, env *Env, cfg SoakConfig) (*SoakResult, error)
 		fo0 := edgeCounters(p)
 		env.Logf("soak: capacity, closed loop of %d clients for %v", cfg.Conns, cfg.CapacityRun)
 		target := NewHTTPTarget(p.EdgeURLs(), cfg.Conns)
-		run := closedLoop(ctx, target, route, LoadConfig{Duration: cfg.CapacityRun, Conns: cfg.Conns, Keys: cfg.Keys, ZipfS: 1.1, Seed: cfg.Seed},
+		run := ClosedLoop(ctx, target, route, LoadConfig{Duration: cfg.CapacityRun, Conns: cfg.Conns, Keys: cfg.Keys, ZipfS: 1.1, Seed: cfg.Seed},
 			0, func(f float64) { progress(time.Duration(f * float64(cfg.CapacityRun))) })
 		target.Close()
 		if ctx.Err() != nil {
@@ -277,7 +277,7 @@ type soakGen struct {
 	// requests due; inflight counts requests being sent.
 	paused   atomic.Bool
 	inflight atomic.Int64
-	counts   [numOutcomes]atomic.Int64
+	counts   [NumOutcomes]atomic.Int64
 	mu       sync.Mutex
 	lat      *Latency
 	lag      time.Duration
@@ -289,7 +289,7 @@ func newSoakGen(urls []string, route Route, cfg SoakConfig, rate float64) *soakG
 	// generator's connection churn.
 	tr := &http.Transport{MaxIdleConns: cfg.Conns, MaxIdleConnsPerHost: cfg.Conns,
 		DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext}
-	return &soakGen{target: &HTTPTarget{urls: urls, client: &http.Client{Transport: tr, Timeout: 5 * time.Second}},
+	return &soakGen{target: &HTTPTarget{URLs: urls, Client: &http.Client{Transport: tr, Timeout: 5 * time.Second}},
 		route: route, cfg: cfg, rate: rate, jobs: make(chan time.Time, 4*cfg.Conns), quit: make(chan struct{}), lat: NewLatency()}
 }
 

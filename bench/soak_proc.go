@@ -62,7 +62,7 @@ func soakProcesses(p *PoP, admins map[string]string) []SoakProcess {
 	var out []SoakProcess
 	for i, s := range p.Shards {
 		sp := SoakProcess{Name: fmt.Sprintf("shard-%d (%s)", i, p.Store), Pid: s.Pid(), Judged: true}
-		if s.proc != nil { // an embedded shard is an mcproxy: no admin listener of its own
+		if p.Store == StoreEmbedded { // an embedded shard is an mcproxy: no admin listener of its own
 			sp.Name = fmt.Sprintf("shard-%d (embedded)", i)
 		}
 		out = append(out, sp)
