@@ -1,7 +1,8 @@
-package bench
+package soak
 
 import (
 	"fmt"
+	"github.com/poplimit/poplimit/bench"
 	"os"
 	"runtime"
 
@@ -42,7 +43,7 @@ func (p SoakProcess) Sample() (Resources, error) {
 // admin base URL.
 func metricsGoroutines(admin string) func() (int64, error) {
 	return func() (int64, error) {
-		m, err := ScrapeMetrics(admin)
+		m, err := bench.ScrapeMetrics(admin)
 		if err != nil {
 			return -1, err
 		}
@@ -58,11 +59,11 @@ func metricsGoroutines(admin string) func() (int64, error) {
 // soakProcesses lists every process of p (shards, proxies, edges; admins
 // maps a proxy's address to its admin base URL) and this one (the upstream
 // and the load generator).
-func soakProcesses(p *PoP, admins map[string]string) []SoakProcess {
+func soakProcesses(p *bench.PoP, admins map[string]string) []SoakProcess {
 	var out []SoakProcess
 	for i, s := range p.Shards {
 		sp := SoakProcess{Name: fmt.Sprintf("shard-%d (%s)", i, p.Store), Pid: s.Pid(), Judged: true}
-		if p.Store == StoreEmbedded { // an embedded shard is an mcproxy: no admin listener of its own
+		if p.Store == bench.StoreEmbedded { // an embedded shard is an mcproxy: no admin listener of its own
 			sp.Name = fmt.Sprintf("shard-%d (embedded)", i)
 		}
 		out = append(out, sp)

@@ -1,7 +1,8 @@
-package bench
+package soak
 
 import (
 	"context"
+	"github.com/poplimit/poplimit/bench/benchtest"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 // (a leak per request would be thousands).
 // RSS is reported, not asserted: 8 s is too short for it to settle.
 func TestSoakShort(t *testing.T) {
-	env := newTestEnv(t, true)
+	env := benchtest.Env(t, true)
 	res, err := RunSoak(context.Background(), env, SoakConfig{Duration: 8 * time.Second, CapacityRun: 2 * time.Second,
 		Warmup: 2 * time.Second, Interval: 500 * time.Millisecond,
 		// 20/s per identity: the Zipf head is limited even at the rate a
@@ -63,8 +64,8 @@ func TestSoakShort(t *testing.T) {
 			t.Errorf("%s: fds %d -> %d, goroutines %d -> %d after the warm-up", p.Name, p.FDs.Start, p.FDs.End, p.Goroutines.Start, p.Goroutines.End)
 		}
 	}
-	j := jsonOf(t, res)
-	if _, ok := j["pass"].(bool); !ok || num(t, j, "rate_per_s") <= 0 || len(j["samples"].([]any)) < 10 {
+	j := benchtest.JSON(t, res)
+	if _, ok := j["pass"].(bool); !ok || benchtest.Num(t, j, "rate_per_s") <= 0 || len(j["samples"].([]any)) < 10 {
 		t.Errorf("JSON: pass %v, rate %v, %d samples", j["pass"], j["rate_per_s"], len(j["samples"].([]any)))
 	}
 }

@@ -1,8 +1,9 @@
-package bench
+package soak
 
 import (
 	"context"
 	"fmt"
+	"github.com/poplimit/poplimit/bench"
 	"net"
 	"net/http"
 	"slices"
@@ -98,26 +99,26 @@ func (c SoakConfig) withDefaults() SoakConfig {
 // more than Tolerance, nor its fds and goroutines between the two samples
 // at rest (see Rest) by more than Tolerance or Slack; zero errors, zero
 // fail-open decisions.
-func RunSoak(ctx context.Context, env *Env, cfg SoakConfig) (*SoakResult, error) {
+func RunSoak(ctx context.Context, env *bench.Env, cfg SoakConfig) (*SoakResult, error) {
 	cfg = cfg.withDefaults()
 	if !env.HasEdge() {
-		return nil, fmt.Errorf("%w: the soak needs edge workers: %v", ErrNoPoP, env.EdgeErr)
+		return nil, fmt.Errorf("%w: the soak needs edge workers: %v", bench.ErrNoPoP, env.EdgeErr)
 	}
 	if env.Bins.MCProxy == "" {
-		return nil, fmt.Errorf("%w: the soak needs mcproxy: %v", ErrNoPoP, env.ProxyErr)
+		return nil, fmt.Errorf("%w: the soak needs mcproxy: %v", bench.ErrNoPoP, env.ProxyErr)
 	}
 	adminPort, err := procs.FreePort()
 	if err != nil {
 		return nil, err
 	}
 	admin := net.JoinHostPort("127.0.0.1", strconv.Itoa(adminPort))
-	route := Route{Path: "/api", Quantity: cfg.Quantity, Window: cfg.Window}
+	route := bench.Route{Path: "/api", Quantity: cfg.Quantity, Window: cfg.Window}
 	proxyArgs, edgeArgs := append([]string{"--admin", admin}, cfg.ProxyArgs...), cfg.EdgeArgs
 	if cfg.Pprof {
 		proxyArgs, edgeArgs = append(proxyArgs, "--pprof"), append(slices.Clone(edgeArgs), "--pprof")
 	}
-	p, err := env.Launch(ctx, PoPConfig{Name: "soak", Shards: 3, Proxies: 1, Edges: cfg.Edges, WorkersPerPoP: cfg.Edges,
-		Policy: PolicyYAML([]Route{route}, cfg.Algorithm, 1), ProxyArgs: proxyArgs, EdgeArgs: edgeArgs})
+	p, err := env.Launch(ctx, bench.PoPConfig{Name: "soak", Shards: 3, Proxies: 1, Edges: cfg.Edges, WorkersPerPoP: cfg.Edges,
+		Policy: bench.PolicyYAML([]bench.Route{route}, cfg.Algorithm, 1), ProxyArgs: proxyArgs, EdgeArgs: edgeArgs})
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +129,7 @@ func RunSoak(ctx context.Context, env *Env, cfg SoakConfig) (*SoakResult, error)
 		}
 		env.Logf("soak: /debug/pprof/ on the admin listeners of mcproxy and the edges: %s", strings.Join(urls, " "))
 	}
-	res := &SoakResult{PoP: p.Describe(), Algorithm: AlgorithmName(cfg.Algorithm), Seconds: cfg.Duration.Seconds(),
+	res := &SoakResult{PoP: p.Describe(), Algorithm: bench.AlgorithmName(cfg.Algorithm), Seconds: cfg.Duration.Seconds(),
 		WarmupSeconds: cfg.Warmup.Seconds(), Conns: cfg.Conns, Keys: cfg.Keys, Tolerance: cfg.Tolerance, Slack: cfg.Slack, Rate: cfg.Rate}
 	procs := soakProcesses(p, map[string]string{p.Proxies[0].Addr: "http://" + admin})
 	total := cfg.Duration
@@ -143,8 +144,8 @@ func RunSoak(ctx context.Context, env *Env, cfg SoakConfig) (*SoakResult, error)
 	if cfg.Rate <= 0 {
 		fo0 := edgeCounters(p)
 		env.Logf("soak: capacity, closed loop of %d clients for %v", cfg.Conns, cfg.CapacityRun)
-		target := NewHTTPTarget(p.EdgeURLs(), cfg.Conns)
-		run := ClosedLoop(ctx, target, route, LoadConfig{Duration: cfg.CapacityRun, Conns: cfg.Conns, Keys: cfg.Keys, ZipfS: 1.1, Seed: cfg.Seed},
+		target := bench.NewHTTPTarget(p.EdgeURLs(), cfg.Conns)
+		run := bench.ClosedLoop(ctx, target, route, bench.LoadConfig{Duration: cfg.CapacityRun, Conns: cfg.Conns, Keys: cfg.Keys, ZipfS: 1.1, Seed: cfg.Seed},
 			0, func(f float64) { progress(time.Duration(f * float64(cfg.CapacityRun))) })
 		target.Close()
 		if ctx.Err() != nil {
@@ -188,10 +189,10 @@ func (a EdgeCounters) sub(b EdgeCounters) EdgeCounters {
 
 // edgeCounters scrapes every edge's poplimit_fallback_decisions_total (by
 // mode) and poplimit_store_errors_total.
-func edgeCounters(p *PoP) EdgeCounters {
+func edgeCounters(p *bench.PoP) EdgeCounters {
 	var c EdgeCounters
 	for _, e := range p.Edges {
-		m, err := ScrapeMetrics(e.Admin)
+		m, err := bench.ScrapeMetrics(e.Admin)
 		if err != nil {
 			c.Unreadable++
 			continue
@@ -214,7 +215,7 @@ const failOpenReason = "fail_open"
 // and after the last one it also takes a sample at rest (Rest: the
 // traffic paused, nothing in flight). Each sample also records the
 // generator's counts and the edges' fail-open total so far.
-func sampleWhile(ctx context.Context, procs []SoakProcess, p *PoP, cfg SoakConfig, gen *soakGen, progress func(time.Duration)) []SoakSample {
+func sampleWhile(ctx context.Context, procs []SoakProcess, p *bench.PoP, cfg SoakConfig, gen *soakGen, progress func(time.Duration)) []SoakSample {
 	start := time.Now()
 	gen.start(ctx)
 	take := func() SoakSample {
@@ -264,8 +265,8 @@ func sampleWhile(ctx context.Context, procs []SoakProcess, p *PoP, cfg SoakConfi
 // pinned to one edge; a request that finds the queue full is shed and
 // counted. Latency is measured from the intended time.
 type soakGen struct {
-	target *HTTPTarget
-	route  Route
+	target *bench.HTTPTarget
+	route  bench.Route
 	cfg    SoakConfig
 	rate   float64
 	jobs   chan time.Time
@@ -277,23 +278,25 @@ type soakGen struct {
 	// requests due; inflight counts requests being sent.
 	paused   atomic.Bool
 	inflight atomic.Int64
-	counts   [NumOutcomes]atomic.Int64
+	counts   [bench.NumOutcomes]atomic.Int64
 	mu       sync.Mutex
-	lat      *Latency
+	lat      *bench.Latency
 	lag      time.Duration
 }
 
-func newSoakGen(urls []string, route Route, cfg SoakConfig, rate float64) *soakGen {
+func newSoakGen(urls []string, route bench.Route, cfg SoakConfig, rate float64) *soakGen {
 	// No client-side idle timeout: a sender's keep-alive connection lives
 	// as long as the run, so the processes' fds do not move with the
 	// generator's connection churn.
 	tr := &http.Transport{MaxIdleConns: cfg.Conns, MaxIdleConnsPerHost: cfg.Conns,
 		DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext}
-	return &soakGen{target: &HTTPTarget{URLs: urls, Client: &http.Client{Transport: tr, Timeout: 5 * time.Second}},
-		route: route, cfg: cfg, rate: rate, jobs: make(chan time.Time, 4*cfg.Conns), quit: make(chan struct{}), lat: NewLatency()}
+	return &soakGen{target: &bench.HTTPTarget{URLs: urls, Client: &http.Client{Transport: tr, Timeout: 5 * time.Second}},
+		route: route, cfg: cfg, rate: rate, jobs: make(chan time.Time, 4*cfg.Conns), quit: make(chan struct{}), lat: bench.NewLatency()}
 }
 
-func (g *soakGen) errors() int64 { return g.counts[Failed].Load() + g.counts[Unavailable].Load() }
+func (g *soakGen) errors() int64 {
+	return g.counts[bench.Failed].Load() + g.counts[bench.Unavailable].Load()
+}
 
 // start opens one connection per sender (all at once, untimed), then
 // starts the senders and the pacer.
@@ -301,7 +304,7 @@ func (g *soakGen) start(ctx context.Context) {
 	var warm sync.WaitGroup
 	for w := 0; w < g.cfg.Conns; w++ {
 		warm.Add(1)
-		go func() { defer warm.Done(); g.target.Do(ctx, w, &Client{ID: "warmup"}, &g.route) }()
+		go func() { defer warm.Done(); g.target.Do(ctx, w, &bench.Client{ID: "warmup"}, &g.route) }()
 	}
 	warm.Wait()
 	for w := 0; w < g.cfg.Conns; w++ {
@@ -344,10 +347,10 @@ func (g *soakGen) pace(ctx context.Context) {
 
 func (g *soakGen) send(w int) {
 	defer g.wg.Done()
-	z, _ := NewZipf(g.cfg.Seed*1000+uint64(w), 1.1, g.cfg.Keys)
-	lat := NewLatency()
+	z, _ := bench.NewZipf(g.cfg.Seed*1000+uint64(w), 1.1, g.cfg.Keys)
+	lat := bench.NewLatency()
 	var lag time.Duration
-	c := &Client{}
+	c := &bench.Client{}
 	for at := range g.jobs {
 		lag = max(lag, time.Since(at))
 		c.ID = "k" + strconv.FormatUint(z.Next(), 10)
@@ -392,10 +395,33 @@ func (g *soakGen) stop() {
 // fill copies the generator's totals into res.
 func (g *soakGen) fill(res *SoakResult) {
 	res.Requests = g.done.Load()
-	res.Admitted, res.Rejected = g.counts[Admitted].Load(), g.counts[Rejected].Load()
-	res.Unavailable, res.Failed = g.counts[Unavailable].Load(), g.counts[Failed].Load()
+	res.Admitted, res.Rejected = g.counts[bench.Admitted].Load(), g.counts[bench.Rejected].Load()
+	res.Unavailable, res.Failed = g.counts[bench.Unavailable].Load(), g.counts[bench.Failed].Load()
 	res.Errors = res.Unavailable + res.Failed
 	res.Shed = g.shed.Load()
 	res.Latency = g.lat.Summary()
 	res.LagMs = float64(g.lag) / float64(time.Millisecond)
+}
+
+// defaultTo sets *v to def when it is zero or negative: the "zero means
+// default" rule of SoakConfig.
+func defaultTo[T int | int64 | uint64 | float64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
+// formatFloat formats v with fewer decimals the larger it is.
+func formatFloat(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case v >= 1000 || v <= -1000:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10 || v <= -10:
+		return fmt.Sprintf("%.1f", v)
+	case v >= 0.01 || v <= -0.01:
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.4f", v)
 }

@@ -1,7 +1,8 @@
-package bench
+package soak
 
 import (
 	"fmt"
+	"github.com/poplimit/poplimit/bench"
 	"strings"
 )
 
@@ -30,10 +31,10 @@ type SoakResult struct {
 	Failed      int64 `json:"failed"`
 	// Shed requests found the generator's queue full (the generator could
 	// not keep the rate); they were never sent.
-	Shed     int64        `json:"shed"`
-	Latency  Summary      `json:"latency_from_intended"`
-	LagMs    float64      `json:"generator_lag_ms"`
-	Counters EdgeCounters `json:"edge_counters"`
+	Shed     int64         `json:"shed"`
+	Latency  bench.Summary `json:"latency_from_intended"`
+	LagMs    float64       `json:"generator_lag_ms"`
+	Counters EdgeCounters  `json:"edge_counters"`
 	// Tolerance (%) and Slack (fds, goroutines) of the verdict.
 	Tolerance float64           `json:"tolerance_pct"`
 	Slack     int64             `json:"slack"`
@@ -187,17 +188,17 @@ func figure(vals []int64, tol float64, slack int64, judged bool) SoakFigure {
 }
 
 // Tables returns the human view.
-func (r *SoakResult) Tables() []*Table {
+func (r *SoakResult) Tables() []*bench.Table {
 	verdict := "PASS"
 	if !r.Pass {
 		verdict = "FAIL"
 	}
-	sum := &Table{Title: fmt.Sprintf("Soak: %s, %s, %.0fs open loop (warm-up %.0fs), %d senders, %d Zipf identities",
+	sum := &bench.Table{Title: fmt.Sprintf("Soak: %s, %s, %.0fs open loop (warm-up %.0fs), %d senders, %d Zipf identities",
 		r.PoP, r.Algorithm, r.Seconds, r.WarmupSeconds, r.Conns, r.Keys),
 		Header: []string{"capacity/s", "rate/s", "requests", "admitted", "rejected", "errors", "fail-open", "store errors", "shed", "p50 ms", "p99 ms", "p999 ms", "verdict"}}
 	sum.Add(r.Capacity, r.Rate, r.Requests, r.Admitted, r.Rejected, r.Errors, r.Counters.FailOpen, r.Counters.StoreErrors, r.Shed,
 		r.Latency.P50, r.Latency.P99, r.Latency.P999, verdict)
-	procs := &Table{Title: fmt.Sprintf("Per process after warm-up: start / end / max, drift %% (limit +%.0f%%; fds and goroutines +%d, at rest: traffic paused, nothing in flight)", r.Tolerance, r.Slack),
+	procs := &bench.Table{Title: fmt.Sprintf("Per process after warm-up: start / end / max, drift %% (limit +%.0f%%; fds and goroutines +%d, at rest: traffic paused, nothing in flight)", r.Tolerance, r.Slack),
 		Header: []string{"process", "pid", "RSS MB", "RSS drift %", "goroutines", "goroutines drift %", "fds", "fds drift %", "threads", "ok"}}
 	mb := func(kb int64) string {
 		if kb < 0 {
@@ -225,9 +226,9 @@ func (r *SoakResult) Tables() []*Table {
 		procs.Add(p.Name, p.Pid, three(p.RSSKB, mb), p.RSSKB.Drift, three(p.Goroutines, count), p.Goroutines.Drift,
 			three(p.FDs, count), p.FDs.Drift, count(p.Threads.Start)+" / "+count(p.Threads.End), ok)
 	}
-	tables := []*Table{sum, procs, r.timeline()}
+	tables := []*bench.Table{sum, procs, r.timeline()}
 	if len(r.Failures) > 0 {
-		f := &Table{Title: "Why it failed", Header: []string{"failure"}}
+		f := &bench.Table{Title: "Why it failed", Header: []string{"failure"}}
 		for _, s := range r.Failures {
 			f.Add(s)
 		}
@@ -238,8 +239,8 @@ func (r *SoakResult) Tables() []*Table {
 
 // timeline shows about ten samples: the PoP's summed RSS, fds and
 // goroutines (judged processes) and the running counts.
-func (r *SoakResult) timeline() *Table {
-	t := &Table{Title: "Timeline (judged processes summed)", Header: []string{"t s", "requests", "errors", "fail-open (edges' total)", "RSS MB", "fds", "goroutines"}}
+func (r *SoakResult) timeline() *bench.Table {
+	t := &bench.Table{Title: "Timeline (judged processes summed)", Header: []string{"t s", "requests", "errors", "fail-open (edges' total)", "RSS MB", "fds", "goroutines"}}
 	judged := map[string]bool{}
 	for _, p := range r.Processes {
 		judged[p.Name] = p.Judged
