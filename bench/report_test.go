@@ -85,12 +85,6 @@ func TestCharts(t *testing.T) {
 		}
 		files = append(files, a, c, tl)
 	}
-	prec := filepath.Join(dir, "precision.png")
-	if err := ChartPrecision(prec, []*AccuracyResult{{Algorithm: "sliding", Trace: "near", Precision: 1, WrongPct: 3},
-		{Algorithm: "sliding", Trace: "near", Precision: 12, WrongPct: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	files = append(files, prec)
 	tr2 := filepath.Join(dir, "tables.md")
 	if err := WriteTablesReport(tr2, "x", "popbench x", []*Table{tab()}, []string{"precision.png"}); err != nil {
 		t.Fatal(err)
