@@ -262,7 +262,7 @@ func faultsTrace(cfg FaultsConfig, total time.Duration) (*Trace, error) {
 			tr.Requests = append(tr.Requests, Request{At: at, Client: id})
 		}
 	}
-	tr.sort()
+	tr.Sort()
 	return tr, nil
 }
 

@@ -135,7 +135,7 @@ func measureMemory(ctx context.Context, p *PoP, alg counter.Algorithm, prec int,
 	var mu sync.Mutex
 	var first firstError
 	done := 0
-	err = parallel(ctx, n, cfg.Parallel, func(i int) {
+	err = Parallel(ctx, n, cfg.Parallel, func(i int) {
 		id := "m" + strconv.Itoa(i)
 		for s := 0; s < steps; s++ {
 			// A store timeout on a loaded machine is retried: the item is

@@ -213,12 +213,12 @@ func Generate(c WorkloadConfig) (*Trace, error) {
 	for i := 0; i < c.Legit; i++ {
 		m := math.Max(c.LegitMin, c.LegitMax/math.Pow(float64(i+1), c.ZipfS))
 		id := add(Legit, 0, m)
-		t.arrive(rng, c.Arrivals, c.OnFraction, id, m*c.API.Rate())
+		t.Arrive(rng, c.Arrivals, c.OnFraction, id, m*c.API.Rate())
 	}
 	for i := 0; i < c.Abusive; i++ {
 		m := c.AbuseMin + rng.Float64()*(c.AbuseMax-c.AbuseMin)
 		id := add(Abusive, 0, m)
-		t.arrive(rng, c.Arrivals, c.OnFraction, id, m*c.API.Rate())
+		t.Arrive(rng, c.Arrivals, c.OnFraction, id, m*c.API.Rate())
 	}
 	for i := 0; i < c.Boundary; i++ {
 		id := add(BoundaryAttacker, 0, 0)
@@ -227,16 +227,16 @@ func Generate(c WorkloadConfig) (*Trace, error) {
 	}
 	for i := 0; i < c.Stuffers; i++ {
 		id := add(Stuffer, 1, c.StuffMultiple)
-		t.arrive(rng, Poisson, 1, id, c.StuffMultiple*c.Login.Rate())
+		t.Arrive(rng, Poisson, 1, id, c.StuffMultiple*c.Login.Rate())
 	}
 	if len(t.Requests) > c.MaxRequests {
 		return nil, fmt.Errorf("%w: %d requests exceed MaxRequests %d", ErrBadWorkload, len(t.Requests), c.MaxRequests)
 	}
-	t.sort()
+	t.Sort()
 	return t, nil
 }
 
-func (t *Trace) sort() {
+func (t *Trace) Sort() {
 	sort.SliceStable(t.Requests, func(i, j int) bool {
 		if t.Requests[i].At != t.Requests[j].At {
 			return t.Requests[i].At < t.Requests[j].At
@@ -246,7 +246,7 @@ func (t *Trace) sort() {
 }
 
 // arrive appends the arrivals of one client at mean rate per second.
-func (t *Trace) arrive(rng *rand.Rand, a Arrivals, onFraction float64, id int32, rate float64) {
+func (t *Trace) Arrive(rng *rand.Rand, a Arrivals, onFraction float64, id int32, rate float64) {
 	if rate <= 0 {
 		return
 	}

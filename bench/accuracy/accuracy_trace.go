@@ -1,10 +1,11 @@
-package bench
+package accuracy
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/poplimit/poplimit/bench"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -165,13 +166,13 @@ func (c AccuracyTraceConfig) withDefaults() AccuracyTraceConfig {
 // GenerateAccuracy builds one of the accuracy traces. Offset 0 of the trace
 // is meant to be aligned on a window boundary. The same config always
 // yields the same trace.
-func GenerateAccuracy(c AccuracyTraceConfig) (*Trace, error) {
+func GenerateAccuracy(c AccuracyTraceConfig) (*bench.Trace, error) {
 	c = c.withDefaults()
-	route := Route{Path: "/api", Quantity: c.Quantity, Window: c.Window}
+	route := bench.Route{Path: "/api", Quantity: c.Quantity, Window: c.Window}
 	switch c.Name {
 	case TraceBelow:
 		abusive := max(1, int(math.Floor(float64(c.Sources)*c.AbusiveFraction+1e-9)))
-		t, err := Generate(WorkloadConfig{Seed: c.Seed, Duration: c.Duration, API: route,
+		t, err := bench.Generate(bench.WorkloadConfig{Seed: c.Seed, Duration: c.Duration, API: route,
 			Legit: c.Sources - abusive, Abusive: abusive, Boundary: -1, Stuffers: -1,
 			AbuseMin: c.AbusiveMin, AbuseMax: c.AbusiveMax,
 			LegitMin: c.LegitMin, LegitMax: c.LegitMax, ZipfS: c.LegitZipfS, MaxRequests: 20_000_000})
@@ -181,36 +182,36 @@ func GenerateAccuracy(c AccuracyTraceConfig) (*Trace, error) {
 		return t, err
 	case TraceNear, TraceBursts:
 	default:
-		return nil, fmt.Errorf("%w: unknown accuracy trace %q", ErrBadWorkload, c.Name)
+		return nil, fmt.Errorf("%w: unknown accuracy trace %q", bench.ErrBadWorkload, c.Name)
 	}
 	rng := rand.New(rand.NewPCG(c.Seed, 0x5eed))
-	t := &Trace{Seed: c.Seed, Duration: c.Duration, Routes: []Route{route}}
+	t := &bench.Trace{Seed: c.Seed, Duration: c.Duration, Routes: []bench.Route{route}}
 	tail := time.Duration(math.Round(float64(c.Window) * c.BurstTail))
 	for i := 0; i < c.Sources; i++ {
 		m := c.MinMultiple + rng.Float64()
-		kind := Legit
+		kind := bench.Legit
 		if m > 1 {
-			kind = Abusive
+			kind = bench.Abusive
 		}
 		id := int32(len(t.Clients))
-		t.Clients = append(t.Clients, Client{ID: fmt.Sprintf("%s-%04d", c.Name, i), Kind: kind, Multiple: m})
+		t.Clients = append(t.Clients, bench.Client{ID: fmt.Sprintf("%s-%04d", c.Name, i), Kind: kind, Multiple: m})
 		rate := m * route.Rate()
 		if c.Name == TraceNear {
-			t.arrive(rng, Poisson, 1, id, rate)
+			t.Arrive(rng, bench.Poisson, 1, id, rate)
 			continue
 		}
 		// Bursts: BurstShare of the traffic in the window's last BurstTail,
 		// the rest evenly.
-		t.arrive(rng, Poisson, 1, id, rate*(1-c.BurstShare))
+		t.Arrive(rng, bench.Poisson, 1, id, rate*(1-c.BurstShare))
 		burst := rate * c.BurstShare * (1 / c.BurstTail)
 		for w := time.Duration(0); w < c.Duration; w += c.Window {
 			from := (w + c.Window - tail).Seconds()
 			to := min(w+c.Window, c.Duration).Seconds()
 			for at := from + rng.ExpFloat64()/burst; at < to; at += rng.ExpFloat64() / burst {
-				t.Requests = append(t.Requests, Request{At: seconds(at), Client: id})
+				t.Requests = append(t.Requests, bench.Request{At: seconds(at), Client: id})
 			}
 		}
 	}
-	t.sort()
+	t.Sort()
 	return t, nil
 }

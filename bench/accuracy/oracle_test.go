@@ -1,6 +1,7 @@
-package bench
+package accuracy
 
 import (
+	"github.com/poplimit/poplimit/bench"
 	"strconv"
 	"testing"
 	"time"
@@ -85,7 +86,7 @@ func TestTokenBucketExcess(t *testing.T) {
 }
 
 func TestLatencySummary(t *testing.T) {
-	l, o := NewLatency(), NewLatency()
+	l, o := bench.NewLatency(), bench.NewLatency()
 	for i := 1; i <= 1000; i++ {
 		l.Record(time.Duration(i) * time.Microsecond)
 	}
@@ -107,7 +108,7 @@ func TestLatencySummary(t *testing.T) {
 			t.Fatalf("cdf not monotone at %d: %+v", i, cdf)
 		}
 	}
-	if NewLatency().CDF() != nil {
+	if bench.NewLatency().CDF() != nil {
 		t.Fatal("empty cdf not nil")
 	}
 }

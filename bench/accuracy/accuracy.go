@@ -1,8 +1,9 @@
-package bench
+package accuracy
 
 import (
 	"context"
 	"fmt"
+	"github.com/poplimit/poplimit/bench"
 	"math"
 	"sort"
 	"strconv"
@@ -74,12 +75,12 @@ type AccuracyResult struct {
 // aligned on a window boundary) through in-process workers over cfg's store
 // and scores every decision against the exact sliding log. Keys carry a
 // per-run nonce, so runs never share counters.
-func MeasureAccuracy(ctx context.Context, name string, tr *Trace, cfg AccuracyConfig) (*AccuracyResult, error) {
+func MeasureAccuracy(ctx context.Context, name string, tr *bench.Trace, cfg AccuracyConfig) (*AccuracyResult, error) {
 	defaultTo(&cfg.Workers, 4)
 	defaultTo(&cfg.Parallel, 8)
 	workers, par := cfg.Workers, cfg.Parallel
 	route := tr.Routes[0]
-	in, err := NewInproc(tr.Routes, InprocConfig{Servers: cfg.Servers, Direct: cfg.Direct, Workers: workers, Algorithm: cfg.Algorithm,
+	in, err := bench.NewInproc(tr.Routes, bench.InprocConfig{Servers: cfg.Servers, Direct: cfg.Direct, Workers: workers, Algorithm: cfg.Algorithm,
 		Precision: cfg.Precision, OnReject: cfg.OnReject, Skew: cfg.Skew})
 	if err != nil {
 		return nil, err
@@ -99,7 +100,7 @@ func MeasureAccuracy(ctx context.Context, name string, tr *Trace, cfg AccuracyCo
 	before := in.StoreStats()
 	start := time.Now()
 	var first firstError
-	err = parallel(ctx, len(bySource), par, func(s int) {
+	err = bench.Parallel(ctx, len(bySource), par, func(s int) {
 		id := nonce + "." + tr.Clients[s].ID
 		var e int64
 		for k, i := range bySource[s] {
@@ -173,14 +174,14 @@ func (r *AccuracyResult) Compare(o *AccuracyResult) {
 // algorithm's own allowance. Requests not decided (decided[i] false: the
 // store failed) are left out of the wrong/false counts; nil means all
 // decided.
-func Score(tr *Trace, allowed, decided []bool, alg counter.Algorithm, l counter.Limit, countAll bool) *AccuracyResult {
+func Score(tr *bench.Trace, allowed, decided []bool, alg counter.Algorithm, l counter.Limit, countAll bool) *AccuracyResult {
 	if decided == nil {
 		decided = make([]bool, len(allowed))
 		for i := range decided {
 			decided[i] = true
 		}
 	}
-	res := &AccuracyResult{Algorithm: AlgorithmName(alg), Sources: len(tr.Clients), Requests: len(tr.Requests),
+	res := &AccuracyResult{Algorithm: bench.AlgorithmName(alg), Sources: len(tr.Clients), Requests: len(tr.Requests),
 		allowed: allowed, decided: decided}
 	exact := NewSlidingLog(l.Quantity, l.Window, countAll)
 	got := make([]int64, len(tr.Clients))

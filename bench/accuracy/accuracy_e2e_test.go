@@ -1,7 +1,8 @@
-package bench
+package accuracy
 
 import (
 	"context"
+	"github.com/poplimit/poplimit/bench/benchtest"
 	"testing"
 	"time"
 
@@ -9,7 +10,7 @@ import (
 )
 
 func TestAccuracyEndToEnd(t *testing.T) {
-	env := newTestEnv(t, false)
+	env := benchtest.Env(t, false)
 	rep, err := RunAccuracy(context.Background(), env, AccuracySuiteConfig{
 		Traces: []string{TraceNear}, Precisions: []int{1, 4},
 		Algorithms: []counter.Algorithm{counter.SlidingWindow, counter.FixedWindow, counter.TokenBucket},
@@ -18,7 +19,7 @@ func TestAccuracyEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := jsonOf(t, rep)
+	j := benchtest.JSON(t, rep)
 	rows := j["rows"].([]any)
 	if len(rows) != 2+1+2 {
 		t.Fatalf("%d rows", len(rows))
@@ -29,25 +30,25 @@ func TestAccuracyEndToEnd(t *testing.T) {
 		alg, trace := row["algorithm"].(string), row["trace"].(string)
 		// A loaded machine may time a few store calls out; they are
 		// counted apart, not scored.
-		if num(t, row, "errors")*200 > num(t, row, "requests") || num(t, row, "requests") < 1000 {
+		if benchtest.Num(t, row, "errors")*200 > benchtest.Num(t, row, "requests") || benchtest.Num(t, row, "requests") < 1000 {
 			t.Errorf("%v", row)
 		}
-		if rt := num(t, row, "roundtrips_per_decision"); rt < 0.9 || rt > 3 {
+		if rt := benchtest.Num(t, row, "roundtrips_per_decision"); rt < 0.9 || rt > 3 {
 			t.Errorf("%s %s: %v round trips per decision", trace, alg, rt)
 		}
-		if w := num(t, row, "wrong_pct"); w < 0 || w > 100 ||
-			num(t, row, "wrong") != num(t, row, "false_positives")+num(t, row, "false_negatives") {
+		if w := benchtest.Num(t, row, "wrong_pct"); w < 0 || w > 100 ||
+			benchtest.Num(t, row, "wrong") != benchtest.Num(t, row, "false_positives")+benchtest.Num(t, row, "false_negatives") {
 			t.Errorf("inconsistent %v", row)
 		}
-		skew := num(t, row, "skew_ms")
+		skew := benchtest.Num(t, row, "skew_ms")
 		if skew == 0 {
-			if a := num(t, row, "agreement_pct"); a < 99.99 {
+			if a := benchtest.Num(t, row, "agreement_pct"); a < 99.99 {
 				t.Errorf("%s %s N=%v: PoP agrees with in-process run on %.3f%%", trace, alg, row["precision"], a)
 			}
 		}
 		switch alg {
 		case "fixed", "token":
-			if oa := num(t, row, "over_admission"); oa != 0 {
+			if oa := benchtest.Num(t, row, "over_admission"); oa != 0 {
 				t.Errorf("%s %s: over-admission %v through the PoP", trace, alg, oa)
 			}
 		case "sliding":
@@ -55,7 +56,7 @@ func TestAccuracyEndToEnd(t *testing.T) {
 				if wrong[trace] == nil {
 					wrong[trace] = map[float64]float64{}
 				}
-				wrong[trace][num(t, row, "precision")] = num(t, row, "wrong_pct")
+				wrong[trace][benchtest.Num(t, row, "precision")] = benchtest.Num(t, row, "wrong_pct")
 			}
 		}
 	}

@@ -1,8 +1,9 @@
-package bench
+package accuracy
 
 import (
 	"context"
 	"fmt"
+	"github.com/poplimit/poplimit/bench"
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
@@ -55,7 +56,7 @@ type AccuracyReport struct {
 // workers) for every algorithm/precision, scores it against the exact
 // sliding log, and compares each skew-free run with the same algorithm run
 // in one process over an in-memory store (AgreementPct).
-func RunAccuracy(ctx context.Context, env *Env, cfg AccuracySuiteConfig) (*AccuracyReport, error) {
+func RunAccuracy(ctx context.Context, env *bench.Env, cfg AccuracySuiteConfig) (*AccuracyReport, error) {
 	traces := cfg.TraceConfigs
 	if len(traces) == 0 {
 		if len(cfg.Traces) == 0 {
@@ -75,7 +76,7 @@ func RunAccuracy(ctx context.Context, env *Env, cfg AccuracySuiteConfig) (*Accur
 	var servers []string
 	var direct bool
 	if !cfg.NoPoP {
-		p, err := env.Launch(ctx, PoPConfig{Name: "accuracy", Shards: 3, Proxies: 1})
+		p, err := env.Launch(ctx, bench.PoPConfig{Name: "accuracy", Shards: 3, Proxies: 1})
 		if err != nil {
 			return nil, err
 		}
@@ -117,7 +118,7 @@ func RunAccuracy(ctx context.Context, env *Env, cfg AccuracySuiteConfig) (*Accur
 			if len(r.skew) > 0 {
 				skew = fmt.Sprintf(", worker clocks %v", r.skew)
 			}
-			env.Logf("accuracy: trace %s (%d requests), %s precision %d%s", name, len(tr.Requests), AlgorithmName(r.alg), r.prec, skew)
+			env.Logf("accuracy: trace %s (%d requests), %s precision %d%s", name, len(tr.Requests), bench.AlgorithmName(r.alg), r.prec, skew)
 			res, err := MeasureAccuracy(ctx, name, tr, AccuracyConfig{Servers: servers, Direct: direct, Workers: cfg.Workers,
 				Algorithm: r.alg, Precision: r.prec, Skew: r.skew, Progress: cfg.Progress})
 			if err != nil {
@@ -144,8 +145,8 @@ func override[T int | int64 | uint64 | time.Duration](v *T, o T) {
 }
 
 // Tables returns the human view.
-func (r *AccuracyReport) Tables() []*Table {
-	t := &Table{Title: "Accuracy against an exact sliding log (" + r.PoP + ")",
+func (r *AccuracyReport) Tables() []*bench.Table {
+	t := &bench.Table{Title: "Accuracy against an exact sliding log (" + r.PoP + ")",
 		Header: []string{"trace", "algorithm", "N", "skew ms", "requests", "wrong %", "false pos", "false neg",
 			"rate err %", "over-adm", "errors", "rt/decision", "agree %"}}
 	for _, x := range r.Rows {
@@ -160,5 +161,5 @@ func (r *AccuracyReport) Tables() []*Table {
 		t.Add(x.Trace, x.Algorithm, prec, x.SkewMs, x.Requests, fmt.Sprintf("%.3f", x.WrongPct), x.FalsePositives,
 			x.FalseNegatives, x.MeanRateError, x.OverAdmission, x.Errors, x.RoundTrips, agree)
 	}
-	return []*Table{t}
+	return []*bench.Table{t}
 }
