@@ -195,7 +195,7 @@ type PoP struct {
 	StoreRelays []*Relay
 	// Redis is the cluster of a StoreRedis PoP (nil otherwise).
 	Redis     *procs.RedisCluster
-	cfg       PoPConfig
+	Config    PoPConfig
 	closeOnce sync.Once
 }
 
@@ -269,7 +269,7 @@ func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	p := &PoP{Name: cfg.Name, Store: cfg.Store, cfg: cfg}
+	p := &PoP{Name: cfg.Name, Store: cfg.Store, Config: cfg}
 	defer func() {
 		if err != nil {
 			p.Close()
@@ -309,13 +309,13 @@ func (cfg PoPConfig) check() error {
 
 // logFile is the log path of the PoP's process name.
 func (p *PoP) logFile(name string) string {
-	return filepath.Join(p.cfg.Dir, p.cfg.Name+"-"+name+".log")
+	return filepath.Join(p.Config.Dir, p.Config.Name+"-"+name+".log")
 }
 
 // startShards starts the shards (memcached or embedded mcproxy), each
 // behind a relay when the configuration delays or relays shards.
 func (p *PoP) startShards(ctx context.Context) error {
-	for i := 0; i < p.cfg.Shards; i++ {
+	for i := 0; i < p.Config.Shards; i++ {
 		if _, err := p.startShard(ctx, i); err != nil {
 			return err
 		}
@@ -325,7 +325,7 @@ func (p *PoP) startShards(ctx context.Context) error {
 
 // startShard starts shard i and appends it to p.Shards.
 func (p *PoP) startShard(ctx context.Context, i int) (*Shard, error) {
-	cfg := p.cfg
+	cfg := p.Config
 	s := &Shard{}
 	if cfg.Store == StoreMemcached {
 		m, err := procs.StartMemcached(ctx, procs.MemcachedConfig{Threads: 1, MemoryMB: cfg.ShardMemoryMB})
@@ -358,7 +358,7 @@ func (p *PoP) startShard(ctx context.Context, i int) (*Shard, error) {
 // startProxies starts the mcproxies over every shard, and their store
 // relays when the configuration delays the store.
 func (p *PoP) startProxies(ctx context.Context) error {
-	cfg := p.cfg
+	cfg := p.Config
 	for i := 0; i < cfg.Proxies; i++ {
 		name := fmt.Sprintf("mcproxy-%d", i)
 		var werr error
@@ -403,7 +403,7 @@ func (p *PoP) startProxies(ctx context.Context) error {
 // startEdges writes the policy file and starts the edge workers, each
 // with its own admin listener and the store servers StoreServers gives it.
 func (p *PoP) startEdges(ctx context.Context) error {
-	cfg := p.cfg
+	cfg := p.Config
 	if cfg.Edges == 0 {
 		return nil
 	}

@@ -17,7 +17,7 @@ func (p *PoP) startRedis(ctx context.Context) error {
 	if !procs.RedisInstalled() {
 		return procs.ErrNoRedis
 	}
-	dir := filepath.Join(p.cfg.Dir, p.cfg.Name+"-redis")
+	dir := filepath.Join(p.Config.Dir, p.Config.Name+"-redis")
 	if err := mkdir(dir); err != nil {
 		return err
 	}

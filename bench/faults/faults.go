@@ -1,8 +1,10 @@
-package bench
+package faults
 
 import (
 	"context"
 	"fmt"
+	"github.com/poplimit/poplimit/bench"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -54,7 +56,7 @@ type FaultsConfig struct {
 	Progress func(done, total int)
 	// Burst configures the FaultBurst scenario (its own PoP, edges on
 	// default flags, no relays); Log defaults to the environment's.
-	Burst BurstConfig
+	Burst bench.BurstConfig
 }
 
 func (c FaultsConfig) withDefaults() FaultsConfig {
@@ -104,8 +106,8 @@ type FaultResult struct {
 	// threads for mcproxy, which serves no metrics here) of the PoP's
 	// mcproxies and edges, summed, when the fault began and at the end of
 	// its settle time: a scenario that leaks shows After above Before.
-	Before PoPResources `json:"resources_before"`
-	After  PoPResources `json:"resources_after"`
+	Before bench.PoPResources `json:"resources_before"`
+	After  bench.PoPResources `json:"resources_after"`
 	// Note explains what happened in a sentence.
 	Note   string `json:"note,omitempty"`
 	errPct float64
@@ -119,14 +121,14 @@ type FaultsReport struct {
 	BaselineErrorPct float64        `json:"baseline_error_pct"`
 	Results          []*FaultResult `json:"scenarios"`
 	// Burst is the FaultBurst scenario's report, when it ran.
-	Burst *BurstReport `json:"burst,omitempty"`
+	Burst *bench.BurstReport `json:"burst,omitempty"`
 	// Exited names the PoP's processes (shards, mcproxies, edges) not
 	// running at the end of the run, apart from those the scenarios
 	// restarted: empty when nothing crashed.
-	Exited []string `json:"exited"`
-	Spans  []Span   `json:"spans"`
-	Report string   `json:"report,omitempty"`
-	Chart  string   `json:"chart,omitempty"`
+	Exited []string     `json:"exited"`
+	Spans  []bench.Span `json:"spans"`
+	Report string       `json:"report,omitempty"`
+	Chart  string       `json:"chart,omitempty"`
 }
 
 // errSample is the cumulative store error count of the workers at a time.
@@ -140,10 +142,10 @@ type errSample struct {
 // traffic (every user under its limit, so any rejection or error is the
 // fault's doing), and runs the scenarios one after the other: fault, repair,
 // observe.
-func RunFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, error) {
+func RunFaults(ctx context.Context, env *bench.Env, cfg FaultsConfig) (*FaultsReport, error) {
 	cfg = cfg.withDefaults()
-	var burst *BurstReport
-	if i := slices.Index(cfg.Scenarios, FaultBurst); i >= 0 {
+	var burst *bench.BurstReport
+	if i := slices.Index(cfg.Scenarios, bench.FaultBurst); i >= 0 {
 		// Its own PoP on default flags, first: the other scenarios need
 		// relays and generous deadlines.
 		bc := cfg.Burst
@@ -151,7 +153,7 @@ func RunFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, 
 			bc.Log = env.Logf
 		}
 		var err error
-		if burst, err = RunBurst(ctx, env, bc); err != nil {
+		if burst, err = bench.RunBurst(ctx, env, bc); err != nil {
 			return nil, err
 		}
 		cfg.Scenarios = slices.Delete(slices.Clone(cfg.Scenarios), i, i+1)
@@ -168,7 +170,7 @@ func RunFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, 
 }
 
 // runFaults runs the scenarios on one PoP whose shards sit behind relays.
-func runFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, error) {
+func runFaults(ctx context.Context, env *bench.Env, cfg FaultsConfig) (*FaultsReport, error) {
 	span := cfg.Fault + cfg.Settle
 	tr, err := faultsTrace(cfg, cfg.Warmup+time.Duration(len(cfg.Scenarios))*span)
 	if err != nil {
@@ -178,7 +180,7 @@ func runFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, 
 	if err != nil {
 		return nil, err
 	}
-	target, in, err := env.Workers(p, tr.Routes, 4, 64, InprocConfig{Timeout: 400 * time.Millisecond})
+	target, in, err := env.Workers(p, tr.Routes, 4, 64, bench.InprocConfig{Timeout: 400 * time.Millisecond})
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +211,7 @@ func runFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, 
 		}()
 	}
 	env.Logf("faults: %d scenarios, %v each (+%v warmup), %d requests", len(cfg.Scenarios), span, cfg.Warmup, len(tr.Requests))
-	replay := ReplayTrace(ctx, tr, target, ReplayConfig{Concurrency: 64, Hook: hook, Progress: cfg.Progress})
+	replay := bench.ReplayTrace(ctx, tr, target, bench.ReplayConfig{Concurrency: 64, Hook: hook, Progress: cfg.Progress})
 	actions.Wait()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
@@ -217,7 +219,7 @@ func runFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, 
 	rep := &FaultsReport{PoP: p.Describe() + ", shards behind relays", Exited: exitedProcs(p)}
 	rep.score(cfg, results, replay, es.samples)
 	if cfg.OutDir != "" {
-		if err := rep.write(cfg.OutDir, ChartExt(cfg.ChartFormat), replay); err != nil {
+		if err := rep.write(cfg.OutDir, bench.ChartExt(cfg.ChartFormat), replay); err != nil {
 			return rep, err
 		}
 	}
@@ -225,7 +227,7 @@ func runFaults(ctx context.Context, env *Env, cfg FaultsConfig) (*FaultsReport, 
 }
 
 // exitedProcs names the processes of p that are no longer running.
-func exitedProcs(p *PoP) []string {
+func exitedProcs(p *bench.PoP) []string {
 	out := []string{}
 	for i, s := range p.Shards {
 		if pid := s.Pid(); pid <= 0 || syscall.Kill(pid, 0) != nil {
@@ -247,19 +249,19 @@ func exitedProcs(p *PoP) []string {
 
 // faultsTrace is the steady traffic of the faults run, total long: API
 // users under their limit and login users at 0.6x theirs.
-func faultsTrace(cfg FaultsConfig, total time.Duration) (*Trace, error) {
-	api := Route{Path: "/api", Quantity: 20, Window: time.Second}
-	login := Route{Path: "/login", Quantity: 5, Window: time.Second, FailClosed: true}
-	tr, err := Generate(WorkloadConfig{Seed: cfg.Seed, Duration: total, API: api, Login: login,
+func faultsTrace(cfg FaultsConfig, total time.Duration) (*bench.Trace, error) {
+	api := bench.Route{Path: "/api", Quantity: 20, Window: time.Second}
+	login := bench.Route{Path: "/login", Quantity: 5, Window: time.Second, FailClosed: true}
+	tr, err := bench.Generate(bench.WorkloadConfig{Seed: cfg.Seed, Duration: total, API: api, Login: login,
 		Legit: cfg.APIUsers, LegitMin: 0.3, LegitMax: 0.5, Abusive: -1, Boundary: -1, Stuffers: -1})
 	if err != nil {
 		return nil, err
 	}
 	for i := 0; i < cfg.LoginUsers; i++ {
 		id := int32(len(tr.Clients))
-		tr.Clients = append(tr.Clients, Client{ID: fmt.Sprintf("login-%03d", i), Kind: Legit, Route: 1, Multiple: 0.6})
+		tr.Clients = append(tr.Clients, bench.Client{ID: fmt.Sprintf("login-%03d", i), Kind: bench.Legit, Route: 1, Multiple: 0.6})
 		for at := time.Duration(i) * time.Second / time.Duration(cfg.LoginUsers*3); at < total; at += time.Second / 3 {
-			tr.Requests = append(tr.Requests, Request{At: at, Client: id})
+			tr.Requests = append(tr.Requests, bench.Request{At: at, Client: id})
 		}
 	}
 	tr.Sort()
@@ -270,15 +272,15 @@ func faultsTrace(cfg FaultsConfig, total time.Duration) (*Trace, error) {
 // ejecting mcproxy, and (out of process) four edges with deadlines
 // generous enough that a loaded 2-core machine does not look like a fault;
 // the faults themselves exceed them.
-func faultsPoP(cfg FaultsConfig, env *Env, tr *Trace) PoPConfig {
-	pc := PoPConfig{Name: "faults", Shards: 3, Proxies: 1, RelayShards: true,
+func faultsPoP(cfg FaultsConfig, env *bench.Env, tr *bench.Trace) bench.PoPConfig {
+	pc := bench.PoPConfig{Name: "faults", Shards: 3, Proxies: 1, RelayShards: true,
 		// A Twemproxy pool file (so shard-add-remove can reload it):
 		// eject a shard after 3 failures, retry it after 1 s, 300 ms
 		// request timeout, mcproxy's own placement.
 		ProxyPool: "distribution: consistent\nhash_tag: \"{}\"\nauto_eject_hosts: true\nserver_failure_limit: 3\nserver_retry_timeout: 1000\ntimeout: 300"}
 	if !cfg.InProcess && env.HasEdge() {
 		pc.Edges, pc.WorkersPerPoP = 4, 4
-		pc.Policy = PolicyYAML(tr.Routes, 0, 1)
+		pc.Policy = bench.PolicyYAML(tr.Routes, 0, 1)
 		pc.EdgeArgs = []string{"--store-deadline", "400ms", "--breaker-failures", "5", "--breaker-open", "250ms"}
 	}
 	return pc
@@ -287,8 +289,8 @@ func faultsPoP(cfg FaultsConfig, env *Env, tr *Trace) PoPConfig {
 // errSampler records the store errors and fallback decisions of the PoP's
 // workers over time (in process, or scraped from each edge's metrics).
 type errSampler struct {
-	p       *PoP
-	in      *Inproc
+	p       *bench.PoP
+	in      *bench.Inproc
 	mu      sync.Mutex
 	samples []errSample
 }
@@ -299,7 +301,7 @@ func (es *errSampler) sample(at time.Duration) {
 		s.errs = es.in.StoreStats().Errors
 	} else {
 		for _, e := range es.p.Edges {
-			m, err := ScrapeMetrics(e.Admin)
+			m, err := bench.ScrapeMetrics(e.Admin)
 			if err != nil {
 				continue
 			}
@@ -318,7 +320,7 @@ func (es *errSampler) sample(at time.Duration) {
 // the warmup, then each scenario's span judged against the noise floor
 // (the baseline, or the second before the fault if the machine got busier
 // since).
-func (rep *FaultsReport) score(cfg FaultsConfig, results []*FaultResult, replay *Replay, samples []errSample) {
+func (rep *FaultsReport) score(cfg FaultsConfig, results []*FaultResult, replay *bench.Replay, samples []errSample) {
 	span := cfg.Fault + cfg.Settle
 	base := &FaultResult{RepairS: cfg.Warmup.Seconds()}
 	scoreFault(base, replay, cfg.Warmup/2, cfg.Warmup, samples, 1)
@@ -334,7 +336,7 @@ func (rep *FaultsReport) score(cfg FaultsConfig, results []*FaultResult, replay 
 		threshold := max(0.05, 2*max(base.errPct, pre.errPct)/100)
 		scoreFault(r, replay, from, from+span, samples, threshold)
 		if r.Skipped == "" {
-			rep.Spans = append(rep.Spans, Span{Label: r.Scenario, From: secondsDur(r.StartS), To: secondsDur(r.RepairS),
+			rep.Spans = append(rep.Spans, bench.Span{Label: r.Scenario, From: secondsDur(r.StartS), To: secondsDur(r.RepairS),
 				FromS: r.StartS, ToS: r.RepairS})
 		}
 	}
@@ -344,7 +346,7 @@ func (rep *FaultsReport) score(cfg FaultsConfig, results []*FaultResult, replay 
 func secondsDur(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // runFault applies one fault, waits, repairs it.
-func runFault(ctx context.Context, p *PoP, name string, cfg FaultsConfig, start time.Time, routes []Route) *FaultResult {
+func runFault(ctx context.Context, p *bench.PoP, name string, cfg FaultsConfig, start time.Time, routes []bench.Route) *FaultResult {
 	r := &FaultResult{Scenario: name}
 	since := func() float64 { return time.Since(start).Seconds() }
 	wait := func() {
@@ -357,7 +359,7 @@ func runFault(ctx context.Context, p *PoP, name string, cfg FaultsConfig, start 
 		r.Note = "fault script failed: " + err.Error()
 		return r
 	}
-	r.Before = p.resources()
+	r.Before = p.Resources()
 	defer func() {
 		if r.Skipped != "" || r.RepairS == 0 {
 			return
@@ -368,7 +370,7 @@ func runFault(ctx context.Context, p *PoP, name string, cfg FaultsConfig, start 
 		case <-time.After(time.Until(end)):
 		case <-ctx.Done():
 		}
-		r.After = p.resources()
+		r.After = p.Resources()
 	}()
 	switch name {
 	case FaultShardKill:
@@ -414,7 +416,7 @@ func runFault(ctx context.Context, p *PoP, name string, cfg FaultsConfig, start 
 		s.Relay.SetReset(false)
 		r.Note = "every connection between mcproxy and shard 0 reset (RST), open and new, for the fault period"
 	case FaultReshard:
-		if p.cfg.ProxyPool == "" {
+		if p.Config.ProxyPool == "" {
 			r.Skipped = "mcproxy runs without a config file to reload"
 			return r
 		}
@@ -448,13 +450,13 @@ func runFault(ctx context.Context, p *PoP, name string, cfg FaultsConfig, start 
 		}
 		r.StartS = since()
 		// A different policy (login limit doubled), then back.
-		alt := append([]Route(nil), routes...)
+		alt := append([]bench.Route(nil), routes...)
 		alt[len(alt)-1].Quantity *= 2
-		if err := p.SetPolicy(ctx, PolicyYAML(alt, 0, 1)); err != nil {
+		if err := p.SetPolicy(ctx, bench.PolicyYAML(alt, 0, 1)); err != nil {
 			return fail(err)
 		}
 		wait()
-		if err := p.SetPolicy(ctx, PolicyYAML(routes, 0, 1)); err != nil {
+		if err := p.SetPolicy(ctx, bench.PolicyYAML(routes, 0, 1)); err != nil {
 			return fail(err)
 		}
 		r.Note = "policy changed and changed back through POST /reload on every edge"
@@ -475,7 +477,7 @@ func runFault(ctx context.Context, p *PoP, name string, cfg FaultsConfig, start 
 // is noise, not a fault; a dead shard of three fails a third of them. Recovered means the last second
 // has no bad bucket; RecoverMs runs from the repair to the end of the last
 // bad bucket.
-func scoreFault(r *FaultResult, rep *Replay, from, to time.Duration, samples []errSample, threshold float64) {
+func scoreFault(r *FaultResult, rep *bench.Replay, from, to time.Duration, samples []errSample, threshold float64) {
 	r.Open, r.Closed, r.Fallback = map[string]int64{}, map[string]int64{}, map[string]int64{}
 	if r.Skipped != "" {
 		return
@@ -497,7 +499,7 @@ func scoreFault(r *FaultResult, rep *Replay, from, to time.Duration, samples []e
 		}
 		m[rec.Outcome.String()]++
 		r.MaxLatencyMs = max(r.MaxLatencyMs, float64(rec.Latency)/float64(time.Millisecond))
-		if rec.Outcome == Failed || rec.Outcome == Unavailable {
+		if rec.Outcome == bench.Failed || rec.Outcome == bench.Unavailable {
 			r.ClientErrors++
 			bad[b]++
 		}
@@ -552,15 +554,15 @@ func scoreFault(r *FaultResult, rep *Replay, from, to time.Duration, samples []e
 }
 
 // Tables returns the human view.
-func (r *FaultsReport) Tables() []*Table {
-	var out []*Table
+func (r *FaultsReport) Tables() []*bench.Table {
+	var out []*bench.Table
 	if r.Burst != nil {
 		out = r.Burst.Tables()
 		if len(r.Results) == 0 {
 			return out
 		}
 	}
-	t := &Table{Title: fmt.Sprintf("Faults under load (%s; errors before any fault: %.2f%%)", r.PoP, r.BaselineErrorPct),
+	t := &bench.Table{Title: fmt.Sprintf("Faults under load (%s; errors before any fault: %.2f%%)", r.PoP, r.BaselineErrorPct),
 		Header: []string{"scenario", "fault s", "client errors", "store errors", "open: admitted", "closed: admitted",
 			"closed: 503", "fallback open", "fallback closed", "recover ms", "recovered", "max latency ms", "fds before→after", "goroutines+threads before→after"}}
 	for _, x := range r.Results {
@@ -580,10 +582,10 @@ func (r *FaultsReport) writeBurst(dir string) error {
 	if dir == "" {
 		return nil
 	}
-	if err := mkdir(dir); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	rp := &Report{Title: "popbench faults: burst"}
+	rp := &bench.Report{Title: "popbench faults: burst"}
 	rp.Para("%s, edges on default flags. Generated %s.", r.PoP, time.Now().UTC().Format(time.RFC3339))
 	for _, t := range r.Tables() {
 		rp.Table(t)
@@ -592,16 +594,16 @@ func (r *FaultsReport) writeBurst(dir string) error {
 	return rp.Write(r.Report)
 }
 
-func (r *FaultsReport) write(dir, ext string, rep *Replay) error {
-	if err := mkdir(dir); err != nil {
+func (r *FaultsReport) write(dir, ext string, rep *bench.Replay) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	r.Chart = filepath.Join(dir, "faults-timeline"+ext)
 	bucket := 250 * time.Millisecond
-	if err := ChartTimeline(r.Chart, "Requests by outcome; dashed lines: fault start and repair", rep.Series(bucket, nil), bucket, r.Spans); err != nil {
+	if err := bench.ChartTimeline(r.Chart, "Requests by outcome; dashed lines: fault start and repair", rep.Series(bucket, nil), bucket, r.Spans); err != nil {
 		return fmt.Errorf("bench: chart: %w", err)
 	}
-	rp := &Report{Title: "popbench faults"}
+	rp := &bench.Report{Title: "popbench faults"}
 	rp.Para("%s. Every user is under its limit, so rejections and errors are the faults' doing. /api fails open, /login fails closed (503). Generated %s.",
 		r.PoP, time.Now().UTC().Format(time.RFC3339))
 	for _, t := range r.Tables() {
@@ -615,4 +617,12 @@ func (r *FaultsReport) write(dir, ext string, rep *Replay) error {
 	rp.Image("fault timeline", filepath.Base(r.Chart))
 	r.Report = filepath.Join(dir, "faults.md")
 	return rp.Write(r.Report)
+}
+
+// defaultTo sets *v to def when it is zero or negative: the "zero means
+// default" rule of FaultsConfig.
+func defaultTo[T int | int64 | uint64 | float64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }

@@ -1,20 +1,21 @@
-package bench
+package faults
 
 import (
 	"context"
+	"github.com/poplimit/poplimit/bench/benchtest"
 	"os"
 	"testing"
 	"time"
 )
 
 func TestFaultsEndToEnd(t *testing.T) {
-	env := newTestEnv(t, true)
+	env := benchtest.Env(t, true)
 	cfg := FaultsConfig{Fault: time.Second, Settle: 4 * time.Second, OutDir: t.TempDir()}
 	rep, err := RunFaults(context.Background(), env, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := jsonOf(t, rep)
+	j := benchtest.JSON(t, rep)
 	sc := j["scenarios"].([]any)
 	if len(sc) != len(FaultScenarios) {
 		t.Fatalf("%d scenarios", len(sc))
@@ -35,16 +36,16 @@ func TestFaultsEndToEnd(t *testing.T) {
 			t.Logf("%s did not recover, running it again: %v", name, m)
 			again = append(again, name)
 		}
-		if num(t, m, "repair_s") <= num(t, m, "start_s") {
+		if benchtest.Num(t, m, "repair_s") <= benchtest.Num(t, m, "start_s") {
 			t.Errorf("%s: repair before start", name)
 		}
 		switch name {
 		case FaultShardKill, FaultShardHang, FaultShardSlow, FaultConnReset:
-			shardErrors += num(t, m, "client_errors") + num(t, m, "store_errors")
+			shardErrors += benchtest.Num(t, m, "client_errors") + benchtest.Num(t, m, "store_errors")
 		}
 		// Edges run with --store-deadline 400ms: no decision may wait
 		// much past it (the margin is a race-instrumented, shared machine).
-		if ms := num(t, m, "max_latency_ms"); ms > 1400 {
+		if ms := benchtest.Num(t, m, "max_latency_ms"); ms > 1400 {
 			t.Errorf("%s: a request waited %.0f ms, past the 400ms store deadline + 1s", name, ms)
 		}
 		// Leaks: a connection or goroutine left behind per request would
