@@ -1,13 +1,14 @@
-package bench
-
-// popbench rls: closed-loop gRPC load on any address that speaks
-// envoy.service.ratelimit.v3 (rls, envoyproxy/ratelimit), and a PoP of rls
-// processes over mcproxy to point it at.
+// Package rlsbench is popbench rls: closed-loop gRPC load on any address
+// that speaks envoy.service.ratelimit.v3 (rls, envoyproxy/ratelimit), a
+// launched PoP of rls processes (and the peer beside it) to point it at,
+// and the conformance replay.
+package rlsbench
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/poplimit/poplimit/bench"
 	"math/rand/v2"
 	"os"
 	"runtime/debug"
@@ -28,7 +29,7 @@ import (
 )
 
 // RLSLoadConfig configures RunRLSLoad. Zero means default.
-type RLSLoadConfig struct {
+type LoadConfig struct {
 	// Targets are the gRPC addresses driven (client i uses target i mod
 	// len); required.
 	Targets []string
@@ -56,7 +57,7 @@ type RLSLoadConfig struct {
 	Pids map[string][]int
 }
 
-func (c RLSLoadConfig) withDefaults() RLSLoadConfig {
+func (c LoadConfig) withDefaults() LoadConfig {
 	defaultTo(&c.Clients, 64)
 	defaultTo(&c.Conns, 4)
 	defaultTo(&c.Descriptors, 3)
@@ -82,7 +83,7 @@ func (c RLSLoadConfig) withDefaults() RLSLoadConfig {
 }
 
 // RLSResult is one load run.
-type RLSResult struct {
+type Result struct {
 	Target   string        `json:"target"`
 	Requests int64         `json:"requests"`
 	Duration time.Duration `json:"duration_ns"`
@@ -90,7 +91,7 @@ type RLSResult struct {
 	// descriptor of an answered request.
 	PerSec          float64          `json:"requests_per_s"`
 	DecisionsPerSec float64          `json:"decisions_per_s"`
-	Latency         Summary          `json:"latency"`
+	Latency         bench.Summary    `json:"latency"`
 	Codes           map[string]int64 `json:"codes"` // overall codes, and gRPC error codes
 	Errors          int64            `json:"errors"`
 	// ServerCPU is the CPU of all RLSLoadConfig.Pids per decision, CPU
@@ -108,7 +109,7 @@ type RLSResult struct {
 
 // ProcessList is Processes as "rls×1 mcproxy×1 memcached×3" (groups in
 // name order), "" when none were measured.
-func (r *RLSResult) ProcessList() string {
+func (r *Result) ProcessList() string {
 	gs := make([]string, 0, len(r.Processes))
 	for g, n := range r.Processes {
 		if n > 0 {
@@ -120,7 +121,7 @@ func (r *RLSResult) ProcessList() string {
 }
 
 // RunRLSLoad drives cfg.Targets for cfg.Duration and reports.
-func RunRLSLoad(ctx context.Context, cfg RLSLoadConfig) (*RLSResult, error) {
+func RunLoad(ctx context.Context, cfg LoadConfig) (*Result, error) {
 	cfg = cfg.withDefaults()
 	if len(cfg.Targets) == 0 {
 		return nil, errors.New("bench: rls load needs a target")
@@ -153,7 +154,7 @@ func RunRLSLoad(ctx context.Context, cfg RLSLoadConfig) (*RLSResult, error) {
 	runCtx, cancel := context.WithDeadline(ctx, stop.Add(5*time.Second))
 	defer cancel()
 	type worker struct {
-		lat    *Latency
+		lat    *bench.Latency
 		codes  map[string]int64
 		n, err int64
 	}
@@ -176,7 +177,7 @@ func RunRLSLoad(ctx context.Context, cfg RLSLoadConfig) (*RLSResult, error) {
 	start := time.Now()
 	for i := range ws {
 		w := &ws[i]
-		w.lat, w.codes = NewLatency(), map[string]int64{}
+		w.lat, w.codes = bench.NewLatency(), map[string]int64{}
 		client := clients[i%len(clients)]
 		reqs := ring[i]
 		wg.Add(1)
@@ -203,8 +204,8 @@ func RunRLSLoad(ctx context.Context, cfg RLSLoadConfig) (*RLSResult, error) {
 	wg.Wait()
 	el := time.Since(start)
 	srv, gen, io := sampleGroups(cfg.Pids), procs.SelfUsage().Sub(gen0), ioGroups(cfg.Pids)
-	res := &RLSResult{Target: cfg.Targets[0], Duration: el, Codes: map[string]int64{}}
-	lat := NewLatency()
+	res := &Result{Target: cfg.Targets[0], Duration: el, Codes: map[string]int64{}}
+	lat := bench.NewLatency()
 	for _, w := range ws {
 		lat.Merge(w.lat)
 		res.Requests += w.n
@@ -274,11 +275,19 @@ func ioGroups(groups map[string][]int) map[string]int64 {
 // value of the default 10,000).
 const rlsRing = 512
 
-func rlsRequest(cfg RLSLoadConfig, next func() uint64) *rlv3.RateLimitRequest {
+func rlsRequest(cfg LoadConfig, next func() uint64) *rlv3.RateLimitRequest {
 	req := &rlv3.RateLimitRequest{Domain: cfg.Domain, Descriptors: make([]*rlcommon.RateLimitDescriptor, cfg.Descriptors)}
 	for j := range req.Descriptors {
 		req.Descriptors[j] = &rlcommon.RateLimitDescriptor{Entries: []*rlcommon.RateLimitDescriptor_Entry{
 			{Key: cfg.Key, Value: strconv.FormatUint(next(), 10)}}}
 	}
 	return req
+}
+
+// defaultTo sets *v to def when it is zero or negative: the "zero means
+// default" rule of every Config in this package.
+func defaultTo[T int | int64 | uint64 | float64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
