@@ -95,7 +95,7 @@ func (c OpenLoopConfig) withDefaults() OpenLoopConfig {
 	}
 	defaultTo(&c.Quantity, 1<<30)
 	if len(c.Paths) == 0 {
-		c.Paths = AllOpenPaths
+		c.Paths = allOpenPaths
 	}
 	if c.CapacityPath == "" {
 		c.CapacityPath = PathPopGomemcache
@@ -140,7 +140,7 @@ type OpenRun struct {
 
 // OpenSummary is one path at one rate over every round: histograms
 // merged, CPU summed.
-type OpenSummary struct {
+type openSummary struct {
 	OpenRun
 	// P99Ratio and P50Ratio are this path's over the floor's at the same
 	// rate; AddedP99MS its p99 minus the floor's (0 without a floor).
@@ -157,7 +157,7 @@ type OpenSummary struct {
 }
 
 // OpenLoopReport is RunOpenLoop's result.
-type OpenLoopReport struct {
+type openLoopReport struct {
 	Date     string  `json:"date"`
 	NumCPU   int     `json:"num_cpu"`
 	LoadAvg  string  `json:"load_average"`
@@ -174,14 +174,14 @@ type OpenLoopReport struct {
 	Seconds     float64        `json:"seconds_per_run"`
 	Slice       float64        `json:"seconds_per_slice"`
 	Rounds      int            `json:"rounds"`
-	Paths       []PathInfo     `json:"paths"`
+	Paths       []pathInfo     `json:"paths"`
 	Runs        []*OpenRun     `json:"runs"`
-	Summary     []*OpenSummary `json:"summary"`
+	Summary     []*openSummary `json:"summary"`
 	Notes       []string       `json:"notes,omitempty"`
 }
 
 // PathInfo describes a measured path.
-type PathInfo struct {
+type pathInfo struct {
 	Name   string `json:"name"`
 	Detail string `json:"detail"`
 }
@@ -191,19 +191,19 @@ type PathInfo struct {
 // loop, then runs every path at every rate open loop, the paths
 // interleaved round by round, and summarises each path per rate with its
 // ratios to the floor.
-func RunOpenLoop(ctx context.Context, cfg OpenLoopConfig) (*OpenLoopReport, error) {
+func RunOpenLoop(ctx context.Context, cfg OpenLoopConfig) (*openLoopReport, error) {
 	cfg = cfg.withDefaults()
 	if _, err := bench.NewZipf(1, cfg.ZipfS, cfg.Keys); err != nil {
 		return nil, err
 	}
 	for _, p := range append(cfg.Paths, cfg.CapacityPath) {
-		if !slices.Contains(AllOpenPaths, p) || p == PathGenerator && p == cfg.CapacityPath {
-			return nil, fmt.Errorf("%w: path %q: want one of %v (the capacity path not %s)", ErrOpenLoop, p, AllOpenPaths, PathGenerator)
+		if !slices.Contains(allOpenPaths, p) || p == pathGenerator && p == cfg.CapacityPath {
+			return nil, fmt.Errorf("%w: path %q: want one of %v (the capacity path not %s)", errOpenLoop, p, allOpenPaths, pathGenerator)
 		}
 	}
 	for _, r := range cfg.Rates {
 		if r <= 0 {
-			return nil, fmt.Errorf("%w: rate %v: want > 0", ErrOpenLoop, r)
+			return nil, fmt.Errorf("%w: rate %v: want > 0", errOpenLoop, r)
 		}
 	}
 	dir, err := os.MkdirTemp("", "popbench-openloop-")
@@ -227,19 +227,19 @@ func RunOpenLoop(ctx context.Context, cfg OpenLoopConfig) (*OpenLoopReport, erro
 		}
 	}()
 	capPath, paths := paths[len(paths)-1], paths[:len(paths)-1]
-	rep := &OpenLoopReport{Date: time.Now().UTC().Format(time.RFC3339), NumCPU: runtime.NumCPU(),
+	rep := &openLoopReport{Date: time.Now().UTC().Format(time.RFC3339), NumCPU: runtime.NumCPU(),
 		CapacityPath: cfg.CapacityPath, Workers: cfg.Workers, MaxWorkers: cfg.MaxWorkers, Keys: cfg.Keys,
 		Seconds: cfg.Duration.Seconds(), Slice: cfg.Slice.Seconds(), Rounds: cfg.Rounds, LoadAvg: loadAvg()}
 	for _, p := range paths {
-		rep.Paths = append(rep.Paths, PathInfo{p.Name, p.Detail})
+		rep.Paths = append(rep.Paths, pathInfo{p.Name, p.Detail})
 	}
 	if rep.Capacity, err = runClosed(ctx, cfg.CapacityDuration, cfg.Workers, cfg.Keys, cfg.ZipfS, capPath.Op); err != nil {
-		return nil, fmt.Errorf("%w: capacity of %s: no request answered", ErrOpenLoop, cfg.CapacityPath)
+		return nil, fmt.Errorf("%w: capacity of %s: no request answered", errOpenLoop, cfg.CapacityPath)
 	}
 	for _, p := range paths {
-		if p.Name == PathRLS && cfg.CapacityPath != PathRLS {
+		if p.Name == pathRLS && cfg.CapacityPath != pathRLS {
 			if rep.RLSCapacity, err = runClosed(ctx, cfg.CapacityDuration, cfg.Workers, cfg.Keys, cfg.ZipfS, p.Op); err != nil {
-				return nil, fmt.Errorf("%w: capacity of %s: no request answered", ErrOpenLoop, PathRLS)
+				return nil, fmt.Errorf("%w: capacity of %s: no request answered", errOpenLoop, pathRLS)
 			}
 		}
 	}
@@ -256,7 +256,7 @@ func RunOpenLoop(ctx context.Context, cfg OpenLoopConfig) (*OpenLoopReport, erro
 	}
 	logf("capacity (%s, closed loop, %d conns, %v): %.0f/s; rates %v", cfg.CapacityPath, cfg.Workers, cfg.CapacityDuration, rep.Capacity, rates)
 	if rep.RLSCapacity > 0 {
-		logf("capacity of %s (closed loop, %d conns, %v): %.0f/s", PathRLS, cfg.Workers, cfg.CapacityDuration, rep.RLSCapacity)
+		logf("capacity of %s (closed loop, %d conns, %v): %.0f/s", pathRLS, cfg.Workers, cfg.CapacityDuration, rep.RLSCapacity)
 	}
 	for ri, rate := range rates {
 		for round := 1; round <= cfg.Rounds; round++ {
@@ -325,11 +325,11 @@ func startOpenTargets(ctx context.Context, cfg OpenLoopConfig, dir string) (*ope
 	mc, _, detail, err := proxycmp.StartMcproxyAdmin(ctx, proxycmp.ProxyCompareConfig{McproxyBin: cfg.McproxyBin, McproxyArgs: cfg.McproxyArgs}, dir, pool)
 	if err != nil {
 		stop()
-		return nil, nil, fmt.Errorf("%w: mcproxy: %v", ErrOpenLoop, err)
+		return nil, nil, fmt.Errorf("%w: mcproxy: %v", errOpenLoop, err)
 	}
 	stops = append(stops, func() { mc.Stop(2 * time.Second) })
 	t.mcAddr, t.mcPid, t.mcDetail = mc.Addr, mc.Pid(), detail
-	if slices.Contains(cfg.Paths, PathHop) || cfg.CapacityPath == PathHop {
+	if slices.Contains(cfg.Paths, pathHop) || cfg.CapacityPath == pathHop {
 		hop, err := startOpenHop(ctx, dir, t.shardAddr)
 		if err != nil {
 			stop()
@@ -338,7 +338,7 @@ func startOpenTargets(ctx context.Context, cfg OpenLoopConfig, dir string) (*ope
 		stops = append(stops, hop.Kill)
 		t.hopAddr, t.hopPid = hop.Addr, hop.Pid()
 	}
-	if slices.Contains(cfg.Paths, PathRLS) || cfg.CapacityPath == PathRLS {
+	if slices.Contains(cfg.Paths, pathRLS) || cfg.CapacityPath == pathRLS {
 		rls, rdetail, err := startOpenRLS(ctx, cfg.RLSBin, dir, mc.Addr)
 		if err != nil {
 			stop()

@@ -16,20 +16,20 @@ import (
 // proxy nor the full decision through one can go. The targets judge
 // the proxies' and the decision's added tail against it as well as
 // against the floor.
-const PathHop = "hop"
+const pathHop = "hop"
 
 // startOpenHop builds and starts a tcphop to target; it returns the
 // process (Addr its address).
 func startOpenHop(ctx context.Context, dir, target string) (*procs.Proc, error) {
 	bin, err := procs.BuildPackage(ctx, dir, "bench/fixture/tcphop")
 	if err != nil {
-		return nil, fmt.Errorf("%w: hop: %v", ErrOpenLoop, err)
+		return nil, fmt.Errorf("%w: hop: %v", errOpenLoop, err)
 	}
 	pr, err := procs.StartServing(ctx, "tcphop", bin, filepath.Join(dir, "tcphop.log"), func(addr string) []string {
 		return []string{"--listen", addr, "--target", target}
 	}, func(addr string) error { return procs.Ping(addr, 200*time.Millisecond) })
 	if err != nil {
-		return nil, fmt.Errorf("%w: hop: %v", ErrOpenLoop, err)
+		return nil, fmt.Errorf("%w: hop: %v", errOpenLoop, err)
 	}
 	return pr, nil
 }

@@ -21,27 +21,27 @@ const (
 	// PathGenerator sends to nothing (the op returns at once): its CPU
 	// per request is the generator's own cost, its lateness the
 	// schedule's error.
-	PathGenerator = "generator"
+	pathGenerator = "generator"
 	// PathFloor is the client's bare incr to one memcached shard: the
 	// round trip no design avoids.
-	PathFloor = "floor"
+	pathFloor = "floor"
 	// PathNutcracker and PathMcproxy are the same incr through Debian's
 	// Twemproxy and through mcproxy, over the same 3 shards.
-	PathNutcracker = "nutcracker"
-	PathMcproxy    = "mcproxy"
+	pathNutcracker = "nutcracker"
+	pathMcproxy    = "mcproxy"
 	// PathPopGomemcache and PathPopPipe are a full pop decision (policy
 	// match, identity, sliding window in the store) through mcproxy, over
 	// gomemcache and over the pipelining PipeStore with one multiplexed
 	// connection (edge's and rls's default client).
 	PathPopGomemcache = "pop-gomemcache"
-	PathPopPipe       = "pop-pipe"
+	pathPopPipe       = "pop-pipe"
 )
 
 // AllOpenPaths is every path, in run order.
-var AllOpenPaths = []string{PathGenerator, PathFloor, PathHop, PathNutcracker, PathMcproxy, PathPopGomemcache, PathPopPipe, PathRLS}
+var allOpenPaths = []string{pathGenerator, pathFloor, pathHop, pathNutcracker, pathMcproxy, PathPopGomemcache, pathPopPipe, pathRLS}
 
 // ErrOpenLoop reports an open-loop run that could not be made.
-var ErrOpenLoop = errors.New("bench: open loop")
+var errOpenLoop = errors.New("bench: open loop")
 
 // openPath is one measured path: its request, the processes serving it
 // (their CPU and context switches are charged to it), and what to close.
@@ -130,7 +130,7 @@ func popOp(store counter.Store, quantity int64, keys []string) (openOp, error) {
 		defer reqs.Put(r)
 		r.Header["X-Api-Key"][0] = keys[k%uint64(len(keys))]
 		if d := l.Decide(ctx, r, time.Now()); d.Reason == pop.ReasonFailOpen {
-			return ErrOpenLoop
+			return errOpenLoop
 		}
 		return nil
 	}, nil
@@ -146,43 +146,43 @@ func openPaths(names []string, t *openTargets) ([]*openPath, error) {
 	for _, name := range names {
 		p := &openPath{Name: name, close: func() {}}
 		switch name {
-		case PathGenerator:
+		case pathGenerator:
 			p.Detail = "no request: the generator alone"
 			p.Op = func(context.Context, int, uint64) error { return nil }
-		case PathFloor:
+		case pathFloor:
 			p.Detail, p.Shards = "gomemcache incr to memcached shard 1 of 3, no proxy", t.shardPids[:1]
 			p.Op = incrOp(gomc(t.shardAddr), t.keys)
-		case PathHop:
+		case pathHop:
 			p.Detail, p.Proxy, p.Shards = "gomemcache incr through a bare TCP forwarder (bench/fixture/tcphop: read, write, nothing parsed) to the floor's shard", t.hopPid, t.shardPids[:1]
 			p.Op = incrOp(gomc(t.hopAddr), t.keys)
-		case PathNutcracker:
+		case pathNutcracker:
 			p.Detail, p.Proxy, p.Shards = "gomemcache incr through nutcracker 0.5.0 (3 shards)", t.ncPid, t.shardPids
 			p.Op = incrOp(gomc(t.ncAddr), t.keys)
-		case PathMcproxy:
+		case pathMcproxy:
 			p.Detail, p.Proxy, p.Shards = "gomemcache incr through "+t.mcDetail, t.mcPid, t.shardPids
 			p.Op = incrOp(gomc(t.mcAddr), t.keys)
-		case PathPopGomemcache, PathPopPipe:
+		case PathPopGomemcache, pathPopPipe:
 			var st counter.Store = gomc(t.mcAddr)
 			p.Detail = "pop decision (sliding window) over gomemcache through mcproxy (edge --store-client gomemcache)"
-			if name == PathPopPipe {
+			if name == pathPopPipe {
 				ps := memcached.NewPipeStore(memcached.PipeConfig{Addr: t.mcAddr, Timeout: time.Second, Multiplex: 1})
 				st, p.close = ps, func() { ps.Close() }
 				p.Detail = "pop decision (sliding window) over PipeStore, one multiplexed connection, through mcproxy (edge's and rls's default: --store-client pipe --store-multiplex 1)"
 			}
 			op, err := popOp(st, t.quantity, t.keys)
 			if err != nil {
-				return nil, fmt.Errorf("%w: %s: %v", ErrOpenLoop, name, err)
+				return nil, fmt.Errorf("%w: %s: %v", errOpenLoop, name, err)
 			}
 			p.Op, p.Proxy, p.Shards = op, t.mcPid, t.shardPids
-		case PathRLS:
+		case pathRLS:
 			op, closeFn, err := rlsOp(t.rlsAddr, t.keys)
 			if err != nil {
-				return nil, fmt.Errorf("%w: %s: %v", ErrOpenLoop, name, err)
+				return nil, fmt.Errorf("%w: %s: %v", errOpenLoop, name, err)
 			}
 			p.Op, p.close, p.Detail = op, closeFn, t.rlsDetail
 			p.Proxy, p.Shards, p.Server = t.mcPid, t.shardPids, []int{t.rlsPid}
 		default:
-			return nil, fmt.Errorf("%w: unknown path %q (want one of %v)", ErrOpenLoop, name, AllOpenPaths)
+			return nil, fmt.Errorf("%w: unknown path %q (want one of %v)", errOpenLoop, name, allOpenPaths)
 		}
 		out = append(out, p)
 	}

@@ -10,12 +10,12 @@ import (
 // of every round merged), its ratios to the floor at that rate, and the
 // medians over rounds of its p99 and of its p99's ratio to (and excess
 // over) the floor's p99 in the same round.
-func (rep *OpenLoopReport) summarise(rates []float64, paths []*openPath) {
+func (rep *openLoopReport) summarise(rates []float64, paths []*openPath) {
 	for _, rate := range rates {
-		var floor *OpenSummary
-		var group []*OpenSummary
+		var floor *openSummary
+		var group []*openSummary
 		for _, p := range paths {
-			s := &OpenSummary{OpenRun: OpenRun{Path: p.Name, Rate: rate, Round: rep.Rounds, counts: newOpenCounts()}}
+			s := &openSummary{OpenRun: OpenRun{Path: p.Name, Rate: rate, Round: rep.Rounds, counts: newOpenCounts()}}
 			var p99s, ratios, added []float64
 			for _, r := range rep.Runs {
 				if r.Path != p.Name || r.Rate != rate {
@@ -32,7 +32,7 @@ func (rep *OpenLoopReport) summarise(rates []float64, paths []*openPath) {
 			}
 			s.fill()
 			s.MedianP99MS, s.MedianP99Ratio, s.MedianAddedP99MS = median(p99s), median(ratios), median(added)
-			if p.Name == PathFloor {
+			if p.Name == pathFloor {
 				floor = s
 			}
 			group = append(group, s)
@@ -49,9 +49,9 @@ func (rep *OpenLoopReport) summarise(rates []float64, paths []*openPath) {
 }
 
 // floorP99 is the floor's p99 at rate in round (0 if not measured).
-func (rep *OpenLoopReport) floorP99(rate float64, round int) float64 {
+func (rep *openLoopReport) floorP99(rate float64, round int) float64 {
 	for _, r := range rep.Runs {
-		if r.Path == PathFloor && r.Rate == rate && r.Round == round {
+		if r.Path == pathFloor && r.Rate == rate && r.Round == round {
 			return r.Latency.P99
 		}
 	}
@@ -73,7 +73,7 @@ func median(xs []float64) float64 {
 }
 
 // summary returns the summary of path at rate, nil if not measured.
-func (rep *OpenLoopReport) summary(path string, rate float64) *OpenSummary {
+func (rep *openLoopReport) summary(path string, rate float64) *openSummary {
 	for _, s := range rep.Summary {
 		if s.Path == path && s.Rate == rate {
 			return s
@@ -89,7 +89,7 @@ const saturatedBusy = 0.85
 // targets checks the latency targets at the rate nearest 50% of
 // capacity: the full decision's p99 at most 1.5× the floor's, mcproxy's
 // added p99 at most nutcracker's.
-func (rep *OpenLoopReport) targets() []string {
+func (rep *openLoopReport) targets() []string {
 	var rates []float64
 	for _, s := range rep.Summary {
 		if !slices.Contains(rates, s.Rate) {
@@ -112,7 +112,7 @@ func (rep *OpenLoopReport) targets() []string {
 		return "NOT met"
 	}
 	var notes []string
-	floor := rep.summary(PathFloor, half)
+	floor := rep.summary(pathFloor, half)
 	if floor == nil {
 		return nil
 	}
@@ -127,10 +127,10 @@ func (rep *OpenLoopReport) targets() []string {
 	if busiest.Busy >= saturatedBusy {
 		sat = fmt.Sprintf(" [saturated: %s kept the machine %.0f%% busy, so the ratios measure the run queue]", busiest.Path, 100*busiest.Busy)
 	}
-	for _, p := range []string{PathPopGomemcache, PathPopPipe, PathRLS} {
+	for _, p := range []string{PathPopGomemcache, pathPopPipe, pathRLS} {
 		if s := rep.summary(p, half); s != nil {
 			own := ""
-			if p == PathRLS && rep.RLSCapacity > 0 {
+			if p == pathRLS && rep.RLSCapacity > 0 {
 				own = fmt.Sprintf(", %.0f%% of rls's own %.0f/s", 100*half/rep.RLSCapacity, rep.RLSCapacity)
 			}
 			notes = append(notes, fmt.Sprintf("at %.0f/s (%.0f%% of capacity%s): %s p99 %.3f ms = %.2f× the floor's %.3f ms pooled (target ≤ 1.5×: %s); median over rounds %.2f× (%s)",
@@ -138,15 +138,15 @@ func (rep *OpenLoopReport) targets() []string {
 				s.MedianP99Ratio, verdict(s.MedianP99Ratio <= 1.5))+sat)
 		}
 	}
-	mc, nc := rep.summary(PathMcproxy, half), rep.summary(PathNutcracker, half)
+	mc, nc := rep.summary(pathMcproxy, half), rep.summary(pathNutcracker, half)
 	if mc != nil && nc != nil {
 		notes = append(notes, fmt.Sprintf("at %.0f/s: mcproxy adds %.3f ms p99 over the floor, nutcracker %.3f ms pooled (target mcproxy ≤ nutcracker: %s); median over rounds %.3f vs %.3f ms (%s)",
 			half, mc.AddedP99MS, nc.AddedP99MS, verdict(mc.AddedP99MS <= nc.AddedP99MS),
 			mc.MedianAddedP99MS, nc.MedianAddedP99MS, verdict(mc.MedianAddedP99MS <= nc.MedianAddedP99MS))+sat)
 	}
-	if hop := rep.summary(PathHop, half); hop != nil && hop.Latency.P99 > 0 {
+	if hop := rep.summary(pathHop, half); hop != nil && hop.Latency.P99 > 0 {
 		note := fmt.Sprintf("at %.0f/s: a bare TCP hop (one more process, nothing parsed) alone makes the p99 %.2f× the floor's pooled, median over rounds %.2f×", half, hop.P99Ratio, hop.MedianP99Ratio)
-		for _, p := range []string{PathNutcracker, PathMcproxy, PathPopPipe} {
+		for _, p := range []string{pathNutcracker, pathMcproxy, pathPopPipe} {
 			if s := rep.summary(p, half); s != nil {
 				note += fmt.Sprintf("; %s %.2f× the hop's (%+.3f ms)", p, s.Latency.P99/hop.Latency.P99, s.Latency.P99-hop.Latency.P99)
 			}
@@ -165,7 +165,7 @@ func abs(x float64) float64 {
 
 // Tables returns the summary per rate and path, the per-request costs,
 // and every run.
-func (rep *OpenLoopReport) Tables() []*bench.Table {
+func (rep *openLoopReport) Tables() []*bench.Table {
 	senders := fmt.Sprintf("%d senders (a fixed pool)", rep.Workers)
 	if rep.MaxWorkers > rep.Workers {
 		senders = fmt.Sprintf("%d senders growing to at most %d", rep.Workers, rep.MaxWorkers)

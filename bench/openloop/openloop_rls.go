@@ -18,7 +18,7 @@ import (
 // PathRLS is a full decision through cmd/rls: one gRPC ShouldRateLimit
 // with one descriptor {user: identity} (domain "bench", every request
 // admitted), rls counting through mcproxy with its default store client.
-const PathRLS = "rls"
+const pathRLS = "rls"
 
 // rlsConns is the gRPC connections the rls path's workers share (HTTP/2
 // streams), as popbench rls's clients do by default.
@@ -48,7 +48,7 @@ func startOpenRLS(ctx context.Context, bin, dir, mcAddr string) (*procs.Proc, st
 		return []string{"--grpc", addr, "--http", httpAddr, "--config-dir", confDir, "--memcached", mcAddr}
 	}, func(string) error { return procs.HTTPOK("http://" + httpAddr + "/healthcheck") })
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: rls: %v", ErrOpenLoop, err)
+		return nil, "", fmt.Errorf("%w: rls: %v", errOpenLoop, err)
 	}
 	return pr, "rls --memcached mcproxy (its default store client), gRPC ShouldRateLimit, 1 descriptor, " + strconv.Itoa(rlsConns) + " connections", nil
 }
@@ -80,7 +80,7 @@ func rlsOp(addr string, keys []string) (openOp, func(), error) {
 			return err
 		}
 		if resp.GetOverallCode() != rlv3.RateLimitResponse_OK {
-			return fmt.Errorf("%w: rls answered %v", ErrOpenLoop, resp.GetOverallCode())
+			return fmt.Errorf("%w: rls answered %v", errOpenLoop, resp.GetOverallCode())
 		}
 		return nil
 	}, closeAll, nil

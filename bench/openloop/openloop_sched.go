@@ -288,7 +288,7 @@ func runClosed(ctx context.Context, d time.Duration, conns int, keys uint64, zip
 	}
 	wg.Wait()
 	if total == 0 {
-		return 0, ErrOpenLoop
+		return 0, errOpenLoop
 	}
 	return float64(total) / time.Since(start).Seconds(), nil
 }

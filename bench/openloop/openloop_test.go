@@ -181,15 +181,15 @@ func TestRunOpenLoopTiny(t *testing.T) {
 	if rep.Capacity <= 0 || rep.RLSCapacity <= 0 {
 		t.Errorf("capacity %v, rls's own %v", rep.Capacity, rep.RLSCapacity)
 	}
-	if want := 2 * len(AllOpenPaths); len(rep.Runs) != want {
+	if want := 2 * len(allOpenPaths); len(rep.Runs) != want {
 		t.Fatalf("%d runs, want %d", len(rep.Runs), want)
 	}
 	for i, r := range rep.Runs { // interleaved: every path once per round
-		if r.Path != AllOpenPaths[i%len(AllOpenPaths)] || r.Round != 1+i/len(AllOpenPaths) {
+		if r.Path != allOpenPaths[i%len(allOpenPaths)] || r.Round != 1+i/len(allOpenPaths) {
 			t.Errorf("run %d is %s round %d", i, r.Path, r.Round)
 		}
 	}
-	if len(rep.Summary) != len(AllOpenPaths) {
+	if len(rep.Summary) != len(allOpenPaths) {
 		t.Fatalf("%d summaries", len(rep.Summary))
 	}
 	for _, s := range rep.Summary {
@@ -202,13 +202,13 @@ func TestRunOpenLoopTiny(t *testing.T) {
 		if s.P99Ratio <= 0 || s.MedianP99Ratio <= 0 || s.MedianP99MS <= 0 {
 			t.Errorf("%s: p99 ratio to the floor %v, median over rounds %v (of p99 %v)", s.Path, s.P99Ratio, s.MedianP99Ratio, s.MedianP99MS)
 		}
-		if s.Path == PathFloor && (s.MedianP99Ratio != 1 || s.MedianAddedP99MS != 0) {
+		if s.Path == pathFloor && (s.MedianP99Ratio != 1 || s.MedianAddedP99MS != 0) {
 			t.Errorf("floor: median ratio to itself %v, added %v", s.MedianP99Ratio, s.MedianAddedP99MS)
 		}
-		if s.Path != PathGenerator && s.Path != PathFloor && s.Proxy.UserUS+s.Proxy.SystemUS+s.Proxy.Voluntary == 0 {
+		if s.Path != pathGenerator && s.Path != pathFloor && s.Proxy.UserUS+s.Proxy.SystemUS+s.Proxy.Voluntary == 0 {
 			t.Errorf("%s: nothing charged to the proxy: %+v", s.Path, s.Proxy)
 		}
-		if served := s.Server.UserUS + s.Server.SystemUS + s.Server.Voluntary; (s.Path == PathRLS) != (served > 0) {
+		if served := s.Server.UserUS + s.Server.SystemUS + s.Server.Voluntary; (s.Path == pathRLS) != (served > 0) {
 			t.Errorf("%s: charged to the server %+v", s.Path, s.Server)
 		}
 	}
@@ -223,10 +223,10 @@ func TestRunOpenLoopTiny(t *testing.T) {
 // TestRunOpenLoopBadConfig: bad rates and paths are errors before anything
 // starts.
 func TestRunOpenLoopBadConfig(t *testing.T) {
-	if _, err := RunOpenLoop(context.Background(), OpenLoopConfig{Rates: []float64{-1}}); !errors.Is(err, ErrOpenLoop) {
+	if _, err := RunOpenLoop(context.Background(), OpenLoopConfig{Rates: []float64{-1}}); !errors.Is(err, errOpenLoop) {
 		t.Errorf("negative rate: %v", err)
 	}
-	if _, err := RunOpenLoop(context.Background(), OpenLoopConfig{Paths: []string{"nope"}}); !errors.Is(err, ErrOpenLoop) {
+	if _, err := RunOpenLoop(context.Background(), OpenLoopConfig{Paths: []string{"nope"}}); !errors.Is(err, errOpenLoop) {
 		t.Error("unknown path: no error")
 	}
 }
@@ -300,8 +300,8 @@ func TestRunOpenGrowsTheSenders(t *testing.T) {
 // TestTargetsSayWhenSaturated: a verdict at a rate where a path kept the
 // machine near full carries the saturation caveat, and not otherwise.
 func TestTargetsSayWhenSaturated(t *testing.T) {
-	sum := func(path string, p99, ratio, busy float64) *OpenSummary {
-		s := &OpenSummary{OpenRun: OpenRun{Path: path, Rate: 1000, Busy: busy}, P99Ratio: ratio, MedianP99Ratio: ratio}
+	sum := func(path string, p99, ratio, busy float64) *openSummary {
+		s := &openSummary{OpenRun: OpenRun{Path: path, Rate: 1000, Busy: busy}, P99Ratio: ratio, MedianP99Ratio: ratio}
 		s.Latency.P99 = p99
 		return s
 	}
@@ -309,8 +309,8 @@ func TestTargetsSayWhenSaturated(t *testing.T) {
 		busy float64
 		want bool
 	}{{0.40, false}, {0.84, false}, {0.91, true}} {
-		rep := &OpenLoopReport{Capacity: 2000, Summary: []*OpenSummary{
-			sum(PathFloor, 1, 1, 0.3), sum(PathMcproxy, 2, 2, 0.5), sum(PathNutcracker, 2, 2, 0.5), sum(PathPopPipe, 1.2, 1.2, tc.busy)}}
+		rep := &openLoopReport{Capacity: 2000, Summary: []*openSummary{
+			sum(pathFloor, 1, 1, 0.3), sum(pathMcproxy, 2, 2, 0.5), sum(pathNutcracker, 2, 2, 0.5), sum(pathPopPipe, 1.2, 1.2, tc.busy)}}
 		notes := rep.targets()
 		if len(notes) != 2 {
 			t.Fatalf("busy %v: notes %q, want pop-pipe's and mcproxy's", tc.busy, notes)
