@@ -19,16 +19,16 @@ const (
 	// MixIncr is limiter traffic: "incr key 1", and "add key 0 0 1" when
 	// the key is NOT_FOUND (then "incr" again if the add lost a race), one
 	// logical operation timed as a whole: every success counts exactly 1.
-	MixIncr = "incr"
+	mixIncr = "incr"
 	// MixGetSet is 90% "get key" and 10% "set key" with a 16-byte value.
-	MixGetSet = "getset"
+	mixGetSet = "getset"
 	// MixMGet is "get k1 k2 k3 k4": four random keys, usually on
 	// different shards behind a proxy.
-	MixMGet = "mget"
+	mixMGet = "mget"
 )
 
 // ErrProxyLoad reports a bad ProxyLoadConfig.
-var ErrProxyLoad = errors.New("bench: proxy load")
+var errProxyLoad = errors.New("bench: proxy load")
 
 // ProxyLoadConfig configures RunProxyLoad. Zero means default.
 type ProxyLoadConfig struct {
@@ -59,15 +59,15 @@ type ProxyLoadConfig struct {
 	CPUPids []int
 }
 
-func (c ProxyLoadConfig) mix() string { return orDefault(c.Mix, MixIncr) }
+func (c ProxyLoadConfig) mix() string { return orDefault(c.Mix, mixIncr) }
 func (c ProxyLoadConfig) conns() int  { return positiveOr(c.Conns, 64) }
 func (c ProxyLoadConfig) keys() int   { return positiveOr(c.Keys, 10000) }
 func (c ProxyLoadConfig) keyPrefix() string {
 	switch {
 	case c.KeyPrefix != "":
 		return c.KeyPrefix
-	case c.mix() == MixMGet:
-		return "pb:" + MixGetSet + ":" // read what getset writes
+	case c.mix() == mixMGet:
+		return "pb:" + mixGetSet + ":" // read what getset writes
 	}
 	return "pb:" + c.mix() + ":"
 }
@@ -137,7 +137,7 @@ type ProxyLoadResult struct {
 
 // CPUPerMillion returns CPU seconds per million operations for
 // CPUSeconds[i], or 0 without operations.
-func (r *ProxyLoadResult) CPUPerMillion(i int) float64 {
+func (r *ProxyLoadResult) cpuPerMillion(i int) float64 {
 	if r.Ops == 0 || i >= len(r.CPUSeconds) {
 		return 0
 	}
@@ -152,14 +152,14 @@ func (r *ProxyLoadResult) CPUPerMillion(i int) float64 {
 func RunProxyLoad(ctx context.Context, cfg ProxyLoadConfig) (*ProxyLoadResult, error) {
 	mix := cfg.mix()
 	switch mix {
-	case MixIncr, MixGetSet, MixMGet:
+	case mixIncr, mixGetSet, mixMGet:
 	default:
-		return nil, fmt.Errorf("%w: unknown mix %q (want incr, getset or mget)", ErrProxyLoad, mix)
+		return nil, fmt.Errorf("%w: unknown mix %q (want incr, getset or mget)", errProxyLoad, mix)
 	}
 	if cfg.Addr == "" {
-		return nil, fmt.Errorf("%w: no address", ErrProxyLoad)
+		return nil, fmt.Errorf("%w: no address", errProxyLoad)
 	}
-	if mix != MixIncr && !cfg.NoPreload {
+	if mix != mixIncr && !cfg.NoPreload {
 		if err := preloadKeys(ctx, cfg); err != nil {
 			return nil, err
 		}
@@ -171,7 +171,7 @@ func RunProxyLoad(ctx context.Context, cfg ProxyLoadConfig) (*ProxyLoadResult, e
 			for _, w := range workers[:i] {
 				w.close()
 			}
-			return nil, fmt.Errorf("%w: dial %s: %v", ErrProxyLoad, cfg.Addr, err)
+			return nil, fmt.Errorf("%w: dial %s: %v", errProxyLoad, cfg.Addr, err)
 		}
 		workers[i] = newLoadConn(c, cfg, uint64(i))
 	}
@@ -232,7 +232,7 @@ func RunProxyLoad(ctx context.Context, cfg ProxyLoadConfig) (*ProxyLoadResult, e
 func preloadKeys(ctx context.Context, cfg ProxyLoadConfig) error {
 	c, err := net.DialTimeout("tcp", cfg.Addr, cfg.timeout())
 	if err != nil {
-		return fmt.Errorf("%w: preload: dial %s: %v", ErrProxyLoad, cfg.Addr, err)
+		return fmt.Errorf("%w: preload: dial %s: %v", errProxyLoad, cfg.Addr, err)
 	}
 	defer c.Close()
 	w := newLoadConn(c, cfg, 0)
@@ -246,15 +246,15 @@ func preloadKeys(ctx context.Context, cfg ProxyLoadConfig) error {
 			w.writeSet(uint64(k))
 		}
 		if err := w.w.Flush(); err != nil {
-			return fmt.Errorf("%w: preload: %v", ErrProxyLoad, err)
+			return fmt.Errorf("%w: preload: %v", errProxyLoad, err)
 		}
 		for k := lo; k < hi; k++ {
 			line, err := w.r.ReadSlice('\n')
 			if err != nil {
-				return fmt.Errorf("%w: preload: %v", ErrProxyLoad, err)
+				return fmt.Errorf("%w: preload: %v", errProxyLoad, err)
 			}
 			if !bytes.Equal(line, replyStored) {
-				return fmt.Errorf("%w: preload: set answered %q", ErrProxyLoad, line)
+				return fmt.Errorf("%w: preload: set answered %q", errProxyLoad, line)
 			}
 		}
 	}

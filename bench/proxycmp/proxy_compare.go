@@ -18,9 +18,9 @@ import (
 
 // Systems compared by RunProxyCompare, in the order they run each round.
 const (
-	SystemMemcached  = "memcached"  // one shard, driven directly
-	SystemNutcracker = "nutcracker" // Debian's Twemproxy 0.5.0 over 3 shards
-	SystemMcproxy    = "mcproxy"    // ./cmd/mcproxy over the same 3 shards
+	systemMemcached  = "memcached"  // one shard, driven directly
+	systemNutcracker = "nutcracker" // Debian's Twemproxy 0.5.0 over 3 shards
+	systemMcproxy    = "mcproxy"    // ./cmd/mcproxy over the same 3 shards
 )
 
 // ProxyCompareConfig configures RunProxyCompare. Zero means default.
@@ -62,7 +62,7 @@ func (c ProxyCompareConfig) mixes() []string {
 	if len(c.Mixes) > 0 {
 		return c.Mixes
 	}
-	return []string{MixIncr, MixGetSet, MixMGet}
+	return []string{mixIncr, mixGetSet, mixMGet}
 }
 
 func (c ProxyCompareConfig) duration() time.Duration {
@@ -73,7 +73,7 @@ func (c ProxyCompareConfig) duration() time.Duration {
 }
 
 // ProxySystem describes one system under test.
-type ProxySystem struct {
+type proxySystem struct {
 	Name   string `json:"name"`
 	Addr   string `json:"addr"`
 	Pid    int    `json:"pid"`
@@ -81,7 +81,7 @@ type ProxySystem struct {
 }
 
 // ProxySystemSummary aggregates every run of one system on one mix.
-type ProxySystemSummary struct {
+type proxySystemSummary struct {
 	System  string  `json:"system"`
 	Runs    int     `json:"runs"`
 	Ops     int64   `json:"ops"`
@@ -105,9 +105,9 @@ type ProxySystemSummary struct {
 
 // ProxyMixSummary compares the systems on one mix. Ratios are of sums over
 // rounds (0 when a side is missing).
-type ProxyMixSummary struct {
+type proxyMixSummary struct {
 	Mix     string               `json:"mix"`
-	Systems []ProxySystemSummary `json:"systems"`
+	Systems []proxySystemSummary `json:"systems"`
 	// McproxyOverNutcracker is mcproxy's ops over nutcracker's.
 	McproxyOverNutcracker float64 `json:"mcproxy_over_nutcracker,omitempty"`
 	// McproxyP99OverNutcracker is mcproxy's p99 over nutcracker's (< 1 is
@@ -120,16 +120,16 @@ type ProxyMixSummary struct {
 }
 
 // ProxyCompareReport is the outcome of RunProxyCompare.
-type ProxyCompareReport struct {
+type proxyCompareReport struct {
 	Date    string             `json:"date"`
 	NumCPU  int                `json:"num_cpu"`
 	Conns   int                `json:"conns"`
 	Seconds float64            `json:"seconds_per_run"`
 	Rounds  int                `json:"rounds"`
 	Keys    int                `json:"keys"`
-	Systems []ProxySystem      `json:"systems"`
+	Systems []proxySystem      `json:"systems"`
 	Runs    []*ProxyLoadResult `json:"runs"`
-	Summary []ProxyMixSummary  `json:"summary"`
+	Summary []proxyMixSummary  `json:"summary"`
 	Notes   []string           `json:"notes,omitempty"`
 }
 
@@ -138,10 +138,10 @@ type ProxyCompareReport struct {
 // runs memcached (one shard, direct), nutcracker, mcproxy, memcached, ...
 // for cfg.Rounds rounds with the same duration, connections and key space,
 // and summarises. Everything it starts is stopped before it returns.
-func RunProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*ProxyCompareReport, error) {
+func RunProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*proxyCompareReport, error) {
 	for _, m := range cfg.mixes() {
-		if m != MixIncr && m != MixGetSet && m != MixMGet {
-			return nil, fmt.Errorf("%w: unknown mix %q", ErrProxyLoad, m)
+		if m != mixIncr && m != mixGetSet && m != mixMGet {
+			return nil, fmt.Errorf("%w: unknown mix %q", errProxyLoad, m)
 		}
 	}
 	dir := cfg.Dir
@@ -153,7 +153,7 @@ func RunProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*ProxyCompare
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	rep := &ProxyCompareReport{
+	rep := &proxyCompareReport{
 		Date: time.Now().UTC().Format(time.RFC3339), NumCPU: runtime.NumCPU(),
 		Conns: positiveOr(cfg.Conns, 64), Seconds: cfg.duration().Seconds(),
 		Rounds: positiveOr(cfg.Rounds, 2), Keys: positiveOr(cfg.Keys, 10000),
@@ -176,7 +176,7 @@ func RunProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*ProxyCompare
 	for _, m := range shards {
 		shardPids = append(shardPids, m.Pid())
 	}
-	rep.Systems = append(rep.Systems, ProxySystem{Name: SystemMemcached, Addr: shards[0].Addr,
+	rep.Systems = append(rep.Systems, proxySystem{Name: systemMemcached, Addr: shards[0].Addr,
 		Pid: shards[0].Pid(), Detail: "memcached -t 2 -m 64, shard 1 of 3, no proxy"})
 
 	pool := procs.TwemproxyPool{
@@ -191,7 +191,7 @@ func RunProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*ProxyCompare
 		return nil, err
 	}
 	defer nc.Stop()
-	rep.Systems = append(rep.Systems, ProxySystem{Name: SystemNutcracker, Addr: nc.Addr, Pid: nc.Pid(),
+	rep.Systems = append(rep.Systems, proxySystem{Name: systemNutcracker, Addr: nc.Addr, Pid: nc.Pid(),
 		Detail: fmt.Sprintf("nutcracker 0.5.0, ketama %s, hash_tag {}, server_connections 1, timeout 2000", pool.Hash)})
 
 	if !cfg.SkipMcproxy {
@@ -203,7 +203,7 @@ func RunProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*ProxyCompare
 			rep.Notes = append(rep.Notes, "mcproxy left out: "+err.Error())
 		} else {
 			defer mc.Stop(2 * time.Second)
-			rep.Systems = append(rep.Systems, ProxySystem{Name: SystemMcproxy, Addr: mc.Addr, Pid: mc.Pid(), Detail: detail})
+			rep.Systems = append(rep.Systems, proxySystem{Name: systemMcproxy, Addr: mc.Addr, Pid: mc.Pid(), Detail: detail})
 		}
 	}
 
@@ -219,15 +219,15 @@ func RunProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*ProxyCompare
 // runMix preloads the keys of mix on every system (but for incr) and runs
 // it rep.Rounds times on each, interleaved, each run charged the CPU of
 // the system and of every shard it is not.
-func (rep *ProxyCompareReport) runMix(ctx context.Context, cfg ProxyCompareConfig, mix string, shardPids []int) error {
+func (rep *proxyCompareReport) runMix(ctx context.Context, cfg ProxyCompareConfig, mix string, shardPids []int) error {
 	base := ProxyLoadConfig{
 		Mix: mix, Conns: rep.Conns, Duration: cfg.duration(), Keys: rep.Keys,
 		KeyPrefix: "pb:" + mix + ":", NoPreload: true,
 	}
-	if mix == MixMGet {
-		base.KeyPrefix = "pb:" + MixGetSet + ":" // reads what getset wrote
+	if mix == mixMGet {
+		base.KeyPrefix = "pb:" + mixGetSet + ":" // reads what getset wrote
 	}
-	if mix != MixIncr {
+	if mix != mixIncr {
 		for _, s := range rep.Systems {
 			pc := base
 			pc.Addr = s.Addr
@@ -257,7 +257,7 @@ func (rep *ProxyCompareReport) runMix(ctx context.Context, cfg ProxyCompareConfi
 			rep.Runs = append(rep.Runs, res)
 			if cfg.Progress != nil {
 				fmt.Fprintf(cfg.Progress, "%-7s %-10s round %d: %8.0f ops/s  p50 %.3f ms  p99 %.3f ms  p999 %.3f ms  errors %d  cpu %.1f s/Mop\n",
-					mix, s.Name, round, res.OpsPerSec, res.Latency.P50, res.Latency.P99, res.Latency.P999, res.Errors, res.CPUPerMillion(0))
+					mix, s.Name, round, res.OpsPerSec, res.Latency.P50, res.Latency.P99, res.Latency.P999, res.Errors, res.cpuPerMillion(0))
 			}
 		}
 	}
@@ -312,7 +312,7 @@ func StartMcproxyAdmin(ctx context.Context, cfg ProxyCompareConfig, dir string, 
 	}
 	args = append(args, "--admin", net.JoinHostPort("127.0.0.1", strconv.Itoa(adminPort)))
 	args = append(args, cfg.McproxyArgs...)
-	p, err := procs.StartProc(SystemMcproxy, bin, args, filepath.Join(dir, "mcproxy.log"))
+	p, err := procs.StartProc(systemMcproxy, bin, args, filepath.Join(dir, "mcproxy.log"))
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -325,11 +325,11 @@ func StartMcproxyAdmin(ctx context.Context, cfg ProxyCompareConfig, dir string, 
 	return p, "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(adminPort)), detail, nil
 }
 
-func summariseMix(mix string, systems []ProxySystem, runs []*ProxyLoadResult) ProxyMixSummary {
-	ms := ProxyMixSummary{Mix: mix}
-	byName := map[string]*ProxySystemSummary{}
+func summariseMix(mix string, systems []proxySystem, runs []*ProxyLoadResult) proxyMixSummary {
+	ms := proxyMixSummary{Mix: mix}
+	byName := map[string]*proxySystemSummary{}
 	for _, s := range systems {
-		sum := ProxySystemSummary{System: s.Name}
+		sum := proxySystemSummary{System: s.Name}
 		hist := bench.NewLatency()
 		var cpu, client, shardsCPU float64
 		for _, r := range runs {
@@ -357,12 +357,12 @@ func summariseMix(mix string, systems []ProxySystem, runs []*ProxyLoadResult) Pr
 		if sum.Ops > 0 {
 			sum.CPUPerMillion = cpu / float64(sum.Ops) * 1e6
 			sum.ClientCPUPerMillion = client / float64(sum.Ops) * 1e6
-			if s.Name == SystemMemcached { // the system is a shard
+			if s.Name == systemMemcached { // the system is a shard
 				shardsCPU += cpu
 			}
 			sum.ShardsCPUPerMillion = shardsCPU / float64(sum.Ops) * 1e6
 			sum.PathCPUPerMillion = sum.ClientCPUPerMillion + sum.ShardsCPUPerMillion
-			if s.Name != SystemMemcached {
+			if s.Name != systemMemcached {
 				sum.PathCPUPerMillion += sum.CPUPerMillion
 			}
 		}
@@ -376,17 +376,17 @@ func summariseMix(mix string, systems []ProxySystem, runs []*ProxyLoadResult) Pr
 		}
 		return float64(x.Ops) / float64(y.Ops)
 	}
-	ms.McproxyOverNutcracker = ratio(SystemMcproxy, SystemNutcracker)
-	ms.NutcrackerOverMemcached = ratio(SystemNutcracker, SystemMemcached)
-	ms.McproxyOverMemcached = ratio(SystemMcproxy, SystemMemcached)
-	if m, n := byName[SystemMcproxy], byName[SystemNutcracker]; m != nil && n != nil && n.Latency.P99 > 0 {
+	ms.McproxyOverNutcracker = ratio(systemMcproxy, systemNutcracker)
+	ms.NutcrackerOverMemcached = ratio(systemNutcracker, systemMemcached)
+	ms.McproxyOverMemcached = ratio(systemMcproxy, systemMemcached)
+	if m, n := byName[systemMcproxy], byName[systemNutcracker]; m != nil && n != nil && n.Latency.P99 > 0 {
 		ms.McproxyP99OverNutcracker = m.Latency.P99 / n.Latency.P99
 	}
 	return ms
 }
 
 // WriteTable prints every run, then the per-mix sums and ratios.
-func (r *ProxyCompareReport) WriteTable(w io.Writer) error {
+func (r *proxyCompareReport) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "popbench proxy --compare  %s  %d CPUs  %d conns  %.1fs x %d rounds  %d keys\n",
 		r.Date, r.NumCPU, r.Conns, r.Seconds, r.Rounds, r.Keys)
 	for _, s := range r.Systems {
@@ -403,7 +403,7 @@ func (r *ProxyCompareReport) WriteTable(w io.Writer) error {
 			client = run.ClientCPUSeconds / float64(run.Ops) * 1e6
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.3f\t%.3f\t%.3f\t%d\t%.2f\t%.2f\t\n", run.Mix, run.System, run.Round,
-			run.OpsPerSec, run.Latency.P50, run.Latency.P99, run.Latency.P999, run.Errors, run.CPUPerMillion(0), client)
+			run.OpsPerSec, run.Latency.P50, run.Latency.P99, run.Latency.P999, run.Errors, run.cpuPerMillion(0), client)
 	}
 	fmt.Fprintln(tw, "\nmix\tsystem (all rounds)\truns\tops/s\tp50 ms\tp99 ms\tp999 ms\terrors\tcpu s/Mop\tclient cpu s/Mop\tshards cpu s/Mop\tpath cpu s/Mop\t")
 	for _, ms := range r.Summary {

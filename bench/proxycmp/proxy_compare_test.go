@@ -24,7 +24,7 @@ func TestRunProxyCompareTiny(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("systems %d notes %q", len(rep.Systems), rep.Notes)
-	if len(rep.Systems) < 2 || rep.Systems[0].Name != SystemMemcached || rep.Systems[1].Name != SystemNutcracker {
+	if len(rep.Systems) < 2 || rep.Systems[0].Name != systemMemcached || rep.Systems[1].Name != systemNutcracker {
 		t.Fatalf("systems %+v", rep.Systems)
 	}
 	if len(rep.Systems) == 2 && len(rep.Notes) == 0 {
@@ -45,13 +45,13 @@ func TestRunProxyCompareTiny(t *testing.T) {
 		}
 		// CPU of the system, then of every shard it is not.
 		want := 4
-		if r.System == SystemMemcached {
+		if r.System == systemMemcached {
 			want = 3
 		}
 		if len(r.CPUSeconds) != want {
 			t.Errorf("%s %s: CPU of %d processes", r.Mix, r.System, len(r.CPUSeconds))
 		}
-		if r.Mix != MixIncr && r.Misses != 0 {
+		if r.Mix != mixIncr && r.Misses != 0 {
 			t.Errorf("%s %s: %d misses after preload", r.Mix, r.System, r.Misses)
 		}
 	}
@@ -64,7 +64,7 @@ func TestRunProxyCompareTiny(t *testing.T) {
 		}
 		for _, ss := range ms.Systems {
 			path := ss.ClientCPUPerMillion + ss.ShardsCPUPerMillion
-			if ss.System != SystemMemcached {
+			if ss.System != systemMemcached {
 				path += ss.CPUPerMillion
 			} else if ss.ShardsCPUPerMillion < ss.CPUPerMillion {
 				t.Errorf("%s memcached: shards CPU %v below the shard's own %v", ms.Mix, ss.ShardsCPUPerMillion, ss.CPUPerMillion)

@@ -74,11 +74,11 @@ func (l *loadConn) run(mix string, stop *atomic.Bool, deadline time.Time) {
 		t0 := time.Now()
 		var err error
 		switch mix {
-		case MixIncr:
+		case mixIncr:
 			err = l.incr()
-		case MixGetSet:
+		case mixGetSet:
 			err = l.getset()
-		case MixMGet:
+		case mixMGet:
 			err = l.mget()
 		}
 		if err == nil {

@@ -40,7 +40,7 @@ type IdleConnsConfig struct {
 }
 
 // IdleConnsResult is one proxy's figures with Conns idle connections.
-type IdleConnsResult struct {
+type idleConnsResult struct {
 	System string `json:"system"`
 	Pid    int    `json:"pid"`
 	Conns  int    `json:"conns"`
@@ -78,11 +78,11 @@ type IdleConnsResult struct {
 }
 
 // IdleConnsReport is RunIdleConns' result.
-type IdleConnsReport struct {
+type idleConnsReport struct {
 	Date    string            `json:"date"`
 	NumCPU  int               `json:"num_cpu"`
 	NoFile  uint64            `json:"nofile_limit"`
-	Results []IdleConnsResult `json:"results"`
+	Results []idleConnsResult `json:"results"`
 }
 
 // RunIdleConns starts 3 memcached, nutcracker and mcproxy over them (as
@@ -92,7 +92,7 @@ type IdleConnsReport struct {
 // a sample still answers, and closes them. It raises this process's
 // RLIMIT_NOFILE soft limit to the hard limit first (the proxies inherit
 // it); it fails when that is below Conns plus a margin.
-func RunIdleConns(ctx context.Context, cfg IdleConnsConfig) (*IdleConnsReport, error) {
+func RunIdleConns(ctx context.Context, cfg IdleConnsConfig) (*idleConnsReport, error) {
 	n := positiveOr(cfg.Conns, 10000)
 	limit, err := raiseNoFile()
 	if err != nil {
@@ -100,7 +100,7 @@ func RunIdleConns(ctx context.Context, cfg IdleConnsConfig) (*IdleConnsReport, e
 	}
 	if limit < uint64(n)+256 {
 		return nil, fmt.Errorf("%w: %d idle connections need a file descriptor limit above %d, the hard limit is %d",
-			ErrProxyLoad, n, n+256, limit)
+			errProxyLoad, n, n+256, limit)
 	}
 	dir := cfg.Dir
 	if dir == "" {
@@ -136,11 +136,11 @@ func RunIdleConns(ctx context.Context, cfg IdleConnsConfig) (*IdleConnsReport, e
 		return nil, err
 	}
 	defer mc.Stop(2 * time.Second)
-	rep := &IdleConnsReport{Date: time.Now().UTC().Format(time.RFC3339), NumCPU: runtime.NumCPU(), NoFile: limit}
+	rep := &idleConnsReport{Date: time.Now().UTC().Format(time.RFC3339), NumCPU: runtime.NumCPU(), NoFile: limit}
 	for _, sys := range []struct {
 		name, addr, admin string
 		pid               int
-	}{{SystemMcproxy, mc.Addr, admin, mc.Pid()}, {SystemNutcracker, nc.Addr, "", nc.Pid()}} {
+	}{{systemMcproxy, mc.Addr, admin, mc.Pid()}, {systemNutcracker, nc.Addr, "", nc.Pid()}} {
 		if cfg.Progress != nil {
 			fmt.Fprintf(cfg.Progress, "%s: %d idle connections\n", sys.name, n)
 		}
@@ -154,8 +154,8 @@ func RunIdleConns(ctx context.Context, cfg IdleConnsConfig) (*IdleConnsReport, e
 }
 
 // holdIdle measures one proxy (see RunIdleConns).
-func holdIdle(ctx context.Context, cfg IdleConnsConfig, n int, name, addr, admin string, pid int) (IdleConnsResult, error) {
-	r := IdleConnsResult{System: name, Pid: pid, Conns: n, GoroutinesBefore: -1, GoroutinesHeld: -1}
+func holdIdle(ctx context.Context, cfg IdleConnsConfig, n int, name, addr, admin string, pid int) (idleConnsResult, error) {
+	r := idleConnsResult{System: name, Pid: pid, Conns: n, GoroutinesBefore: -1, GoroutinesHeld: -1}
 	metric := func(name string) float64 {
 		if admin == "" {
 			return -1
@@ -196,7 +196,7 @@ func holdIdle(ctx context.Context, cfg IdleConnsConfig, n int, name, addr, admin
 		}
 		l, err := br.ReadString('\n')
 		if err == nil && l != "END\r\n" {
-			err = fmt.Errorf("%w: %s answered %q to a get", ErrProxyLoad, name, l)
+			err = fmt.Errorf("%w: %s answered %q to a get", errProxyLoad, name, l)
 		}
 		return err
 	}
@@ -208,7 +208,7 @@ func holdIdle(ctx context.Context, cfg IdleConnsConfig, n int, name, addr, admin
 		}
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
-			return r, fmt.Errorf("%w: connection %d to %s: %v", ErrProxyLoad, i, name, err)
+			return r, fmt.Errorf("%w: connection %d to %s: %v", errProxyLoad, i, name, err)
 		}
 		conns = append(conns, c)
 		readers = append(readers, bufio.NewReaderSize(c, 64))
@@ -246,7 +246,7 @@ func holdIdle(ctx context.Context, cfg IdleConnsConfig, n int, name, addr, admin
 	}
 	runtime.KeepAlive(conns) // every connection stays open to here (and the deferred close)
 	if r.Answered != r.Sampled {
-		return r, fmt.Errorf("%w: %d of %d sampled idle connections to %s answered", ErrProxyLoad, r.Answered, r.Sampled, name)
+		return r, fmt.Errorf("%w: %d of %d sampled idle connections to %s answered", errProxyLoad, r.Answered, r.Sampled, name)
 	}
 	return r, nil
 }

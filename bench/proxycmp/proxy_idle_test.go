@@ -34,7 +34,7 @@ func TestIdleConnsShort(t *testing.T) {
 				r.System, r.OpenAtMeasure, r.Conns)
 		}
 	}
-	if mc := rep.Results[0]; mc.System != SystemMcproxy || mc.GoroutinesHeld < 0 || mc.GoroutinesPerConn > 0.05 {
+	if mc := rep.Results[0]; mc.System != systemMcproxy || mc.GoroutinesHeld < 0 || mc.GoroutinesPerConn > 0.05 {
 		t.Errorf("mcproxy: %.3f goroutines per idle connection (%d -> %d), want about 0 (parked)",
 			mc.GoroutinesPerConn, mc.GoroutinesBefore, mc.GoroutinesHeld)
 	}

@@ -65,7 +65,7 @@ func TestRunProxyLoadAgainstMemcached(t *testing.T) {
 
 	t.Run("incr counts every op exactly once", func(t *testing.T) {
 		res, err := RunProxyLoad(ctx, ProxyLoadConfig{
-			Addr: m.Addr, Mix: MixIncr, Conns: 4, Duration: 300 * time.Millisecond,
+			Addr: m.Addr, Mix: mixIncr, Conns: 4, Duration: 300 * time.Millisecond,
 			Keys: 50, KeyPrefix: "incr:", CPUPids: []int{m.Pid()},
 		})
 		if err != nil {
@@ -87,7 +87,7 @@ func TestRunProxyLoadAgainstMemcached(t *testing.T) {
 
 	t.Run("getset after preload always hits", func(t *testing.T) {
 		res, err := RunProxyLoad(ctx, ProxyLoadConfig{
-			Addr: m.Addr, Mix: MixGetSet, Conns: 4, Duration: 200 * time.Millisecond,
+			Addr: m.Addr, Mix: mixGetSet, Conns: 4, Duration: 200 * time.Millisecond,
 			Keys: 500, KeyPrefix: "gs:",
 		})
 		if err != nil {
@@ -100,7 +100,7 @@ func TestRunProxyLoadAgainstMemcached(t *testing.T) {
 
 	t.Run("mget reads four keys per op", func(t *testing.T) {
 		res, err := RunProxyLoad(ctx, ProxyLoadConfig{
-			Addr: m.Addr, Mix: MixMGet, Conns: 2, Duration: 200 * time.Millisecond,
+			Addr: m.Addr, Mix: mixMGet, Conns: 2, Duration: 200 * time.Millisecond,
 			Keys: 500, KeyPrefix: "gs:", NoPreload: true,
 		})
 		if err != nil {
@@ -113,7 +113,7 @@ func TestRunProxyLoadAgainstMemcached(t *testing.T) {
 
 	t.Run("misses without preload", func(t *testing.T) {
 		res, err := RunProxyLoad(ctx, ProxyLoadConfig{
-			Addr: m.Addr, Mix: MixMGet, Conns: 1, Duration: 100 * time.Millisecond,
+			Addr: m.Addr, Mix: mixMGet, Conns: 1, Duration: 100 * time.Millisecond,
 			Keys: 500, KeyPrefix: "absent:", NoPreload: true,
 		})
 		if err != nil {
@@ -127,7 +127,7 @@ func TestRunProxyLoadAgainstMemcached(t *testing.T) {
 	t.Run("error replies are counted and the connection kept", func(t *testing.T) {
 		// gs: keys hold 16-byte non-numeric values: incr answers CLIENT_ERROR.
 		res, err := RunProxyLoad(ctx, ProxyLoadConfig{
-			Addr: m.Addr, Mix: MixIncr, Conns: 2, Duration: 100 * time.Millisecond,
+			Addr: m.Addr, Mix: mixIncr, Conns: 2, Duration: 100 * time.Millisecond,
 			Keys: 500, KeyPrefix: "gs:",
 		})
 		if err != nil {
@@ -154,7 +154,7 @@ func TestRunProxyLoadConfigErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := RunProxyLoad(context.Background(), tc.cfg); !errors.Is(err, ErrProxyLoad) {
+			if _, err := RunProxyLoad(context.Background(), tc.cfg); !errors.Is(err, errProxyLoad) {
 				t.Errorf("err = %v, want ErrProxyLoad", err)
 			}
 		})
@@ -208,19 +208,19 @@ func BenchmarkLoadConnOps(b *testing.B) {
 	if err := preloadKeys(context.Background(), cfg); err != nil {
 		b.Fatal(err)
 	}
-	for _, mix := range []string{MixIncr, MixGetSet, MixMGet} {
+	for _, mix := range []string{mixIncr, mixGetSet, mixMGet} {
 		b.Run(mix, func(b *testing.B) {
 			c, err := net.Dial("tcp", m.Addr)
 			if err != nil {
 				b.Fatal(err)
 			}
 			kcfg := cfg
-			if mix == MixIncr {
+			if mix == mixIncr {
 				kcfg.KeyPrefix = "counter:" // preloaded values are not numeric
 			}
 			l := newLoadConn(c, kcfg, 1)
 			defer l.close()
-			op := map[string]func() error{MixIncr: l.incr, MixGetSet: l.getset, MixMGet: l.mget}[mix]
+			op := map[string]func() error{mixIncr: l.incr, mixGetSet: l.getset, mixMGet: l.mget}[mix]
 			b.ReportAllocs()
 			for b.Loop() {
 				if err := op(); err != nil {
