@@ -14,7 +14,7 @@ import (
 )
 
 // AccuracyConfig configures MeasureAccuracy. Zero means default.
-type AccuracyConfig struct {
+type accuracyConfig struct {
 	// Servers are the PoP's proxies; empty means an in-memory store (no
 	// PoP). Direct: they are shards, each worker uses all of them.
 	Servers []string
@@ -38,7 +38,7 @@ type AccuracyConfig struct {
 
 // AccuracyResult compares one run with the exact sliding log (and, with
 // Compare, with the same algorithm run in-process).
-type AccuracyResult struct {
+type accuracyResult struct {
 	Trace     string  `json:"trace"`
 	Algorithm string  `json:"algorithm"`
 	Precision int     `json:"precision"`
@@ -75,7 +75,7 @@ type AccuracyResult struct {
 // aligned on a window boundary) through in-process workers over cfg's store
 // and scores every decision against the exact sliding log. Keys carry a
 // per-run nonce, so runs never share counters.
-func MeasureAccuracy(ctx context.Context, name string, tr *bench.Trace, cfg AccuracyConfig) (*AccuracyResult, error) {
+func measureAccuracy(ctx context.Context, name string, tr *bench.Trace, cfg accuracyConfig) (*accuracyResult, error) {
 	defaultTo(&cfg.Workers, 4)
 	defaultTo(&cfg.Parallel, 8)
 	workers, par := cfg.Workers, cfg.Parallel
@@ -127,7 +127,7 @@ func MeasureAccuracy(ctx context.Context, name string, tr *bench.Trace, cfg Accu
 		return nil, err
 	}
 	st := in.StoreStats().Sub(before)
-	res := Score(tr, allowed, decided, cfg.Algorithm, counter.Limit{Quantity: route.Quantity, Window: route.Window}, cfg.OnReject == counter.Count)
+	res := score(tr, allowed, decided, cfg.Algorithm, counter.Limit{Quantity: route.Quantity, Window: route.Window}, cfg.OnReject == counter.Count)
 	res.Trace, res.Precision, res.Errors = name, max(1, cfg.Precision), errs
 	if cfg.Algorithm != counter.SlidingWindow {
 		res.Precision = 0
@@ -150,7 +150,7 @@ func MeasureAccuracy(ctx context.Context, name string, tr *bench.Trace, cfg Accu
 
 // Compare sets r.AgreementPct from the decisions of another run of the same
 // trace, over the requests both runs decided.
-func (r *AccuracyResult) Compare(o *AccuracyResult) {
+func (r *accuracyResult) compare(o *accuracyResult) {
 	if len(r.allowed) != len(o.allowed) || len(r.allowed) == 0 {
 		return
 	}
@@ -174,22 +174,22 @@ func (r *AccuracyResult) Compare(o *AccuracyResult) {
 // algorithm's own allowance. Requests not decided (decided[i] false: the
 // store failed) are left out of the wrong/false counts; nil means all
 // decided.
-func Score(tr *bench.Trace, allowed, decided []bool, alg counter.Algorithm, l counter.Limit, countAll bool) *AccuracyResult {
+func score(tr *bench.Trace, allowed, decided []bool, alg counter.Algorithm, l counter.Limit, countAll bool) *accuracyResult {
 	if decided == nil {
 		decided = make([]bool, len(allowed))
 		for i := range decided {
 			decided[i] = true
 		}
 	}
-	res := &AccuracyResult{Algorithm: bench.AlgorithmName(alg), Sources: len(tr.Clients), Requests: len(tr.Requests),
+	res := &accuracyResult{Algorithm: bench.AlgorithmName(alg), Sources: len(tr.Clients), Requests: len(tr.Requests),
 		allowed: allowed, decided: decided}
-	exact := NewSlidingLog(l.Quantity, l.Window, countAll)
+	exact := newSlidingLog(l.Quantity, l.Window, countAll)
 	got := make([]int64, len(tr.Clients))
 	want := make([]int64, len(tr.Clients))
 	admitted := make([][]time.Duration, len(tr.Clients))
 	for i, r := range tr.Requests {
 		id := tr.Clients[r.Client].ID
-		ok := exact.Allow(id, r.At, 1)
+		ok := exact.allow(id, r.At, 1)
 		if ok {
 			want[r.Client]++
 		}
@@ -216,11 +216,11 @@ func Score(tr *bench.Trace, allowed, decided []bool, alg counter.Algorithm, l co
 		}
 		switch alg {
 		case counter.FixedWindow:
-			res.OverAdmission += FixedWindowExcess(admitted[c], l.Quantity, l.Window)
+			res.OverAdmission += fixedWindowExcess(admitted[c], l.Quantity, l.Window)
 		case counter.TokenBucket:
-			res.OverAdmission += TokenBucketExcess(admitted[c], l.Quantity, l.Burst, l.Window, 0)
+			res.OverAdmission += tokenBucketExcess(admitted[c], l.Quantity, l.Burst, l.Window, 0)
 		default:
-			res.OverAdmission += SlidingExcess(admitted[c], l.Quantity, l.Window)
+			res.OverAdmission += slidingExcess(admitted[c], l.Quantity, l.Window)
 		}
 	}
 	if n > 0 {
@@ -232,7 +232,7 @@ func Score(tr *bench.Trace, allowed, decided []bool, alg counter.Algorithm, l co
 // SlidingExcess counts admitted requests (sorted offsets of one key) that
 // found quantity or more admitted ones in the window (t−window, t] before
 // them.
-func SlidingExcess(admitted []time.Duration, quantity int64, window time.Duration) int64 {
+func slidingExcess(admitted []time.Duration, quantity int64, window time.Duration) int64 {
 	if !sort.SliceIsSorted(admitted, func(i, j int) bool { return admitted[i] < admitted[j] }) {
 		admitted = append([]time.Duration(nil), admitted...)
 		sort.Slice(admitted, func(i, j int) bool { return admitted[i] < admitted[j] })

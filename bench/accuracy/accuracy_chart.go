@@ -8,7 +8,7 @@ import (
 
 // ChartPrecision draws wrong decisions (%) against the sliding window's
 // precision N, one line per trace, from accuracy rows without skew.
-func ChartPrecision(path string, rows []*AccuracyResult) error {
+func ChartPrecision(path string, rows []*accuracyResult) error {
 	p := plot.New()
 	p.Title.Text = "Sliding window: wrong decisions vs sub-windows N (exact sliding log as reference)"
 	p.X.Label.Text = "precision N (sub-windows, log scale)"

@@ -49,7 +49,7 @@ type AccuracyReport struct {
 	// Traces are the parameters each trace was generated from (the form
 	// of testdata/traces/accuracy-*.json, overrides applied).
 	Traces []AccuracyTraceConfig `json:"traces"`
-	Rows   []*AccuracyResult     `json:"rows"`
+	Rows   []*accuracyResult     `json:"rows"`
 }
 
 // RunAccuracy replays each trace through a PoP (shards, proxy, in-process
@@ -60,7 +60,7 @@ func RunAccuracy(ctx context.Context, env *bench.Env, cfg AccuracySuiteConfig) (
 	traces := cfg.TraceConfigs
 	if len(traces) == 0 {
 		if len(cfg.Traces) == 0 {
-			cfg.Traces = AccuracyTraces
+			cfg.Traces = accuracyTraces
 		}
 		for _, name := range cfg.Traces {
 			traces = append(traces, AccuracyTraceConfig{Name: name})
@@ -90,7 +90,7 @@ func RunAccuracy(ctx context.Context, env *bench.Env, cfg AccuracySuiteConfig) (
 		override(&tc.Duration, cfg.Duration)
 		override(&tc.Quantity, cfg.Quantity)
 		override(&tc.Window, cfg.Window)
-		tr, err := GenerateAccuracy(tc)
+		tr, err := generateAccuracy(tc)
 		if err != nil {
 			return nil, err
 		}
@@ -119,17 +119,17 @@ func RunAccuracy(ctx context.Context, env *bench.Env, cfg AccuracySuiteConfig) (
 				skew = fmt.Sprintf(", worker clocks %v", r.skew)
 			}
 			env.Logf("accuracy: trace %s (%d requests), %s precision %d%s", name, len(tr.Requests), bench.AlgorithmName(r.alg), r.prec, skew)
-			res, err := MeasureAccuracy(ctx, name, tr, AccuracyConfig{Servers: servers, Direct: direct, Workers: cfg.Workers,
+			res, err := measureAccuracy(ctx, name, tr, accuracyConfig{Servers: servers, Direct: direct, Workers: cfg.Workers,
 				Algorithm: r.alg, Precision: r.prec, Skew: r.skew, Progress: cfg.Progress})
 			if err != nil {
 				return nil, err
 			}
 			if len(r.skew) == 0 {
-				ref, err := MeasureAccuracy(ctx, name, tr, AccuracyConfig{Workers: 1, Algorithm: r.alg, Precision: r.prec})
+				ref, err := measureAccuracy(ctx, name, tr, accuracyConfig{Workers: 1, Algorithm: r.alg, Precision: r.prec})
 				if err != nil {
 					return nil, err
 				}
-				res.Compare(ref)
+				res.compare(ref)
 			}
 			rep.Rows = append(rep.Rows, res)
 		}

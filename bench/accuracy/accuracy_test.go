@@ -21,22 +21,22 @@ func TestSlidingExcess(t *testing.T) {
 		{"unsorted", []time.Duration{s / 2, 0, s / 4}, 1},
 	}
 	for _, c := range cases {
-		if got := SlidingExcess(c.at, 2, s); got != c.want {
+		if got := slidingExcess(c.at, 2, s); got != c.want {
 			t.Errorf("%s: excess %d, want %d", c.name, got, c.want)
 		}
 	}
 }
 
 func TestGenerateAccuracyTraces(t *testing.T) {
-	for _, name := range AccuracyTraces {
-		tr, err := GenerateAccuracy(AccuracyTraceConfig{Name: name, Sources: 50, Duration: 5 * time.Minute})
+	for _, name := range accuracyTraces {
+		tr, err := generateAccuracy(AccuracyTraceConfig{Name: name, Sources: 50, Duration: 5 * time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(tr.Clients) != 50 || len(tr.Requests) == 0 {
 			t.Fatalf("%s: %d clients %d requests", name, len(tr.Clients), len(tr.Requests))
 		}
-		if name == TraceBursts {
+		if name == traceBursts {
 			tail := 0
 			for _, r := range tr.Requests {
 				if r.At%time.Minute >= 54*time.Second {
@@ -49,7 +49,7 @@ func TestGenerateAccuracyTraces(t *testing.T) {
 			}
 		}
 	}
-	if _, err := GenerateAccuracy(AccuracyTraceConfig{Name: "nope"}); err == nil {
+	if _, err := generateAccuracy(AccuracyTraceConfig{Name: "nope"}); err == nil {
 		t.Fatal("unknown trace accepted")
 	}
 }
@@ -60,21 +60,21 @@ func TestGenerateAccuracyTraces(t *testing.T) {
 // with 1.
 func TestAccuracyInMemory(t *testing.T) {
 	ctx := context.Background()
-	tr, err := GenerateAccuracy(AccuracyTraceConfig{Name: TraceNear, Sources: 40, Duration: 6 * time.Minute})
+	tr, err := generateAccuracy(AccuracyTraceConfig{Name: traceNear, Sources: 40, Duration: 6 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	wrong := map[int]float64{}
 	for _, p := range []int{1, 12} {
-		ref, err := MeasureAccuracy(ctx, TraceNear, tr, AccuracyConfig{Workers: 1, Precision: p})
+		ref, err := measureAccuracy(ctx, traceNear, tr, accuracyConfig{Workers: 1, Precision: p})
 		if err != nil {
 			t.Fatal(err)
 		}
-		four, err := MeasureAccuracy(ctx, TraceNear, tr, AccuracyConfig{Workers: 4, Precision: p})
+		four, err := measureAccuracy(ctx, traceNear, tr, accuracyConfig{Workers: 4, Precision: p})
 		if err != nil {
 			t.Fatal(err)
 		}
-		four.Compare(ref)
+		four.compare(ref)
 		if four.AgreementPct < 99.99 {
 			t.Errorf("precision %d: 4 workers agree with 1 on %.3f%%", p, four.AgreementPct)
 		}
@@ -89,7 +89,7 @@ func TestAccuracyInMemory(t *testing.T) {
 		t.Errorf("precision 12 wrong %.3f%% not below precision 1's %.3f%%", wrong[12], wrong[1])
 	}
 	for _, alg := range []counter.Algorithm{counter.FixedWindow, counter.TokenBucket} {
-		r, err := MeasureAccuracy(ctx, TraceNear, tr, AccuracyConfig{Workers: 4, Algorithm: alg})
+		r, err := measureAccuracy(ctx, traceNear, tr, accuracyConfig{Workers: 4, Algorithm: alg})
 		if err != nil {
 			t.Fatal(err)
 		}

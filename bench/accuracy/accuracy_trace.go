@@ -19,16 +19,16 @@ import (
 // same values, pinned by a test.
 const (
 	// TraceBelow: mostly below the limit, 1% abusive sources at 2–10×.
-	TraceBelow = "below"
+	traceBelow = "below"
 	// TraceNear: every source at 0.5–1.5× its limit.
-	TraceNear = "near"
+	traceNear = "near"
 	// TraceBursts: sources at 0.5–1.5× that send half their traffic
 	// evenly and half in the last tenth of each window.
-	TraceBursts = "bursts"
+	traceBursts = "bursts"
 )
 
 // AccuracyTraces lists the accuracy trace names.
-var AccuracyTraces = []string{TraceBelow, TraceNear, TraceBursts}
+var accuracyTraces = []string{traceBelow, traceNear, traceBursts}
 
 // AccuracyTraceConfig describes an accuracy trace: a generator (Name) and
 // its parameters. Zero means default for every field; the JSON form is the
@@ -81,7 +81,7 @@ func (c AccuracyTraceConfig) MarshalJSON() ([]byte, error) {
 }
 
 // ErrBadTraceFile reports an accuracy trace file that cannot be used.
-var ErrBadTraceFile = errors.New("bench: bad accuracy trace file")
+var errBadTraceFile = errors.New("bench: bad accuracy trace file")
 
 // LoadAccuracyTrace reads an accuracy trace description (JSON, as in
 // testdata/traces/accuracy-near.json). Unknown fields are an error.
@@ -90,11 +90,11 @@ func LoadAccuracyTrace(path string) (AccuracyTraceConfig, error) {
 	if err != nil {
 		return AccuracyTraceConfig{}, err
 	}
-	return ParseAccuracyTrace(b)
+	return parseAccuracyTrace(b)
 }
 
 // ParseAccuracyTrace parses the JSON of LoadAccuracyTrace.
-func ParseAccuracyTrace(b []byte) (AccuracyTraceConfig, error) {
+func parseAccuracyTrace(b []byte) (AccuracyTraceConfig, error) {
 	type plain AccuracyTraceConfig
 	var j struct {
 		plain
@@ -104,18 +104,18 @@ func ParseAccuracyTrace(b []byte) (AccuracyTraceConfig, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&j); err != nil {
-		return AccuracyTraceConfig{}, fmt.Errorf("%w: %v", ErrBadTraceFile, err)
+		return AccuracyTraceConfig{}, fmt.Errorf("%w: %v", errBadTraceFile, err)
 	}
 	c := AccuracyTraceConfig(j.plain)
 	c.Window = time.Duration(j.WindowMs) * time.Millisecond
 	c.Duration = time.Duration(j.DurationMs) * time.Millisecond
 	switch {
-	case c.Name != TraceBelow && c.Name != TraceNear && c.Name != TraceBursts:
-		return c, fmt.Errorf("%w: name %q (below, near, bursts)", ErrBadTraceFile, c.Name)
+	case c.Name != traceBelow && c.Name != traceNear && c.Name != traceBursts:
+		return c, fmt.Errorf("%w: name %q (below, near, bursts)", errBadTraceFile, c.Name)
 	case j.WindowMs < 0 || j.DurationMs < 0 || c.Sources < 0 || c.Quantity < 0:
-		return c, fmt.Errorf("%w: negative size", ErrBadTraceFile)
+		return c, fmt.Errorf("%w: negative size", errBadTraceFile)
 	case c.AbusiveFraction < 0 || c.AbusiveFraction > 1 || c.BurstShare < 0 || c.BurstShare > 1 || c.BurstTail < 0 || c.BurstTail > 1:
-		return c, fmt.Errorf("%w: fraction outside [0, 1]", ErrBadTraceFile)
+		return c, fmt.Errorf("%w: fraction outside [0, 1]", errBadTraceFile)
 	}
 	return c, nil
 }
@@ -137,7 +137,7 @@ func FindAccuracyTrace(dir, arg string) (string, error) {
 			return filepath.Join(d, rel), nil
 		}
 		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil || filepath.Dir(d) == d {
-			return "", fmt.Errorf("%w: %q is neither a file nor a trace in %s", ErrBadTraceFile, arg, filepath.Join(d, rel))
+			return "", fmt.Errorf("%w: %q is neither a file nor a trace in %s", errBadTraceFile, arg, filepath.Join(d, rel))
 		}
 	}
 }
@@ -158,7 +158,7 @@ func (c AccuracyTraceConfig) withDefaults() AccuracyTraceConfig {
 	defaultTo(&c.BurstShare, 0.5)
 	defaultTo(&c.BurstTail, 0.1)
 	if c.Name == "" {
-		c.Name = TraceNear
+		c.Name = traceNear
 	}
 	return c
 }
@@ -166,11 +166,11 @@ func (c AccuracyTraceConfig) withDefaults() AccuracyTraceConfig {
 // GenerateAccuracy builds one of the accuracy traces. Offset 0 of the trace
 // is meant to be aligned on a window boundary. The same config always
 // yields the same trace.
-func GenerateAccuracy(c AccuracyTraceConfig) (*bench.Trace, error) {
+func generateAccuracy(c AccuracyTraceConfig) (*bench.Trace, error) {
 	c = c.withDefaults()
 	route := bench.Route{Path: "/api", Quantity: c.Quantity, Window: c.Window}
 	switch c.Name {
-	case TraceBelow:
+	case traceBelow:
 		abusive := max(1, int(math.Floor(float64(c.Sources)*c.AbusiveFraction+1e-9)))
 		t, err := bench.Generate(bench.WorkloadConfig{Seed: c.Seed, Duration: c.Duration, API: route,
 			Legit: c.Sources - abusive, Abusive: abusive, Boundary: -1, Stuffers: -1,
@@ -180,7 +180,7 @@ func GenerateAccuracy(c AccuracyTraceConfig) (*bench.Trace, error) {
 			t.Routes = t.Routes[:1] // no login traffic
 		}
 		return t, err
-	case TraceNear, TraceBursts:
+	case traceNear, traceBursts:
 	default:
 		return nil, fmt.Errorf("%w: unknown accuracy trace %q", bench.ErrBadWorkload, c.Name)
 	}
@@ -196,7 +196,7 @@ func GenerateAccuracy(c AccuracyTraceConfig) (*bench.Trace, error) {
 		id := int32(len(t.Clients))
 		t.Clients = append(t.Clients, bench.Client{ID: fmt.Sprintf("%s-%04d", c.Name, i), Kind: kind, Multiple: m})
 		rate := m * route.Rate()
-		if c.Name == TraceNear {
+		if c.Name == traceNear {
 			t.Arrive(rng, bench.Poisson, 1, id, rate)
 			continue
 		}

@@ -12,7 +12,7 @@ import (
 // TestAccuracyTraceFiles pins testdata/traces/accuracy-*.json to the
 // built-in parameters: a name and its file generate the same trace.
 func TestAccuracyTraceFiles(t *testing.T) {
-	for _, name := range AccuracyTraces {
+	for _, name := range accuracyTraces {
 		path, err := FindAccuracyTrace(".", name)
 		if err != nil {
 			t.Fatal(err)
@@ -35,11 +35,11 @@ func TestAccuracyTraceFiles(t *testing.T) {
 		}
 		small := c
 		small.Sources, small.Duration = 20, 3*time.Minute
-		a, err := GenerateAccuracy(small)
+		a, err := generateAccuracy(small)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := GenerateAccuracy(AccuracyTraceConfig{Name: name, Sources: 20, Duration: 3 * time.Minute})
+		b, _ := generateAccuracy(AccuracyTraceConfig{Name: name, Sources: 20, Duration: 3 * time.Minute})
 		if !reflect.DeepEqual(a.Requests, b.Requests) || len(a.Requests) == 0 {
 			t.Errorf("%s: file and built-in parameters give different traces", name)
 		}
@@ -59,18 +59,18 @@ func TestParseAccuracyTrace(t *testing.T) {
 		{"not json", `name: near`, false},
 	}
 	for _, c := range cases {
-		got, err := ParseAccuracyTrace([]byte(c.json))
+		got, err := parseAccuracyTrace([]byte(c.json))
 		if (err == nil) != c.ok {
 			t.Errorf("%s: err %v", c.name, err)
 		}
-		if err != nil && !errors.Is(err, ErrBadTraceFile) {
+		if err != nil && !errors.Is(err, errBadTraceFile) {
 			t.Errorf("%s: %v is not ErrBadTraceFile", c.name, err)
 		}
 		if c.ok && (got.Window != time.Second || got.Duration != 5*time.Second || got.Seed != 3) {
 			t.Errorf("%s: %+v", c.name, got)
 		}
 	}
-	if _, err := FindAccuracyTrace(".", "nope"); !errors.Is(err, ErrBadTraceFile) {
+	if _, err := FindAccuracyTrace(".", "nope"); !errors.Is(err, errBadTraceFile) {
 		t.Errorf("missing trace: %v", err)
 	}
 }
@@ -86,7 +86,7 @@ func FuzzParseAccuracyTrace(f *testing.F) {
 	}
 	f.Add([]byte(`{"name":"bursts","burst_tail":0.2}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c, err := ParseAccuracyTrace(b)
+		c, err := parseAccuracyTrace(b)
 		if err != nil {
 			return
 		}
@@ -94,7 +94,7 @@ func FuzzParseAccuracyTrace(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		back, err := ParseAccuracyTrace(out)
+		back, err := parseAccuracyTrace(out)
 		if err != nil || !reflect.DeepEqual(back, c) {
 			t.Fatalf("round trip: %v\n%+v\n%+v", err, c, back)
 		}

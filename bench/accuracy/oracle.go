@@ -10,7 +10,7 @@ import "time"
 // Calls must come in non-decreasing time order per key. Not safe for
 // concurrent use. Memory is bounded by the requests inside one window per
 // key; Forget drops keys.
-type SlidingLog struct {
+type slidingLog struct {
 	Quantity int64
 	Window   time.Duration
 	CountAll bool
@@ -51,12 +51,12 @@ func (r *ring) expire(before time.Duration) {
 }
 
 // NewSlidingLog returns an exact sliding log for one limit.
-func NewSlidingLog(quantity int64, window time.Duration, countAll bool) *SlidingLog {
-	return &SlidingLog{Quantity: quantity, Window: window, CountAll: countAll, logs: map[string]*ring{}}
+func newSlidingLog(quantity int64, window time.Duration, countAll bool) *slidingLog {
+	return &slidingLog{Quantity: quantity, Window: window, CountAll: countAll, logs: map[string]*ring{}}
 }
 
 // Allow decides n units for key at offset t and records them.
-func (s *SlidingLog) Allow(key string, t time.Duration, n int64) bool {
+func (s *slidingLog) allow(key string, t time.Duration, n int64) bool {
 	r := s.logs[key]
 	if r == nil {
 		r = &ring{}
@@ -71,7 +71,7 @@ func (s *SlidingLog) Allow(key string, t time.Duration, n int64) bool {
 }
 
 // Count returns the units counted for key in (t−Window, t].
-func (s *SlidingLog) Count(key string, t time.Duration) int64 {
+func (s *slidingLog) count(key string, t time.Duration) int64 {
 	r := s.logs[key]
 	if r == nil {
 		return 0
@@ -81,13 +81,13 @@ func (s *SlidingLog) Count(key string, t time.Duration) int64 {
 }
 
 // Forget drops key's log.
-func (s *SlidingLog) Forget(key string) { delete(s.logs, key) }
+func (s *slidingLog) forget(key string) { delete(s.logs, key) }
 
 // FixedWindowExcess returns how many admitted units exceed quantity in their
 // fixed window: windows are [k·window, (k+1)·window) of the offsets given.
 // admitted must hold the offsets of admitted single-unit requests of one
 // key, in any order. Zero means no over-admission.
-func FixedWindowExcess(admitted []time.Duration, quantity int64, window time.Duration) int64 {
+func fixedWindowExcess(admitted []time.Duration, quantity int64, window time.Duration) int64 {
 	per := map[int64]int64{}
 	for _, at := range admitted {
 		per[int64(at/window)]++
@@ -107,7 +107,7 @@ func FixedWindowExcess(admitted []time.Duration, quantity int64, window time.Dur
 // slack is the uncertainty of each timestamp (between when a request was
 // timed and when the limiter decided it): any interval may then hold
 // 2·slack more refill, so the bucket's capacity grows by that much.
-func TokenBucketExcess(admitted []time.Duration, quantity, burst int64, window, slack time.Duration) int64 {
+func tokenBucketExcess(admitted []time.Duration, quantity, burst int64, window, slack time.Duration) int64 {
 	if burst <= 0 {
 		burst = quantity
 	}

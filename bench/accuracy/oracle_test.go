@@ -40,13 +40,13 @@ func TestSlidingLogSteps(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			l := NewSlidingLog(3, time.Second, c.countAll)
+			l := newSlidingLog(3, time.Second, c.countAll)
 			for i, s := range c.steps {
-				if got := l.Allow("k", s.at, s.n); got != s.want {
+				if got := l.allow("k", s.at, s.n); got != s.want {
 					t.Fatalf("step %d at %v n=%d: allowed=%v want %v", i, s.at, s.n, got, s.want)
 				}
 			}
-			if l.Count("other", 0) != 0 {
+			if l.count("other", 0) != 0 {
 				t.Fatal("keys not independent")
 			}
 		})
@@ -56,10 +56,10 @@ func TestSlidingLogSteps(t *testing.T) {
 func TestFixedWindowExcess(t *testing.T) {
 	s := time.Second
 	at := []time.Duration{0, s / 2, s - 1, s, s + 1, 3 * s}
-	if got := FixedWindowExcess(at, 3, s); got != 0 {
+	if got := fixedWindowExcess(at, 3, s); got != 0 {
 		t.Fatalf("excess %d, want 0", got)
 	}
-	if got := FixedWindowExcess(at, 2, s); got != 1 {
+	if got := fixedWindowExcess(at, 2, s); got != 1 {
 		t.Fatalf("excess %d, want 1", got)
 	}
 }
@@ -68,19 +68,19 @@ func TestTokenBucketExcess(t *testing.T) {
 	s := time.Second
 	// burst 2, 1 token per second.
 	ok := []time.Duration{0, 0, s, 2 * s, 4 * s, 4 * s}
-	if got := TokenBucketExcess(ok, 1, 2, s, 0); got != 0 {
+	if got := tokenBucketExcess(ok, 1, 2, s, 0); got != 0 {
 		t.Fatalf("excess %d, want 0", got)
 	}
 	bad := []time.Duration{0, 0, 0, s / 2}
-	if got := TokenBucketExcess(bad, 1, 2, s, 0); got != 2 {
+	if got := tokenBucketExcess(bad, 1, 2, s, 0); got != 2 {
 		t.Fatalf("excess %d, want 2", got)
 	}
 	// A slack of half a second is one more token (2·slack): the third at 0
 	// passes, the one at s/2 still finds half a token.
-	if got := TokenBucketExcess(bad, 1, 2, s, s/2); got != 1 {
+	if got := tokenBucketExcess(bad, 1, 2, s, s/2); got != 1 {
 		t.Fatalf("with slack excess %d, want 1", got)
 	}
-	if got := TokenBucketExcess(bad, 1, 2, s, s); got != 0 {
+	if got := tokenBucketExcess(bad, 1, 2, s, s); got != 0 {
 		t.Fatalf("with slack excess %d, want 0", got)
 	}
 }
@@ -117,13 +117,13 @@ func TestLatencySummary(t *testing.T) {
 // trace, so it must stay cheap next to the system under test.
 func BenchmarkSlidingLog(b *testing.B) {
 	b.ReportAllocs()
-	l := NewSlidingLog(100, time.Minute, true)
+	l := newSlidingLog(100, time.Minute, true)
 	keys := make([]string, 1000)
 	for i := range keys {
 		keys[i] = "k" + strconv.Itoa(i)
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		l.Allow(keys[i%len(keys)], time.Duration(i)*time.Millisecond, 1)
+		l.allow(keys[i%len(keys)], time.Duration(i)*time.Millisecond, 1)
 	}
 }
