@@ -14,17 +14,17 @@ import (
 
 // Fault scenarios.
 const (
-	FaultShardKill    = "shard-kill"       // a shard killed (SIGKILL), restarted empty
-	FaultShardHang    = "shard-hang"       // a shard hung (SIGSTOP), continued (SIGCONT)
-	FaultShardSlow    = "shard-slow"       // a shard behind a relay adding delay
-	FaultProxyRestart = "proxy-restart"    // mcproxy killed, restarted
-	FaultReload       = "reload"           // a policy reload on every edge
-	FaultConnReset    = "conn-reset"       // every connection to a shard reset (RST)
-	FaultReshard      = "shard-add-remove" // a fourth shard added to mcproxy's pool, then removed (SIGHUP reloads)
+	faultShardKill    = "shard-kill"       // a shard killed (SIGKILL), restarted empty
+	faultShardHang    = "shard-hang"       // a shard hung (SIGSTOP), continued (SIGCONT)
+	faultShardSlow    = "shard-slow"       // a shard behind a relay adding delay
+	faultProxyRestart = "proxy-restart"    // mcproxy killed, restarted
+	faultReload       = "reload"           // a policy reload on every edge
+	faultConnReset    = "conn-reset"       // every connection to a shard reset (RST)
+	faultReshard      = "shard-add-remove" // a fourth shard added to mcproxy's pool, then removed (SIGHUP reloads)
 )
 
 // FaultScenarios lists every scenario in the order they run.
-var FaultScenarios = []string{FaultShardKill, FaultShardHang, FaultShardSlow, FaultConnReset, FaultReshard, FaultReload, FaultProxyRestart}
+var FaultScenarios = []string{faultShardKill, faultShardHang, faultShardSlow, faultConnReset, faultReshard, faultReload, faultProxyRestart}
 
 // FaultsConfig configures RunFaults. Zero means default.
 type FaultsConfig struct {
@@ -74,7 +74,7 @@ func (c FaultsConfig) withDefaults() FaultsConfig {
 }
 
 // FaultResult is what one scenario did.
-type FaultResult struct {
+type faultResult struct {
 	Scenario string `json:"scenario"`
 	// Skipped says why the scenario could not run (e.g. reload without
 	// edge workers); the other fields are then zero.
@@ -119,7 +119,7 @@ type FaultsReport struct {
 	// BaselineErrorPct is the error rate before any fault (second half of
 	// the warmup): the noise floor of this machine.
 	BaselineErrorPct float64        `json:"baseline_error_pct"`
-	Results          []*FaultResult `json:"scenarios"`
+	Results          []*faultResult `json:"scenarios"`
 	// Burst is the FaultBurst scenario's report, when it ran.
 	Burst *bench.BurstReport `json:"burst,omitempty"`
 	// Exited names the PoP's processes (shards, mcproxies, edges) not
@@ -184,7 +184,7 @@ func runFaults(ctx context.Context, env *bench.Env, cfg FaultsConfig) (*FaultsRe
 	if err != nil {
 		return nil, err
 	}
-	results := make([]*FaultResult, len(cfg.Scenarios))
+	results := make([]*faultResult, len(cfg.Scenarios))
 	es := &errSampler{p: p, in: in}
 	var actions sync.WaitGroup
 	var start time.Time
@@ -320,18 +320,18 @@ func (es *errSampler) sample(at time.Duration) {
 // the warmup, then each scenario's span judged against the noise floor
 // (the baseline, or the second before the fault if the machine got busier
 // since).
-func (rep *FaultsReport) score(cfg FaultsConfig, results []*FaultResult, replay *bench.Replay, samples []errSample) {
+func (rep *FaultsReport) score(cfg FaultsConfig, results []*faultResult, replay *bench.Replay, samples []errSample) {
 	span := cfg.Fault + cfg.Settle
-	base := &FaultResult{RepairS: cfg.Warmup.Seconds()}
+	base := &faultResult{RepairS: cfg.Warmup.Seconds()}
 	scoreFault(base, replay, cfg.Warmup/2, cfg.Warmup, samples, 1)
 	rep.BaselineErrorPct = base.errPct
 	for i, r := range results {
 		if r == nil {
-			r = &FaultResult{Scenario: cfg.Scenarios[i], Skipped: "did not start (run cut short)"}
+			r = &faultResult{Scenario: cfg.Scenarios[i], Skipped: "did not start (run cut short)"}
 			results[i] = r
 		}
 		from := cfg.Warmup + time.Duration(i)*span
-		pre := &FaultResult{RepairS: from.Seconds()}
+		pre := &faultResult{RepairS: from.Seconds()}
 		scoreFault(pre, replay, from-time.Second, from, samples, 1)
 		threshold := max(0.05, 2*max(base.errPct, pre.errPct)/100)
 		scoreFault(r, replay, from, from+span, samples, threshold)
@@ -346,8 +346,8 @@ func (rep *FaultsReport) score(cfg FaultsConfig, results []*FaultResult, replay 
 func secondsDur(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // runFault applies one fault, waits, repairs it.
-func runFault(ctx context.Context, p *bench.PoP, name string, cfg FaultsConfig, start time.Time, routes []bench.Route) *FaultResult {
-	r := &FaultResult{Scenario: name}
+func runFault(ctx context.Context, p *bench.PoP, name string, cfg FaultsConfig, start time.Time, routes []bench.Route) *faultResult {
+	r := &faultResult{Scenario: name}
 	since := func() float64 { return time.Since(start).Seconds() }
 	wait := func() {
 		select {
@@ -355,7 +355,7 @@ func runFault(ctx context.Context, p *bench.PoP, name string, cfg FaultsConfig, 
 		case <-ctx.Done():
 		}
 	}
-	fail := func(err error) *FaultResult {
+	fail := func(err error) *faultResult {
 		r.Note = "fault script failed: " + err.Error()
 		return r
 	}
@@ -373,7 +373,7 @@ func runFault(ctx context.Context, p *bench.PoP, name string, cfg FaultsConfig, 
 		r.After = p.Resources()
 	}()
 	switch name {
-	case FaultShardKill:
+	case faultShardKill:
 		s := p.Shards[0]
 		r.StartS = since()
 		s.Kill()
@@ -382,7 +382,7 @@ func runFault(ctx context.Context, p *bench.PoP, name string, cfg FaultsConfig, 
 			return fail(err)
 		}
 		r.Note = "shard 0 killed, restarted empty on its port"
-	case FaultShardHang:
+	case faultShardHang:
 		s := p.Shards[1%len(p.Shards)]
 		r.StartS = since()
 		if err := s.Pause(); err != nil {
@@ -393,7 +393,7 @@ func runFault(ctx context.Context, p *bench.PoP, name string, cfg FaultsConfig, 
 			return fail(err)
 		}
 		r.Note = "shard 1 stopped (SIGSTOP), continued (SIGCONT)"
-	case FaultShardSlow:
+	case faultShardSlow:
 		s := p.Shards[2%len(p.Shards)]
 		if s.Relay == nil {
 			r.Skipped = "shards have no relay"
@@ -404,7 +404,7 @@ func runFault(ctx context.Context, p *bench.PoP, name string, cfg FaultsConfig, 
 		wait()
 		s.Relay.SetDelay(0)
 		r.Note = fmt.Sprintf("shard 2 slowed by %v each way", cfg.SlowDelay)
-	case FaultConnReset:
+	case faultConnReset:
 		s := p.Shards[0]
 		if s.Relay == nil {
 			r.Skipped = "shards have no relay"
@@ -415,7 +415,7 @@ func runFault(ctx context.Context, p *bench.PoP, name string, cfg FaultsConfig, 
 		wait()
 		s.Relay.SetReset(false)
 		r.Note = "every connection between mcproxy and shard 0 reset (RST), open and new, for the fault period"
-	case FaultReshard:
+	case faultReshard:
 		if p.Config.ProxyPool == "" {
 			r.Skipped = "mcproxy runs without a config file to reload"
 			return r
@@ -431,7 +431,7 @@ func runFault(ctx context.Context, p *bench.PoP, name string, cfg FaultsConfig, 
 			return fail(err)
 		}
 		r.Note = "a fourth memcached added to mcproxy's pool (SIGHUP), then removed and stopped: a quarter of the keys move and back, their counts restart from zero"
-	case FaultProxyRestart:
+	case faultProxyRestart:
 		if len(p.Proxies) == 0 {
 			r.Skipped = "no mcproxy in this PoP"
 			return r
@@ -443,7 +443,7 @@ func runFault(ctx context.Context, p *bench.PoP, name string, cfg FaultsConfig, 
 			return fail(err)
 		}
 		r.Note = "mcproxy killed (SIGKILL), restarted on its port"
-	case FaultReload:
+	case faultReload:
 		if len(p.Edges) == 0 {
 			r.Skipped = "needs edge workers (reload is an edge admin endpoint)"
 			return r
@@ -477,7 +477,7 @@ func runFault(ctx context.Context, p *bench.PoP, name string, cfg FaultsConfig, 
 // is noise, not a fault; a dead shard of three fails a third of them. Recovered means the last second
 // has no bad bucket; RecoverMs runs from the repair to the end of the last
 // bad bucket.
-func scoreFault(r *FaultResult, rep *bench.Replay, from, to time.Duration, samples []errSample, threshold float64) {
+func scoreFault(r *faultResult, rep *bench.Replay, from, to time.Duration, samples []errSample, threshold float64) {
 	r.Open, r.Closed, r.Fallback = map[string]int64{}, map[string]int64{}, map[string]int64{}
 	if r.Skipped != "" {
 		return

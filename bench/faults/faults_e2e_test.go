@@ -40,7 +40,7 @@ func TestFaultsEndToEnd(t *testing.T) {
 			t.Errorf("%s: repair before start", name)
 		}
 		switch name {
-		case FaultShardKill, FaultShardHang, FaultShardSlow, FaultConnReset:
+		case faultShardKill, faultShardHang, faultShardSlow, faultConnReset:
 			shardErrors += benchtest.Num(t, m, "client_errors") + benchtest.Num(t, m, "store_errors")
 		}
 		// Edges run with --store-deadline 400ms: no decision may wait
