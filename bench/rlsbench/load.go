@@ -83,7 +83,7 @@ func (c LoadConfig) withDefaults() LoadConfig {
 }
 
 // RLSResult is one load run.
-type Result struct {
+type result struct {
 	Target   string        `json:"target"`
 	Requests int64         `json:"requests"`
 	Duration time.Duration `json:"duration_ns"`
@@ -109,7 +109,7 @@ type Result struct {
 
 // ProcessList is Processes as "rls×1 mcproxy×1 memcached×3" (groups in
 // name order), "" when none were measured.
-func (r *Result) ProcessList() string {
+func (r *result) processList() string {
 	gs := make([]string, 0, len(r.Processes))
 	for g, n := range r.Processes {
 		if n > 0 {
@@ -121,7 +121,7 @@ func (r *Result) ProcessList() string {
 }
 
 // RunRLSLoad drives cfg.Targets for cfg.Duration and reports.
-func RunLoad(ctx context.Context, cfg LoadConfig) (*Result, error) {
+func RunLoad(ctx context.Context, cfg LoadConfig) (*result, error) {
 	cfg = cfg.withDefaults()
 	if len(cfg.Targets) == 0 {
 		return nil, errors.New("bench: rls load needs a target")
@@ -204,7 +204,7 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*Result, error) {
 	wg.Wait()
 	el := time.Since(start)
 	srv, gen, io := sampleGroups(cfg.Pids), procs.SelfUsage().Sub(gen0), ioGroups(cfg.Pids)
-	res := &Result{Target: cfg.Targets[0], Duration: el, Codes: map[string]int64{}}
+	res := &result{Target: cfg.Targets[0], Duration: el, Codes: map[string]int64{}}
 	lat := bench.NewLatency()
 	for _, w := range ws {
 		lat.Merge(w.lat)

@@ -43,14 +43,14 @@ type Config struct {
 // Run runs the load on cfg.Load.Targets when given, else on a launched
 // PoP of rls processes (rounds alternating with the peer when cfg.Peer is
 // set), and returns one Result per run.
-func Run(ctx context.Context, cfg Config) ([]*Result, error) {
+func Run(ctx context.Context, cfg Config) ([]*result, error) {
 	load := cfg.Load
 	if len(load.Targets) > 0 {
 		r, err := RunLoad(ctx, load)
 		if err != nil {
 			return nil, err
 		}
-		return []*Result{r}, nil
+		return []*result{r}, nil
 	}
 	dir := cfg.Dir
 	if dir == "" {
@@ -75,7 +75,7 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 	if peer != nil {
 		rounds = max(cfg.Rounds, 1)
 	}
-	var results []*Result
+	var results []*result
 	for range rounds {
 		load.Targets, load.Pids = launched.GRPCAddrs(), launched.PidGroups()
 		r, err := RunLoad(ctx, load)
@@ -171,11 +171,11 @@ func binaries(ctx context.Context, bin, dir string) (rls, mcproxy string, err er
 // WriteTable writes rs as a table and, when runs alternate rls and the
 // peer, their ratios round by round (the same machine's load at nearly
 // the same time).
-func WriteTable(w io.Writer, rs []*Result) {
+func WriteTable(w io.Writer, rs []*result) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "target\tserver processes\trequests/s\tdecisions/s\tp50 ms\tp99 ms\tp999 ms\tserver µs/dec\tclient µs/dec\terrors\tcodes")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%d\t%v\n", r.Target, r.ProcessList(), r.PerSec, r.DecisionsPerSec,
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%d\t%v\n", r.Target, r.processList(), r.PerSec, r.DecisionsPerSec,
 			r.Latency.P50, r.Latency.P99, r.Latency.P999, r.ServerCPU.CPUUS(), r.Generator.CPUUS(), r.Errors, r.Codes)
 	}
 	tw.Flush()
