@@ -215,26 +215,26 @@ const failOpenReason = "fail_open"
 // and after the last one it also takes a sample at rest (Rest: the
 // traffic paused, nothing in flight). Each sample also records the
 // generator's counts and the edges' fail-open total so far.
-func sampleWhile(ctx context.Context, procs []SoakProcess, p *bench.PoP, cfg SoakConfig, gen *soakGen, progress func(time.Duration)) []SoakSample {
+func sampleWhile(ctx context.Context, procs []soakProcess, p *bench.PoP, cfg SoakConfig, gen *soakGen, progress func(time.Duration)) []soakSample {
 	start := time.Now()
 	gen.start(ctx)
-	take := func() SoakSample {
-		s := SoakSample{At: time.Since(start).Seconds(), Requests: gen.done.Load(), Errors: gen.errors(),
+	take := func() soakSample {
+		s := soakSample{At: time.Since(start).Seconds(), Requests: gen.done.Load(), Errors: gen.errors(),
 			FailOpen: edgeCounters(p).FailOpen, Procs: make([]Resources, len(procs))}
 		for i, pr := range procs {
-			s.Procs[i], _ = pr.Sample() // a field that cannot be read stays -1
+			s.Procs[i], _ = pr.sample() // a field that cannot be read stays -1
 		}
 		return s
 	}
 	rested := false
-	atRest := func() SoakSample {
+	atRest := func() soakSample {
 		gen.quiesce(ctx, cfg.Rest)
 		defer gen.resume()
 		s := take()
 		s.Rest = true
 		return s
 	}
-	samples := []SoakSample{take()}
+	samples := []soakSample{take()}
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
 	end := time.NewTimer(cfg.Duration)

@@ -14,7 +14,7 @@ type Resources = procs.Resources
 
 // SoakProcess is one process a soak watches: its name, pid, and how to
 // count its goroutines (nil: it has none, e.g. memcached).
-type SoakProcess struct {
+type soakProcess struct {
 	Name       string
 	Pid        int
 	Goroutines func() (int64, error)
@@ -25,7 +25,7 @@ type SoakProcess struct {
 }
 
 // Sample reads the process's resources now.
-func (p SoakProcess) Sample() (Resources, error) {
+func (p soakProcess) sample() (Resources, error) {
 	r, err := procs.ReadResources(p.Pid)
 	if err != nil {
 		return r, err
@@ -59,26 +59,26 @@ func metricsGoroutines(admin string) func() (int64, error) {
 // soakProcesses lists every process of p (shards, proxies, edges; admins
 // maps a proxy's address to its admin base URL) and this one (the upstream
 // and the load generator).
-func soakProcesses(p *bench.PoP, admins map[string]string) []SoakProcess {
-	var out []SoakProcess
+func soakProcesses(p *bench.PoP, admins map[string]string) []soakProcess {
+	var out []soakProcess
 	for i, s := range p.Shards {
-		sp := SoakProcess{Name: fmt.Sprintf("shard-%d (%s)", i, p.Store), Pid: s.Pid(), Judged: true}
+		sp := soakProcess{Name: fmt.Sprintf("shard-%d (%s)", i, p.Store), Pid: s.Pid(), Judged: true}
 		if p.Store == bench.StoreEmbedded { // an embedded shard is an mcproxy: no admin listener of its own
 			sp.Name = fmt.Sprintf("shard-%d (embedded)", i)
 		}
 		out = append(out, sp)
 	}
 	for i, pr := range p.Proxies {
-		sp := SoakProcess{Name: fmt.Sprintf("mcproxy-%d", i), Pid: pr.Pid(), Judged: true}
+		sp := soakProcess{Name: fmt.Sprintf("mcproxy-%d", i), Pid: pr.Pid(), Judged: true}
 		if a, ok := admins[pr.Addr]; ok {
 			sp.Goroutines = metricsGoroutines(a)
 		}
 		out = append(out, sp)
 	}
 	for i, e := range p.Edges {
-		out = append(out, SoakProcess{Name: fmt.Sprintf("edge-%d", i), Pid: e.Proc.Pid(), Goroutines: metricsGoroutines(e.Admin), Judged: true})
+		out = append(out, soakProcess{Name: fmt.Sprintf("edge-%d", i), Pid: e.Proc.Pid(), Goroutines: metricsGoroutines(e.Admin), Judged: true})
 	}
-	out = append(out, SoakProcess{Name: "popbench (upstream, load generator)", Pid: os.Getpid(),
+	out = append(out, soakProcess{Name: "popbench (upstream, load generator)", Pid: os.Getpid(),
 		Goroutines: func() (int64, error) { return int64(runtime.NumGoroutine()), nil }})
 	return out
 }

@@ -38,8 +38,8 @@ type SoakResult struct {
 	// Tolerance (%) and Slack (fds, goroutines) of the verdict.
 	Tolerance float64           `json:"tolerance_pct"`
 	Slack     int64             `json:"slack"`
-	Processes []SoakProcResult  `json:"processes"`
-	Samples   []SoakSampleTable `json:"samples"`
+	Processes []soakProcResult  `json:"processes"`
+	Samples   []soakSampleTable `json:"samples"`
 	Pass      bool              `json:"pass"`
 	Failures  []string          `json:"failures"`
 }
@@ -48,7 +48,7 @@ type SoakResult struct {
 // started, the generator's requests and errors so far, the edges'
 // fail-open total, and every process's resources (in the order of
 // SoakResult.Processes).
-type SoakSample struct {
+type soakSample struct {
 	At       float64
 	Requests int64
 	Errors   int64
@@ -59,7 +59,7 @@ type SoakSample struct {
 }
 
 // SoakSampleTable is a SoakSample as the JSON carries it, by process name.
-type SoakSampleTable struct {
+type soakSampleTable struct {
 	At       float64              `json:"at_s"`
 	Requests int64                `json:"requests"`
 	Errors   int64                `json:"errors"`
@@ -69,7 +69,7 @@ type SoakSampleTable struct {
 }
 
 // SoakFigure is one resource of one process after warm-up.
-type SoakFigure struct {
+type soakFigure struct {
 	Start int64   `json:"start"`
 	End   int64   `json:"end"`
 	Max   int64   `json:"max"`
@@ -80,25 +80,25 @@ type SoakFigure struct {
 }
 
 // SoakProcResult is one process's figures after warm-up.
-type SoakProcResult struct {
+type soakProcResult struct {
 	Name       string     `json:"name"`
 	Pid        int        `json:"pid"`
 	Judged     bool       `json:"judged"`
-	RSSKB      SoakFigure `json:"rss_kb"`
-	Goroutines SoakFigure `json:"goroutines"`
-	FDs        SoakFigure `json:"fds"`
-	Threads    SoakFigure `json:"threads"`
+	RSSKB      soakFigure `json:"rss_kb"`
+	Goroutines soakFigure `json:"goroutines"`
+	FDs        soakFigure `json:"fds"`
+	Threads    soakFigure `json:"threads"`
 }
 
 // judge fills Processes, Samples, Pass and Failures from the samples.
-func (r *SoakResult) judge(procs []SoakProcess, samples []SoakSample, cfg SoakConfig) {
+func (r *SoakResult) judge(procs []soakProcess, samples []soakSample, cfg SoakConfig) {
 	r.Pass = true
 	fail := func(format string, args ...any) {
 		r.Pass = false
 		r.Failures = append(r.Failures, fmt.Sprintf(format, args...))
 	}
 	for _, s := range samples {
-		t := SoakSampleTable{At: s.At, Requests: s.Requests, Errors: s.Errors, FailOpen: s.FailOpen, Procs: map[string]Resources{}, Rest: s.Rest}
+		t := soakSampleTable{At: s.At, Requests: s.Requests, Errors: s.Errors, FailOpen: s.FailOpen, Procs: map[string]Resources{}, Rest: s.Rest}
 		for i, pr := range procs {
 			t.Procs[pr.Name] = s.Procs[i]
 		}
@@ -118,7 +118,7 @@ func (r *SoakResult) judge(procs []SoakProcess, samples []SoakSample, cfg SoakCo
 	// RSS and threads: the samples under traffic after the warm-up;
 	// goroutines and fds: the two samples at rest when there are both
 	// (under traffic they follow the work in flight), else the same.
-	var busy, rest []SoakSample
+	var busy, rest []soakSample
 	for _, s := range samples[warm:] {
 		if s.Rest {
 			rest = append(rest, s)
@@ -130,14 +130,14 @@ func (r *SoakResult) judge(procs []SoakProcess, samples []SoakSample, cfg SoakCo
 		rest = busy
 	}
 	for i, pr := range procs {
-		pick := func(from []SoakSample, f func(Resources) int64) []int64 {
+		pick := func(from []soakSample, f func(Resources) int64) []int64 {
 			var v []int64
 			for _, s := range from {
 				v = append(v, f(s.Procs[i]))
 			}
 			return v
 		}
-		p := SoakProcResult{Name: pr.Name, Pid: pr.Pid, Judged: pr.Judged,
+		p := soakProcResult{Name: pr.Name, Pid: pr.Pid, Judged: pr.Judged,
 			RSSKB:      figure(pick(busy, func(x Resources) int64 { return x.RSSKB }), cfg.Tolerance, 0, pr.Judged),
 			Goroutines: figure(pick(rest, func(x Resources) int64 { return x.Goroutines }), cfg.Tolerance, cfg.Slack, pr.Judged),
 			FDs:        figure(pick(rest, func(x Resources) int64 { return x.FDs }), cfg.Tolerance, cfg.Slack, pr.Judged),
@@ -145,7 +145,7 @@ func (r *SoakResult) judge(procs []SoakProcess, samples []SoakSample, cfg SoakCo
 		}
 		for _, f := range []struct {
 			name string
-			fig  SoakFigure
+			fig  soakFigure
 		}{{"RSS (kB)", p.RSSKB}, {"goroutines", p.Goroutines}, {"fds", p.FDs}} {
 			if !f.fig.OK {
 				fail("%s: %s grew from %d to %d (%+.1f%%) after the warm-up", p.Name, f.name, f.fig.Start, f.fig.End, f.fig.Drift)
@@ -167,8 +167,8 @@ func (r *SoakResult) judge(procs []SoakProcess, samples []SoakSample, cfg SoakCo
 // figure summarises a resource's values after warm-up; judged, it is OK
 // when the end is within tol percent (plus slack) of the start. A value
 // of -1 (unreadable) is skipped.
-func figure(vals []int64, tol float64, slack int64, judged bool) SoakFigure {
-	f := SoakFigure{Start: -1, End: -1, Max: -1, OK: true}
+func figure(vals []int64, tol float64, slack int64, judged bool) soakFigure {
+	f := soakFigure{Start: -1, End: -1, Max: -1, OK: true}
 	for _, v := range vals {
 		if v < 0 {
 			continue
@@ -206,7 +206,7 @@ func (r *SoakResult) Tables() []*bench.Table {
 		}
 		return formatFloat(float64(kb) / 1024)
 	}
-	three := func(f SoakFigure, conv func(int64) string) string {
+	three := func(f soakFigure, conv func(int64) string) string {
 		return conv(f.Start) + " / " + conv(f.End) + " / " + conv(f.Max)
 	}
 	count := func(v int64) string {
