@@ -33,7 +33,7 @@ type ClientSeries struct {
 }
 
 // AdmittedSeries returns the admitted rate per bucket of each chosen client.
-func AdmittedSeries(r *Replay, clients []int, bucket time.Duration) []ClientSeries {
+func admittedSeries(r *Replay, clients []int, bucket time.Duration) []ClientSeries {
 	out := make([]ClientSeries, 0, len(clients))
 	for _, ci := range clients {
 		c := r.Trace.Clients[ci]
@@ -49,7 +49,7 @@ func AdmittedSeries(r *Replay, clients []int, bucket time.Duration) []ClientSeri
 }
 
 // ChartAdmitted draws admitted rate vs limit over time per client.
-func ChartAdmitted(path string, series []ClientSeries, bucket time.Duration) error {
+func chartAdmitted(path string, series []ClientSeries, bucket time.Duration) error {
 	p := plot.New()
 	p.Title.Text = "Admitted rate vs limit, per client"
 	p.X.Label.Text = "time (s)"
@@ -77,7 +77,7 @@ func ChartAdmitted(path string, series []ClientSeries, bucket time.Duration) err
 }
 
 // ChartCDF draws latency CDFs (log-scale milliseconds), one line per name.
-func ChartCDF(path, title string, names []string, lats []*Latency) error {
+func chartCDF(path, title string, names []string, lats []*Latency) error {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "latency (ms, log scale)"

@@ -23,7 +23,7 @@ type DemoConfig struct {
 	// ChartFormat is "png" (default) or "svg".
 	ChartFormat string
 	// Arrivals of legitimate and abusive users; default Poisson.
-	Arrivals Arrivals
+	Arrivals arrivals
 	// Algorithm of the limits; default sliding window.
 	Algorithm counter.Algorithm
 	// Progress is called with requests done and the total.
@@ -232,7 +232,7 @@ func (r *DemoResult) Story() []string {
 		out = append(out, fmt.Sprintf("%d abusive users offered %.0f/s each on average and were admitted %.1f/s each, limit %.0f/s: %s.",
 			a.n, per(a.offered, a), per(a.admitted, a), a.limit, verdict))
 	}
-	if a := by[BoundaryAttacker]; a != nil {
+	if a := by[boundaryAttacker]; a != nil {
 		out = append(out, fmt.Sprintf("The window-boundary attacker sent %d requests in double bursts around window edges; %d were admitted, %d rejected.",
 			a.offered, a.admitted, a.rejected))
 	}
@@ -260,7 +260,7 @@ func chartClients(tr *Trace) []int {
 			if busiest < 0 || c.Multiple > tr.Clients[busiest].Multiple {
 				busiest = i
 			}
-		case Abusive, BoundaryAttacker:
+		case Abusive, boundaryAttacker:
 			out = append(out, i)
 		case Stuffer:
 			if !stuffer {
@@ -283,10 +283,10 @@ func (r *DemoResult) writeReport(dir, ext string, rep *Replay) error {
 	if err := mkdir(dir); err != nil {
 		return err
 	}
-	if err := ChartAdmitted(admitted, AdmittedSeries(rep, chartClients(rep.Trace), bucket), bucket); err != nil {
+	if err := chartAdmitted(admitted, admittedSeries(rep, chartClients(rep.Trace), bucket), bucket); err != nil {
 		return fmt.Errorf("bench: chart: %w", err)
 	}
-	if err := ChartCDF(cdf, "Decision latency through the PoP (client side)", []string{"all requests"}, []*Latency{rep.Latency}); err != nil {
+	if err := chartCDF(cdf, "Decision latency through the PoP (client side)", []string{"all requests"}, []*Latency{rep.Latency}); err != nil {
 		return fmt.Errorf("bench: chart: %w", err)
 	}
 	if err := ChartTimeline(timeline, "Requests by outcome", rep.Series(500*time.Millisecond, nil), 500*time.Millisecond, nil); err != nil {

@@ -73,10 +73,10 @@ func TestCharts(t *testing.T) {
 		a := filepath.Join(dir, "admitted."+ext)
 		c := filepath.Join(dir, "cdf."+ext)
 		tl := filepath.Join(dir, "timeline."+ext)
-		if err := ChartAdmitted(a, AdmittedSeries(rep, chartClients(tr), time.Second), time.Second); err != nil {
+		if err := chartAdmitted(a, admittedSeries(rep, chartClients(tr), time.Second), time.Second); err != nil {
 			t.Fatal(err)
 		}
-		if err := ChartCDF(c, "cdf", []string{"x"}, []*Latency{lat}); err != nil {
+		if err := chartCDF(c, "cdf", []string{"x"}, []*Latency{lat}); err != nil {
 			t.Fatal(err)
 		}
 		spans := []Span{{Label: "fault", From: 100 * time.Millisecond, To: 200 * time.Millisecond}}

@@ -22,7 +22,7 @@ const (
 	Abusive
 	// BoundaryAttacker sends a full allowance just before a window ends and
 	// another just after it starts (the fixed-window boundary attack).
-	BoundaryAttacker
+	boundaryAttacker
 	// Stuffer is one source of a credential-stuffing botnet on the login
 	// route.
 	Stuffer
@@ -42,11 +42,11 @@ func (k Kind) String() string {
 func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
 // Arrivals names an arrival process.
-type Arrivals int
+type arrivals int
 
 const (
 	// Poisson arrivals: exponential gaps at a constant mean rate.
-	Poisson Arrivals = iota
+	Poisson arrivals = iota
 	// Bursty arrivals: an on/off process; during "on" periods the rate is
 	// the mean divided by the on fraction, "off" periods are silent. The
 	// mean rate is the same as Poisson's.
@@ -142,7 +142,7 @@ type WorkloadConfig struct {
 	Stuffers      int
 	StuffMultiple float64
 	// Arrivals is the arrival process of legitimate and abusive clients.
-	Arrivals Arrivals
+	Arrivals arrivals
 	// OnFraction is the share of time a Bursty client is on; default 0.25.
 	OnFraction float64
 	// MaxRequests bounds the trace; default 2,000,000.
@@ -221,7 +221,7 @@ func Generate(c WorkloadConfig) (*Trace, error) {
 		t.Arrive(rng, c.Arrivals, c.OnFraction, id, m*c.API.Rate())
 	}
 	for i := 0; i < c.Boundary; i++ {
-		id := add(BoundaryAttacker, 0, 0)
+		id := add(boundaryAttacker, 0, 0)
 		n := t.boundaryAttack(id, c.API, 4)
 		t.Clients[id].Multiple = float64(n) / (c.API.Rate() * c.Duration.Seconds())
 	}
@@ -246,7 +246,7 @@ func (t *Trace) Sort() {
 }
 
 // arrive appends the arrivals of one client at mean rate per second.
-func (t *Trace) Arrive(rng *rand.Rand, a Arrivals, onFraction float64, id int32, rate float64) {
+func (t *Trace) Arrive(rng *rand.Rand, a arrivals, onFraction float64, id int32, rate float64) {
 	if rate <= 0 {
 		return
 	}
