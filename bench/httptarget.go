@@ -40,7 +40,7 @@ func NewHTTPTarget(urls []string, conns int) *HTTPTarget {
 func (h *HTTPTarget) Workers() int { return len(h.URLs) }
 
 // ClientIP returns the fake address of a client: 10.x.y.z from its ID.
-func ClientIP(id string) string {
+func clientIP(id string) string {
 	f := fnv.New32a()
 	_, _ = f.Write([]byte(id))
 	v := f.Sum32()
@@ -54,7 +54,7 @@ func (h *HTTPTarget) Do(ctx context.Context, worker int, c *Client, r *Route) Ou
 		return Failed
 	}
 	req.Header.Set("X-User-ID", c.ID)
-	req.Header.Set("X-Forwarded-For", ClientIP(c.ID))
+	req.Header.Set("X-Forwarded-For", clientIP(c.ID))
 	resp, err := h.Client.Do(req)
 	if err != nil {
 		return Failed
