@@ -26,20 +26,20 @@ func ChartExt(format string) string {
 
 // ClientSeries is one client's admitted rate over time, for
 // ChartAdmitted.
-type ClientSeries struct {
+type clientSeries struct {
 	Label string
 	Limit float64   // per second
 	Rate  []float64 // admitted per second, one value per bucket
 }
 
 // AdmittedSeries returns the admitted rate per bucket of each chosen client.
-func admittedSeries(r *Replay, clients []int, bucket time.Duration) []ClientSeries {
-	out := make([]ClientSeries, 0, len(clients))
+func admittedSeries(r *Replay, clients []int, bucket time.Duration) []clientSeries {
+	out := make([]clientSeries, 0, len(clients))
 	for _, ci := range clients {
 		c := r.Trace.Clients[ci]
 		rt := r.Trace.Routes[c.Route]
 		s := r.Series(bucket, func(id int32) bool { return int(id) == ci })
-		cs := ClientSeries{Label: fmt.Sprintf("%s (%.1f× offered)", c.ID, c.Multiple), Limit: rt.Rate()}
+		cs := clientSeries{Label: fmt.Sprintf("%s (%.1f× offered)", c.ID, c.Multiple), Limit: rt.Rate()}
 		for _, b := range s {
 			cs.Rate = append(cs.Rate, float64(b[Admitted])/bucket.Seconds())
 		}
@@ -49,7 +49,7 @@ func admittedSeries(r *Replay, clients []int, bucket time.Duration) []ClientSeri
 }
 
 // ChartAdmitted draws admitted rate vs limit over time per client.
-func chartAdmitted(path string, series []ClientSeries, bucket time.Duration) error {
+func chartAdmitted(path string, series []clientSeries, bucket time.Duration) error {
 	p := plot.New()
 	p.Title.Text = "Admitted rate vs limit, per client"
 	p.X.Label.Text = "time (s)"
