@@ -61,7 +61,7 @@ type DemoResult struct {
 	RoundTrips    float64          `json:"store_roundtrips_per_decision"`
 	RoundTripsHow string           `json:"roundtrips_source"`
 	LagMs         float64          `json:"generator_lag_ms"`
-	Clients       []ClientStats    `json:"clients"`
+	Clients       []clientStats    `json:"clients"`
 	Report        string           `json:"report"`
 	Charts        []string         `json:"charts"`
 	UpstreamHits  int64            `json:"upstream_hits"`

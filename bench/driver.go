@@ -177,7 +177,7 @@ dispatch:
 }
 
 // ClientStats sums the outcomes of one client.
-type ClientStats struct {
+type clientStats struct {
 	ID       string             `json:"id"`
 	Kind     Kind               `json:"kind"`
 	Route    string             `json:"route"`
@@ -197,12 +197,12 @@ type ClientStats struct {
 }
 
 // PerClient sums the replay by client.
-func (r *Replay) PerClient() []ClientStats {
-	out := make([]ClientStats, len(r.Trace.Clients))
+func (r *Replay) PerClient() []clientStats {
+	out := make([]clientStats, len(r.Trace.Clients))
 	secs := r.Trace.Duration.Seconds()
 	for i, c := range r.Trace.Clients {
 		rt := r.Trace.Routes[c.Route]
-		out[i] = ClientStats{ID: c.ID, Kind: c.Kind, Route: rt.Path, Limit: rt.Rate(), Multiple: c.Multiple}
+		out[i] = clientStats{ID: c.ID, Kind: c.Kind, Route: rt.Path, Limit: rt.Rate(), Multiple: c.Multiple}
 	}
 	for _, rec := range r.Records {
 		s := &out[rec.Client]
