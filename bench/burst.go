@@ -105,7 +105,7 @@ type burstRun struct {
 }
 
 // FloodRun is the flood: one request per distinct key at a fixed rate.
-type FloodRun struct {
+type floodRun struct {
 	Rate      int     `json:"rate"`
 	Seconds   float64 `json:"seconds"`
 	Sent      int64   `json:"sent"`
@@ -123,7 +123,7 @@ type FloodRun struct {
 type BurstReport struct {
 	PoP    string      `json:"pop"`
 	Bursts []*burstRun `json:"bursts"`
-	Flood  *FloodRun   `json:"flood,omitempty"`
+	Flood  *floodRun   `json:"flood,omitempty"`
 }
 
 // RunBurst launches a PoP (3 memcached shards, one mcproxy, 4 edges on
@@ -268,7 +268,7 @@ func burstOnce(ctx context.Context, p *PoP, client *http.Client, cfg BurstConfig
 
 // flood sends one request per fresh API key at cfg.FloodRate for
 // cfg.FloodFor, open loop (request i is due at i/rate), over the edges.
-func flood(ctx context.Context, p *PoP, cfg BurstConfig) (*FloodRun, error) {
+func flood(ctx context.Context, p *PoP, cfg BurstConfig) (*floodRun, error) {
 	fo0, slow0, err := reasonTotals(p)
 	if err != nil {
 		return nil, err
@@ -309,7 +309,7 @@ func flood(ctx context.Context, p *PoP, cfg BurstConfig) (*FloodRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &FloodRun{Rate: cfg.FloodRate, Seconds: el.Seconds(), Sent: total, Admitted: st.ok.Load(),
+	return &floodRun{Rate: cfg.FloodRate, Seconds: el.Seconds(), Sent: total, Admitted: st.ok.Load(),
 		Status503: st.unavailable.Load(), Other: st.other.Load(), FailOpen: fo1 - fo0, StoreSlow: slow1 - slow0,
 		LateMs: float64(late.Load()) / 1e6}, ctx.Err()
 }
