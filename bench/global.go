@@ -85,7 +85,7 @@ type GlobalReport struct {
 	// window was below the limit.
 	FalseRefusals float64 `json:"false_refusals"`
 	// Cold is the cold-key scenario's result (GlobalConfig.Cold).
-	Cold *GlobalColdReport `json:"cold,omitempty"`
+	Cold *globalColdReport `json:"cold,omitempty"`
 }
 
 // GlobalPolicy is the policy of RunGlobal's PoPs: GET /g counted once for

@@ -21,7 +21,7 @@ type GlobalColdWindow struct {
 }
 
 // GlobalColdReport is the cold-key scenario's result.
-type GlobalColdReport struct {
+type globalColdReport struct {
 	Keys, Burst int
 	Windows     []*GlobalColdWindow `json:"windows"`
 	// First is the latency of each key's first request at each PoP (sent
@@ -63,9 +63,9 @@ func warmConns(ctx context.Context, targets []*HTTPTarget, conns int) {
 // sendCold runs the cold-key scenario: at each window's start, keys fresh
 // clients send, at every PoP, one request then (2ms later) burst − 1 more
 // at once, to /g and to /p on the same edges.
-func sendCold(ctx context.Context, cfg GlobalConfig, targets []*HTTPTarget) *GlobalColdReport {
+func sendCold(ctx context.Context, cfg GlobalConfig, targets []*HTTPTarget) *globalColdReport {
 	burst := coldBurst(cfg)
-	rep := &GlobalColdReport{Keys: cfg.Keys, Burst: burst}
+	rep := &globalColdReport{Keys: cfg.Keys, Burst: burst}
 	wms := cfg.Window.Milliseconds()
 	start := time.UnixMilli((time.Now().UnixMilli()/wms + 1) * wms)
 	if time.Until(start) < time.Second {
