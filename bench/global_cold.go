@@ -10,7 +10,7 @@ import (
 
 // GlobalColdWindow is one window of the cold-key scenario: fresh keys,
 // each bursting at every PoP at the window's start.
-type GlobalColdWindow struct {
+type globalColdWindow struct {
 	Window int `json:"window"`
 	// Offered and Admitted per key (scope: global), summed over PoPs.
 	Offered  int64   `json:"offered_per_key"`
@@ -23,7 +23,7 @@ type GlobalColdWindow struct {
 // GlobalColdReport is the cold-key scenario's result.
 type globalColdReport struct {
 	Keys, Burst int
-	Windows     []*GlobalColdWindow `json:"windows"`
+	Windows     []*globalColdWindow `json:"windows"`
 	// First is the latency of each key's first request at each PoP (sent
 	// alone at the window's start, the burst 2ms later) on /g (global)
 	// and /p (per PoP, no home store); AddedFirstP99ms is their p99s'
@@ -81,7 +81,7 @@ func sendCold(ctx context.Context, cfg GlobalConfig, targets []*HTTPTarget) *glo
 			return rep
 		case <-time.After(time.Until(due)):
 		}
-		win := &GlobalColdWindow{Window: w + 1, Offered: int64(burst * cfg.PoPs), Admitted: make([]int64, cfg.Keys)}
+		win := &globalColdWindow{Window: w + 1, Offered: int64(burst * cfg.PoPs), Admitted: make([]int64, cfg.Keys)}
 		rep.Windows = append(rep.Windows, win)
 		var wg sync.WaitGroup
 		for k := 0; k < cfg.Keys; k++ {
