@@ -91,7 +91,7 @@ type GlobalReport struct {
 // GlobalPolicy is the policy of RunGlobal's PoPs: GET /g counted once for
 // every PoP (scope: global; scope: pop without global), GET /p per PoP,
 // both per user (X-User-ID), quantity per window, fixed windows.
-func GlobalPolicy(quantity int64, window time.Duration, global bool) []byte {
+func globalPolicy(quantity int64, window time.Duration, global bool) []byte {
 	var b strings.Builder
 	b.WriteString("# written by popbench global\nversion: 1\nuser_header: X-User-ID\ntiers:\n")
 	gscope := "pop"
@@ -141,7 +141,7 @@ func RunGlobal(ctx context.Context, env *Env, cfg GlobalConfig) (*GlobalReport, 
 	if err != nil {
 		return nil, err
 	}
-	policy := GlobalPolicy(cfg.Quantity, cfg.Window, true)
+	policy := globalPolicy(cfg.Quantity, cfg.Window, true)
 	rep := &GlobalReport{Limit: cfg.Quantity, WindowS: cfg.Window.Seconds(), RTTms: 2 * float64(cfg.Delay) / float64(time.Millisecond)}
 	var pops []*PoP
 	var targets []*HTTPTarget
@@ -160,7 +160,7 @@ func RunGlobal(ctx context.Context, env *Env, cfg GlobalConfig) (*GlobalReport, 
 	}
 	var central *HTTPTarget
 	if !cfg.NoCentral {
-		c, err := env.Launch(ctx, PoPConfig{Name: "central", Shards: cfg.Shards, Proxies: 1, Edges: cfg.Workers, Policy: GlobalPolicy(cfg.Quantity, cfg.Window, false), StoreDelay: cfg.Delay,
+		c, err := env.Launch(ctx, PoPConfig{Name: "central", Shards: cfg.Shards, Proxies: 1, Edges: cfg.Workers, Policy: globalPolicy(cfg.Quantity, cfg.Window, false), StoreDelay: cfg.Delay,
 			EdgeArgs: []string{"--store-deadline", (4*cfg.Delay + 2*time.Second).String()}})
 		if err != nil {
 			return nil, err

@@ -40,7 +40,7 @@ func launchGlobal(t *testing.T, pops, edges int, quantity int64, delay time.Dura
 	s := &globalSetup{home: home}
 	for i := 0; i < pops; i++ {
 		p, err := env.Launch(ctx, PoPConfig{Name: fmt.Sprintf("pop%d", i), Shards: 2, Proxies: 1, Edges: edges,
-			Policy:   GlobalPolicy(quantity, time.Hour, true),
+			Policy:   globalPolicy(quantity, time.Hour, true),
 			EdgeArgs: append([]string{"--global-memcached", home.StoreRelays[0].Addr, "--pops", fmt.Sprint(pops)}, edgeArgs...)})
 		if err != nil {
 			t.Fatal(err)
