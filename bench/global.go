@@ -41,7 +41,7 @@ type GlobalConfig struct {
 }
 
 // GlobalWindow is one window of one stream: what the client got.
-type GlobalWindow struct {
+type globalWindow struct {
 	Window   int     `json:"window"`
 	Offered  int64   `json:"offered"`
 	Admitted int64   `json:"admitted"`
@@ -57,7 +57,7 @@ type GlobalWindow struct {
 // GlobalStream is the same client traffic under one way of limiting.
 type GlobalStream struct {
 	Name    string          `json:"name"`
-	Windows []*GlobalWindow `json:"windows"`
+	Windows []*globalWindow `json:"windows"`
 	Latency Summary         `json:"latency"`
 }
 
@@ -248,14 +248,14 @@ func globalMetrics(rep *GlobalReport, pops []*PoP) error {
 type globalStream struct {
 	name, path string
 	mu         sync.Mutex
-	windows    []*GlobalWindow
+	windows    []*globalWindow
 	lat        *Latency
 }
 
 func newGlobalStream(name, path string, cfg GlobalConfig) *globalStream {
 	s := &globalStream{name: name, path: path, lat: NewLatency()}
 	for i := 0; i < cfg.Windows; i++ {
-		s.windows = append(s.windows, &GlobalWindow{Window: i + 1, PerPoP: make([]int64, cfg.PoPs)})
+		s.windows = append(s.windows, &globalWindow{Window: i + 1, PerPoP: make([]int64, cfg.PoPs)})
 	}
 	return s
 }
