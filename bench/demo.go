@@ -130,7 +130,7 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 		res.StoreErrors = in.StoreStats().Errors
 	}
 	for o, n := range rep.Totals() {
-		res.Outcomes[Outcome(o).String()] = n
+		res.Outcomes[outcome(o).String()] = n
 	}
 	if len(rep.Records) > 0 && after >= before {
 		res.RoundTrips = float64(after-before) / float64(len(rep.Records))
@@ -198,7 +198,7 @@ func (r *DemoResult) Story() []string {
 		offered, admitted, rejected, e503 int64
 		limit                             float64
 	}
-	by := map[Kind]*agg{}
+	by := map[kind]*agg{}
 	for _, c := range r.Clients {
 		a := by[c.Kind]
 		if a == nil {

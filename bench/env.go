@@ -152,7 +152,7 @@ func (e *Env) Launch(ctx context.Context, cfg PoPConfig) (*PoP, error) {
 	if e.Bins.MCProxy == "" {
 		cfg.Proxies = -1
 	}
-	p, err := LaunchPoP(ctx, cfg)
+	p, err := launchPoP(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

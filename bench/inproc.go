@@ -169,7 +169,7 @@ func (in *Inproc) Close() error {
 func (in *Inproc) Workers() int { return len(in.workers) }
 
 // IdentityKey is the counter key of a client on a route.
-func IdentityKey(route, client string) string { return counter.Key(route, client) }
+func identityKey(route, client string) string { return counter.Key(route, client) }
 
 // Decide asks worker for a decision at now (before the worker's skew is
 // added).
@@ -179,12 +179,12 @@ func (in *Inproc) Decide(ctx context.Context, worker int, client, route string, 
 	if lim == nil {
 		return counter.Result{}, fmt.Errorf("bench: no limiter for route %q", route)
 	}
-	return lim.AllowN(ctx, IdentityKey(route, client), now.Add(w.skew), 1)
+	return lim.AllowN(ctx, identityKey(route, client), now.Add(w.skew), 1)
 }
 
 // Do implements Target: time.Now is the clock; a store error is
 // Unavailable on a fail-closed route and Failed otherwise.
-func (in *Inproc) Do(ctx context.Context, worker int, c *Client, r *Route) Outcome {
+func (in *Inproc) Do(ctx context.Context, worker int, c *Client, r *Route) outcome {
 	res, err := in.Decide(ctx, worker, c.ID, r.Path, time.Now())
 	switch {
 	case err != nil && r.FailClosed:
@@ -214,4 +214,4 @@ func (in *Inproc) StoreStats() counting.Stats {
 
 // IsContention reports whether err is the token bucket giving up on a hot
 // key (a decision that could not be made, not a store failure).
-func IsContention(err error) bool { return errors.Is(err, counter.ErrContention) }
+func isContention(err error) bool { return errors.Is(err, counter.ErrContention) }

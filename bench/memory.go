@@ -36,7 +36,7 @@ type MemoryConfig struct {
 }
 
 // MemoryRow is memcached's own accounting for one configuration.
-type MemoryRow struct {
+type memoryRow struct {
 	Algorithm string `json:"algorithm"`
 	Precision int    `json:"precision"`
 	Limiters  int    `json:"limiters"`
@@ -62,7 +62,7 @@ type MemoryRow struct {
 // MemoryReport is the result of RunMemory.
 type MemoryReport struct {
 	PoP  string       `json:"pop"`
-	Rows []*MemoryRow `json:"rows"`
+	Rows []*memoryRow `json:"rows"`
 }
 
 // RunMemory writes limiters through a PoP of 3 real memcached shards and
@@ -115,7 +115,7 @@ func RunMemory(ctx context.Context, env *Env, cfg MemoryConfig) (*MemoryReport, 
 	return rep, nil
 }
 
-func measureMemory(ctx context.Context, p *PoP, alg counter.Algorithm, prec int, cfg MemoryConfig) (*MemoryRow, error) {
+func measureMemory(ctx context.Context, p *PoP, alg counter.Algorithm, prec int, cfg MemoryConfig) (*memoryRow, error) {
 	route := Route{Path: "/api", Quantity: 1000, Window: cfg.Window}
 	servers, direct := p.WorkerServers()
 	in, err := NewInproc([]Route{route}, InprocConfig{Servers: servers, Direct: direct, Workers: 4, Algorithm: alg, Precision: prec})
@@ -169,7 +169,7 @@ func measureMemory(ctx context.Context, p *PoP, alg counter.Algorithm, prec int,
 		return nil, fmt.Errorf("bench: memory: writing %d limiters took %v, longer than an item lives (%v): items expired before they were counted (use a longer window)",
 			n, took.Round(time.Second), life)
 	}
-	row := &MemoryRow{Algorithm: AlgorithmName(alg), Precision: prec, Limiters: n, Seconds: took.Seconds()}
+	row := &memoryRow{Algorithm: AlgorithmName(alg), Precision: prec, Limiters: n, Seconds: took.Seconds()}
 	if alg != counter.SlidingWindow {
 		row.Precision = 0
 	}

@@ -12,17 +12,17 @@ import (
 )
 
 // Metrics is a scrape of a Prometheus text endpoint: one sample per line.
-type Metrics []MetricSample
+type metrics []metricSample
 
 // MetricSample is one line of the text format.
-type MetricSample struct {
+type metricSample struct {
 	Name   string
 	Labels map[string]string
 	Value  float64
 }
 
 // ScrapeMetrics reads admin+"/metrics".
-func ScrapeMetrics(admin string) (Metrics, error) {
+func ScrapeMetrics(admin string) (metrics, error) {
 	c := http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Get(admin + "/metrics")
 	if err != nil {
@@ -32,11 +32,11 @@ func ScrapeMetrics(admin string) (Metrics, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("bench: %s/metrics: status %d", admin, resp.StatusCode)
 	}
-	var out Metrics
+	var out metrics
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if s, ok := ParseMetricLine(sc.Text()); ok {
+		if s, ok := parseMetricLine(sc.Text()); ok {
 			out = append(out, s)
 		}
 	}
@@ -45,12 +45,12 @@ func ScrapeMetrics(admin string) (Metrics, error) {
 
 // ParseMetricLine parses `name{a="b",c="d"} value [timestamp]`; comments
 // and malformed lines give ok = false.
-func ParseMetricLine(line string) (MetricSample, bool) {
+func parseMetricLine(line string) (metricSample, bool) {
 	line = strings.TrimSpace(line)
 	if line == "" || line[0] == '#' {
-		return MetricSample{}, false
+		return metricSample{}, false
 	}
-	s := MetricSample{Labels: map[string]string{}}
+	s := metricSample{Labels: map[string]string{}}
 	rest := line
 	if i := strings.IndexAny(line, "{ "); i < 0 {
 		return s, false
@@ -111,7 +111,7 @@ func splitLabels(s string) []string {
 
 // Sum adds the values of the samples named name whose label key equals
 // value (key "" matches all).
-func (m Metrics) Sum(name, key, value string) float64 {
+func (m metrics) Sum(name, key, value string) float64 {
 	var t float64
 	for _, s := range m {
 		if s.Name == name && (key == "" || s.Labels[key] == value) {

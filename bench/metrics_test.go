@@ -20,12 +20,12 @@ func TestParseMetricLine(t *testing.T) {
 		{`x NaNx`, false, "", 0, ""},
 	}
 	for _, c := range cases {
-		s, ok := ParseMetricLine(c.line)
+		s, ok := parseMetricLine(c.line)
 		if ok != c.ok || (ok && (s.Name != c.name || s.Value != c.value || s.Labels["mode"] != c.label)) {
 			t.Errorf("%q: got %+v %v", c.line, s, ok)
 		}
 	}
-	m := Metrics{{Name: "a", Labels: map[string]string{"mode": "open"}, Value: 2},
+	m := metrics{{Name: "a", Labels: map[string]string{"mode": "open"}, Value: 2},
 		{Name: "a", Labels: map[string]string{"mode": "closed"}, Value: 3}}
 	if m.Sum("a", "", "") != 5 || m.Sum("a", "mode", "open") != 2 {
 		t.Fatal("Sum")
@@ -36,7 +36,7 @@ func FuzzParseMetricLine(f *testing.F) {
 	f.Add(`poplimit_fallback_decisions_total{policy="a,b",mode="open"} 3`)
 	f.Add(`x 1`)
 	f.Fuzz(func(t *testing.T, line string) {
-		s, ok := ParseMetricLine(line)
+		s, ok := parseMetricLine(line)
 		if ok && strings.ContainsAny(s.Name, "{ ") {
 			t.Fatalf("name %q from %q", s.Name, line)
 		}

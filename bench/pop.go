@@ -264,7 +264,7 @@ func (p *PoP) Describe() string {
 
 // LaunchPoP starts shards, proxies and edge workers on free loopback ports
 // and waits until each answers. On error everything started is stopped.
-func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
+func launchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.check(); err != nil {
 		return nil, err

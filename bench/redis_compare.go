@@ -52,7 +52,7 @@ func RunRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin stri
 	}
 	mc := PoPConfig{Name: "memcached", Shards: 3, Proxies: 1, Edges: cfg.Workers, WorkersPerPoP: cfg.Workers, Policy: policy,
 		Store: StoreMemcached, Dir: env.Dir, Bins: env.Bins, Upstream: env.Upstream.URL}
-	mp, err := LaunchPoP(ctx, mc)
+	mp, err := launchPoP(ctx, mc)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func RunRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin stri
 		{"poplimit-redis-inproc", inproc(rp, route, cfg.Workers), rp.redisPids},
 		{"poplimit-memcached-inproc", inproc(mp, route, cfg.Workers), func() []int { return mp.Pids()[:len(mp.Shards)+len(mp.Proxies)] }},
 	}
-	sums := map[string]*LoadRun{}
+	sums := map[string]*loadRun{}
 	total := cfg.Rounds * len(sides)
 	for round := 1; round <= cfg.Rounds; round++ {
 		for si, side := range sides {
@@ -213,7 +213,7 @@ func (p *peerTarget) Workers() int { return 1 }
 func (p *peerTarget) Close() { p.client.CloseIdleConnections() }
 
 // Do implements Target.
-func (p *peerTarget) Do(ctx context.Context, _ int, c *Client, _ *Route) Outcome {
+func (p *peerTarget) Do(ctx context.Context, _ int, c *Client, _ *Route) outcome {
 	body := `{"domain":"poplimit","descriptors":[{"entries":[{"key":"user","value":"` + c.ID + `"}]}]}`
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, bytes.NewBufferString(body))
 	if err != nil {

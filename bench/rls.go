@@ -99,7 +99,7 @@ func LaunchRLSPoP(ctx context.Context, cfg RLSPoPConfig) (_ *RLSPoP, err error) 
 		return nil, errors.New("bench: RLSPoPConfig needs Bin and ConfigDir")
 	}
 	cfg.PoP.Edges = 0
-	pop, err := LaunchPoP(ctx, cfg.PoP)
+	pop, err := launchPoP(ctx, cfg.PoP)
 	if err != nil {
 		return nil, err
 	}

@@ -13,11 +13,11 @@ import (
 var ErrBadWorkload = errors.New("bench: invalid workload")
 
 // Kind classifies a client of a workload.
-type Kind int
+type kind int
 
 const (
 	// Legit clients offer less than their limit on average.
-	Legit Kind = iota
+	Legit kind = iota
 	// Abusive clients offer 2–10× their limit.
 	Abusive
 	// BoundaryAttacker sends a full allowance just before a window ends and
@@ -31,7 +31,7 @@ const (
 var kindNames = [...]string{"legit", "abusive", "boundary", "stuffer"}
 
 // String returns the kind's lower-case name.
-func (k Kind) String() string {
+func (k kind) String() string {
 	if int(k) < len(kindNames) {
 		return kindNames[k]
 	}
@@ -39,7 +39,7 @@ func (k Kind) String() string {
 }
 
 // MarshalText implements encoding.TextMarshaler (JSON shows the name).
-func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+func (k kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
 // Arrivals names an arrival process.
 type arrivals int
@@ -76,7 +76,7 @@ type Client struct {
 	// ID is the identity (API key or user) the client presents.
 	ID string `json:"id"`
 	// Kind says how it behaves.
-	Kind Kind `json:"kind"`
+	Kind kind `json:"kind"`
 	// Route indexes Trace.Routes.
 	Route int `json:"route"`
 	// Multiple is its mean offered rate divided by its limit's rate.
@@ -204,7 +204,7 @@ func Generate(c WorkloadConfig) (*Trace, error) {
 	}
 	rng := rand.New(rand.NewPCG(c.Seed, 0x9e3779b97f4a7c15))
 	t := &Trace{Seed: c.Seed, Duration: c.Duration, Routes: []Route{c.API, c.Login}}
-	add := func(kind Kind, route int, mult float64) int32 {
+	add := func(kind kind, route int, mult float64) int32 {
 		t.Clients = append(t.Clients, Client{
 			ID: fmt.Sprintf("%s-%03d", kind, len(t.Clients)), Kind: kind, Route: route, Multiple: mult,
 		})

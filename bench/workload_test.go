@@ -40,7 +40,7 @@ func TestGenerateRates(t *testing.T) {
 			t.Fatal(err)
 		}
 		offered := tr.OfferedBy()
-		kinds := map[Kind]int{}
+		kinds := map[kind]int{}
 		var sumGot, sumWant float64
 		for i, c := range tr.Clients {
 			kinds[c.Kind]++
