@@ -148,14 +148,14 @@ func SlabStats(addr string, timeout time.Duration) ([]SlabClass, error) {
 		}
 		buf = append(buf, line...)
 		if strings.TrimRight(line, "\r\n") == "END" {
-			return ParseSlabStats(buf)
+			return parseSlabStats(buf)
 		}
 	}
 }
 
 // ParseSlabStats parses the reply to "stats slabs" ("STAT 5:chunk_size 240"
 // lines up to "END"); the classes come back sorted by id.
-func ParseSlabStats(reply []byte) ([]SlabClass, error) {
+func parseSlabStats(reply []byte) ([]SlabClass, error) {
 	byID := map[int]*SlabClass{}
 	var ids []int
 	for _, line := range strings.Split(string(reply), "\n") {

@@ -56,7 +56,7 @@ func TestStoreCommands(t *testing.T) {
 
 func TestParseSlabStats(t *testing.T) {
 	reply := "STAT 5:chunk_size 240\r\nSTAT 5:used_chunks 10\r\nSTAT 2:chunk_size 96\r\nSTAT 2:used_chunks 3\r\nSTAT 2:mem_requested 200\r\nSTAT active_slabs 2\r\nSTAT total_malloced 2097152\r\nEND\r\n"
-	got, err := ParseSlabStats([]byte(reply))
+	got, err := parseSlabStats([]byte(reply))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestParseSlabStats(t *testing.T) {
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("got %+v", got)
 	}
-	if _, err := ParseSlabStats([]byte("garbage here now\r\nEND\r\n")); err == nil {
+	if _, err := parseSlabStats([]byte("garbage here now\r\nEND\r\n")); err == nil {
 		t.Fatal("garbage accepted")
 	}
 }
@@ -72,7 +72,7 @@ func TestParseSlabStats(t *testing.T) {
 func FuzzParseSlabStats(f *testing.F) {
 	f.Add([]byte("STAT 5:chunk_size 240\r\nSTAT 5:used_chunks 10\r\nSTAT active_slabs 1\r\nEND\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		classes, err := ParseSlabStats(b)
+		classes, err := parseSlabStats(b)
 		if err != nil {
 			return
 		}
