@@ -355,10 +355,6 @@ func runFault(ctx context.Context, p *bench.PoP, name string, cfg FaultsConfig, 
 		case <-ctx.Done():
 		}
 	}
-	fail := func(err error) *faultResult {
-		r.Note = "fault script failed: " + err.Error()
-		return r
-	}
 	r.Before = p.Resources()
 	defer func() {
 		if r.Skipped != "" || r.RepairS == 0 {
@@ -372,34 +368,107 @@ func runFault(ctx context.Context, p *bench.PoP, name string, cfg FaultsConfig, 
 		}
 		r.After = p.Resources()
 	}()
+	mark := func() { r.StartS = since() }
+	if err := applyFault(ctx, p, name, cfg, routes, r, mark, wait); err != nil {
+		r.Note = "fault script failed: " + err.Error()
+		return r
+	}
+	if r.Skipped != "" {
+		return r
+	}
+	r.RepairS = since()
+	return r
+}
+
+// applyFault applies fault name, calling mark when it starts and wait for
+// the fault period, repairs it and sets r.Note, or r.Skipped when the PoP
+// cannot have it.
+func applyFault(ctx context.Context, p *bench.PoP, name string, cfg FaultsConfig, routes []bench.Route, r *faultResult, mark, wait func()) error {
+	switch name {
+	case faultShardKill, faultShardHang, faultShardSlow, faultConnReset:
+		return applyShardFault(ctx, p, name, cfg, r, mark, wait)
+	case faultReshard:
+		if p.Config.ProxyPool == "" {
+			r.Skipped = "mcproxy runs without a config file to reload"
+			return nil
+		}
+		mark()
+		if _, err := p.AddShard(ctx); err != nil {
+			return err
+		}
+		wait()
+		// mcproxy drains the removed shard (its default drain quiet
+		// period is 1 s) before it is stopped.
+		if err := p.RemoveShard(cfg.Settle / 2); err != nil {
+			return err
+		}
+		r.Note = "a fourth memcached added to mcproxy's pool (SIGHUP), then removed and stopped: a quarter of the keys move and back, their counts restart from zero"
+	case faultProxyRestart:
+		if len(p.Proxies) == 0 {
+			r.Skipped = "no mcproxy in this PoP"
+			return nil
+		}
+		mark()
+		p.Proxies[0].Kill()
+		wait()
+		if err := p.RestartProxy(ctx, 0); err != nil {
+			return err
+		}
+		r.Note = "mcproxy killed (SIGKILL), restarted on its port"
+	case faultReload:
+		if len(p.Edges) == 0 {
+			r.Skipped = "needs edge workers (reload is an edge admin endpoint)"
+			return nil
+		}
+		mark()
+		// A different policy (login limit doubled), then back.
+		alt := append([]bench.Route(nil), routes...)
+		alt[len(alt)-1].Quantity *= 2
+		if err := p.SetPolicy(ctx, bench.PolicyYAML(alt, 0, 1)); err != nil {
+			return err
+		}
+		wait()
+		if err := p.SetPolicy(ctx, bench.PolicyYAML(routes, 0, 1)); err != nil {
+			return err
+		}
+		r.Note = "policy changed and changed back through POST /reload on every edge"
+	default:
+		r.Skipped = "unknown scenario"
+		return nil
+	}
+	return nil
+}
+
+// applyShardFault is applyFault for the faults of one shard.
+func applyShardFault(ctx context.Context, p *bench.PoP, name string, cfg FaultsConfig, r *faultResult, mark, wait func()) error {
 	switch name {
 	case faultShardKill:
 		s := p.Shards[0]
-		r.StartS = since()
+		mark()
 		s.Kill()
 		wait()
 		if err := s.Restart(ctx); err != nil {
-			return fail(err)
+			return err
 		}
 		r.Note = "shard 0 killed, restarted empty on its port"
 	case faultShardHang:
 		s := p.Shards[1%len(p.Shards)]
-		r.StartS = since()
+		mark()
 		if err := s.Pause(); err != nil {
-			return fail(err)
+			return err
 		}
 		wait()
 		if err := s.Resume(); err != nil {
-			return fail(err)
+			return err
 		}
 		r.Note = "shard 1 stopped (SIGSTOP), continued (SIGCONT)"
 	case faultShardSlow:
 		s := p.Shards[2%len(p.Shards)]
 		if s.Relay == nil {
 			r.Skipped = "shards have no relay"
-			return r
+			return nil
 		}
-		r.StartS = since()
+		mark()
 		s.Relay.SetDelay(cfg.SlowDelay)
 		wait()
 		s.Relay.SetDelay(0)
@@ -408,64 +477,15 @@ func runFault(ctx context.Context, p *bench.PoP, name string, cfg FaultsConfig, 
 		s := p.Shards[0]
 		if s.Relay == nil {
 			r.Skipped = "shards have no relay"
-			return r
+			return nil
 		}
-		r.StartS = since()
+		mark()
 		s.Relay.SetReset(true)
 		wait()
 		s.Relay.SetReset(false)
 		r.Note = "every connection between mcproxy and shard 0 reset (RST), open and new, for the fault period"
-	case faultReshard:
-		if p.Config.ProxyPool == "" {
-			r.Skipped = "mcproxy runs without a config file to reload"
-			return r
-		}
-		r.StartS = since()
-		if _, err := p.AddShard(ctx); err != nil {
-			return fail(err)
-		}
-		wait()
-		// mcproxy drains the removed shard (its default drain quiet
-		// period is 1 s) before it is stopped.
-		if err := p.RemoveShard(cfg.Settle / 2); err != nil {
-			return fail(err)
-		}
-		r.Note = "a fourth memcached added to mcproxy's pool (SIGHUP), then removed and stopped: a quarter of the keys move and back, their counts restart from zero"
-	case faultProxyRestart:
-		if len(p.Proxies) == 0 {
-			r.Skipped = "no mcproxy in this PoP"
-			return r
-		}
-		r.StartS = since()
-		p.Proxies[0].Kill()
-		wait()
-		if err := p.RestartProxy(ctx, 0); err != nil {
-			return fail(err)
-		}
-		r.Note = "mcproxy killed (SIGKILL), restarted on its port"
-	case faultReload:
-		if len(p.Edges) == 0 {
-			r.Skipped = "needs edge workers (reload is an edge admin endpoint)"
-			return r
-		}
-		r.StartS = since()
-		// A different policy (login limit doubled), then back.
-		alt := append([]bench.Route(nil), routes...)
-		alt[len(alt)-1].Quantity *= 2
-		if err := p.SetPolicy(ctx, bench.PolicyYAML(alt, 0, 1)); err != nil {
-			return fail(err)
-		}
-		wait()
-		if err := p.SetPolicy(ctx, bench.PolicyYAML(routes, 0, 1)); err != nil {
-			return fail(err)
-		}
-		r.Note = "policy changed and changed back through POST /reload on every edge"
-	default:
-		r.Skipped = "unknown scenario"
-		return r
 	}
-	r.RepairS = since()
-	return r
+	return nil
 }
 
 // scoreFault fills r from the requests sent in [from, to) and the worker
