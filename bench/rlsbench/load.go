@@ -83,7 +83,7 @@ func (c LoadConfig) withDefaults() LoadConfig {
 }
 
 // RLSResult is one load run.
-type result struct {
+type Result struct {
 	Target   string        `json:"target"`
 	Requests int64         `json:"requests"`
 	Duration time.Duration `json:"duration_ns"`
@@ -109,7 +109,7 @@ type result struct {
 
 // ProcessList is Processes as "rls×1 mcproxy×1 memcached×3" (groups in
 // name order), "" when none were measured.
-func (r *result) processList() string {
+func (r *Result) processList() string {
 	gs := make([]string, 0, len(r.Processes))
 	for g, n := range r.Processes {
 		if n > 0 {
@@ -121,7 +121,7 @@ func (r *result) processList() string {
 }
 
 // RunRLSLoad drives cfg.Targets for cfg.Duration and reports.
-func RunLoad(ctx context.Context, cfg LoadConfig) (*result, error) {
+func RunLoad(ctx context.Context, cfg LoadConfig) (*Result, error) {
 	cfg = cfg.withDefaults()
 	if len(cfg.Targets) == 0 {
 		return nil, errors.New("bench: rls load needs a target")
@@ -153,11 +153,6 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*result, error) {
 	stop := time.Now().Add(cfg.Duration)
 	runCtx, cancel := context.WithDeadline(ctx, stop.Add(5*time.Second))
 	defer cancel()
-	type worker struct {
-		lat    *bench.Latency
-		codes  map[string]int64
-		n, err int64
-	}
 	ws := make([]worker, cfg.Clients)
 	// Each client cycles through requests drawn before timing: building
 	// them was a tenth of the generator's CPU, which shares the cores with
@@ -204,39 +199,7 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*result, error) {
 	wg.Wait()
 	el := time.Since(start)
 	srv, gen, io := sampleGroups(cfg.Pids), procs.SelfUsage().Sub(gen0), ioGroups(cfg.Pids)
-	res := &result{Target: cfg.Targets[0], Duration: el, Codes: map[string]int64{}}
-	lat := bench.NewLatency()
-	for _, w := range ws {
-		lat.Merge(w.lat)
-		res.Requests += w.n
-		res.Errors += w.err
-		for k, v := range w.codes {
-			res.Codes[k] += v
-		}
-	}
-	res.Latency = lat.Summary()
-	res.PerSec = float64(res.Requests) / el.Seconds()
-	decisions := (res.Requests - res.Errors) * int64(cfg.Descriptors)
-	res.DecisionsPerSec = float64(decisions) / el.Seconds()
-	if len(cfg.Pids) > 0 {
-		res.Processes = map[string]int{}
-		for g, pids := range cfg.Pids {
-			res.Processes[g] = len(pids)
-		}
-		var all procs.Usage
-		res.CPU, res.Syscalls = map[string]procs.PerRequest{}, map[string]float64{}
-		for g, n := range io {
-			res.Syscalls[g] = float64(n-io0[g]) / float64(max(decisions, 1))
-		}
-		for g, s := range srv {
-			d := s.Sub(srv0[g])
-			all = all.Add(d)
-			res.CPU[g] = d.Per(decisions)
-		}
-		res.ServerCPU = all.Per(decisions)
-	}
-	res.Generator = gen.Per(decisions)
-	return res, nil
+	return summarize(cfg, ws, el, srv0, srv, gen, io0, io), nil
 }
 
 // sampleGroups is sampleProcs of each group.
@@ -290,4 +253,49 @@ func defaultTo[T int | int64 | uint64 | float64 | time.Duration](v *T, def T) {
 	if *v <= 0 {
 		*v = def
 	}
+}
+
+// summarize is the Result of a run of ws over el: server CPU from srv0 to
+// srv, generator CPU gen, system calls from io0 to io.
+func summarize(cfg LoadConfig, ws []worker, el time.Duration, srv0, srv map[string]procs.Usage, gen procs.Usage, io0, io map[string]int64) *Result {
+	res := &Result{Target: cfg.Targets[0], Duration: el, Codes: map[string]int64{}}
+	lat := bench.NewLatency()
+	for _, w := range ws {
+		lat.Merge(w.lat)
+		res.Requests += w.n
+		res.Errors += w.err
+		for k, v := range w.codes {
+			res.Codes[k] += v
+		}
+	}
+	res.Latency = lat.Summary()
+	res.PerSec = float64(res.Requests) / el.Seconds()
+	decisions := (res.Requests - res.Errors) * int64(cfg.Descriptors)
+	res.DecisionsPerSec = float64(decisions) / el.Seconds()
+	if len(cfg.Pids) > 0 {
+		res.Processes = map[string]int{}
+		for g, pids := range cfg.Pids {
+			res.Processes[g] = len(pids)
+		}
+		var all procs.Usage
+		res.CPU, res.Syscalls = map[string]procs.PerRequest{}, map[string]float64{}
+		for g, n := range io {
+			res.Syscalls[g] = float64(n-io0[g]) / float64(max(decisions, 1))
+		}
+		for g, s := range srv {
+			d := s.Sub(srv0[g])
+			all = all.Add(d)
+			res.CPU[g] = d.Per(decisions)
+		}
+		res.ServerCPU = all.Per(decisions)
+	}
+	res.Generator = gen.Per(decisions)
+	return res
+}
+
+// worker is one client's tally.
+type worker struct {
+	lat    *bench.Latency
+	codes  map[string]int64
+	n, err int64
 }

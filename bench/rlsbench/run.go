@@ -43,14 +43,14 @@ type Config struct {
 // Run runs the load on cfg.Load.Targets when given, else on a launched
 // PoP of rls processes (rounds alternating with the peer when cfg.Peer is
 // set), and returns one Result per run.
-func Run(ctx context.Context, cfg Config) ([]*result, error) {
+func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 	load := cfg.Load
 	if len(load.Targets) > 0 {
 		r, err := RunLoad(ctx, load)
 		if err != nil {
 			return nil, err
 		}
-		return []*result{r}, nil
+		return []*Result{r}, nil
 	}
 	dir := cfg.Dir
 	if dir == "" {
@@ -75,7 +75,7 @@ func Run(ctx context.Context, cfg Config) ([]*result, error) {
 	if peer != nil {
 		rounds = max(cfg.Rounds, 1)
 	}
-	var results []*result
+	var results []*Result
 	for range rounds {
 		load.Targets, load.Pids = launched.GRPCAddrs(), launched.PidGroups()
 		r, err := RunLoad(ctx, load)
@@ -171,7 +171,7 @@ func binaries(ctx context.Context, bin, dir string) (rls, mcproxy string, err er
 // WriteTable writes rs as a table and, when runs alternate rls and the
 // peer, their ratios round by round (the same machine's load at nearly
 // the same time).
-func WriteTable(w io.Writer, rs []*result) {
+func WriteTable(w io.Writer, rs []*Result) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "target\tserver processes\trequests/s\tdecisions/s\tp50 ms\tp99 ms\tp999 ms\tserver µs/dec\tclient µs/dec\terrors\tcodes")
 	for _, r := range rs {
