@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/proxy/protocol"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -17,8 +18,6 @@ var (
 	replyStored    = []byte("STORED\r\n")
 	replyNotStored = []byte("NOT_STORED\r\n")
 	replyNotFound  = []byte("NOT_FOUND\r\n")
-	replyEnd       = []byte("END\r\n")
-	valuePrefix    = []byte("VALUE ")
 	value16        = []byte("0123456789abcdef")
 )
 
@@ -222,7 +221,7 @@ func (l *loadConn) readValues(op string, n int) error {
 		if err != nil {
 			return err
 		}
-		if bytes.Equal(line, replyEnd) {
+		if bytes.Equal(line, protocol.EndLine) {
 			l.hits += int64(found)
 			l.misses += int64(n - found)
 			return nil
@@ -238,32 +237,14 @@ func (l *loadConn) readValues(op string, n int) error {
 	}
 }
 
-// parseValueLine returns the data length of "VALUE <key> <flags> <bytes>
-// [<cas>]\r\n".
+// parseValueLine returns the data length of a whole "VALUE <key> <flags>
+// <bytes> [<cas>]\r\n" line, read by protocol.ValueLen.
 func parseValueLine(line []byte) (int, bool) {
-	if !bytes.HasPrefix(line, valuePrefix) || !bytes.HasSuffix(line, []byte("\r\n")) {
+	if !bytes.HasPrefix(line, protocol.ValuePrefix) || !bytes.HasSuffix(line, []byte("\r\n")) {
 		return 0, false
 	}
-	rest := line[len(valuePrefix) : len(line)-2]
-	var fields [4][]byte
-	nf := 0
-	for len(rest) > 0 && nf < len(fields) {
-		i := bytes.IndexByte(rest, ' ')
-		if i < 0 {
-			i = len(rest)
-		}
-		if i > 0 {
-			fields[nf] = rest[:i]
-			nf++
-		}
-		rest = rest[min(i+1, len(rest)):]
-	}
-	if (nf != 3 && nf != 4) || len(rest) != 0 {
+	if n := len(bytes.Fields(line)); n != 4 && n != 5 {
 		return 0, false
 	}
-	size, err := strconv.ParseUint(string(fields[2]), 10, 31)
-	if err != nil {
-		return 0, false
-	}
-	return int(size), true
+	return protocol.ValueLen(line)
 }
