@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"image/color"
+	"math"
+	"strconv"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -73,6 +75,9 @@ func chartAdmitted(path string, series []clientSeries, bucket time.Duration) err
 			p.Legend.Add(fmt.Sprintf("limit %.0f/s", s.Limit), ll)
 		}
 	}
+	p.X.Tick.Marker, p.Y.Tick.Marker = intTicks{}, intTicks{}
+	p.Y.Min = 0
+	p.Y.Max = legendRoom(p.Y.Max, len(series)+len(limits))
 	return p.Save(chartW, chartH, path)
 }
 
@@ -126,14 +131,21 @@ func ChartTimeline(path, title string, series [][NumOutcomes]int64, bucket time.
 			top = max(top, v)
 			pts[i] = plotter.XY{X: float64(i) * bucket.Seconds(), Y: v}
 		}
-		if err := addLine(p, pts, int(o), 1.2, o.String()); err != nil {
+		l, err := plotter.NewLine(pts)
+		if err != nil {
 			return err
 		}
+		l.Color, l.Width = outcomeColors[o], vg.Points(1.2)
+		p.Add(l)
+		p.Legend.Add(o.String(), l)
 	}
+	p.X.Tick.Marker, p.Y.Tick.Marker = intTicks{}, intTicks{}
+	p.Y.Min = 0
+	p.Y.Max = legendRoom(top, int(NumOutcomes))
 	for i, s := range spans {
 		for j, at := range []time.Duration{s.From, s.To} {
 			l, _ := plotter.NewLine(plotter.XYs{{X: at.Seconds(), Y: 0}, {X: at.Seconds(), Y: top}})
-			l.Color = color.RGBA{R: 200, A: 255}
+			l.Color = color.Gray{Y: 60}
 			l.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
 			p.Add(l)
 			if j == 0 {
@@ -174,4 +186,46 @@ func addLine(p *plot.Plot, pts plotter.XYs, i int, width float64, label string) 
 	p.Add(l)
 	p.Legend.Add(label, l)
 	return nil
+}
+
+// outcomeColors are the timeline's colours: admitted green, refused red,
+// unavailable amber, failed grey.
+var outcomeColors = [NumOutcomes]color.Color{
+	Admitted:    color.RGBA{G: 150, A: 255},
+	Rejected:    color.RGBA{R: 210, A: 255},
+	Unavailable: color.RGBA{R: 230, G: 150, A: 255},
+	Failed:      color.Gray{Y: 100},
+}
+
+// legendRoom is the top of a y axis whose data reach top and whose legend,
+// drawn at the top, has rows entries: high enough that the legend sits
+// above the data.
+func legendRoom(top float64, rows int) float64 {
+	free := 1 - 0.06*float64(rows) - 0.05
+	return max(top, 1) / max(free, 0.3)
+}
+
+// intTicks marks whole numbers only, labelled without decimals, at a step
+// of 1, 2 or 5 times a power of ten giving about six major ticks.
+type intTicks struct{}
+
+func (intTicks) Ticks(lo, hi float64) []plot.Tick {
+	step := 1.0
+	for (hi-lo)/step > 6 {
+		if isPow10(step / 2) {
+			step = step / 2 * 5
+		} else {
+			step *= 2
+		}
+	}
+	var ticks []plot.Tick
+	for v := math.Ceil(lo/step) * step; v <= hi; v += step {
+		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', 0, 64)})
+	}
+	return ticks
+}
+
+func isPow10(v float64) bool {
+	l := math.Log10(v)
+	return math.Abs(l-math.Round(l)) < 1e-9
 }
