@@ -63,9 +63,13 @@ func chartAdmitted(path string, series []clientSeries, bucket time.Duration) err
 		for j, v := range s.Rate {
 			pts[j] = plotter.XY{X: float64(j) * bucket.Seconds(), Y: v}
 		}
-		if err := addLine(p, pts, i, 1.5, s.Label); err != nil {
+		l, err := plotter.NewLine(pts)
+		if err != nil {
 			return err
 		}
+		l.Color, l.Width = clientColors[i%len(clientColors)], vg.Points(1.5)
+		p.Add(l)
+		p.Legend.Add(s.Label, l)
 		if !limits[s.Limit] && len(s.Rate) > 0 {
 			limits[s.Limit] = true
 			ll, _ := plotter.NewLine(plotter.XYs{{X: 0, Y: s.Limit}, {X: float64(len(s.Rate)) * bucket.Seconds(), Y: s.Limit}})
@@ -195,6 +199,17 @@ var outcomeColors = [NumOutcomes]color.Color{
 	Rejected:    color.RGBA{R: 210, A: 255},
 	Unavailable: color.RGBA{R: 230, G: 150, A: 255},
 	Failed:      color.Gray{Y: 100},
+}
+
+// clientColors tell clients apart without green and red, which read as
+// admitted and refused.
+var clientColors = []color.Color{
+	color.RGBA{R: 31, G: 90, B: 200, A: 255},
+	color.RGBA{R: 130, G: 50, B: 170, A: 255},
+	color.RGBA{R: 230, G: 140, B: 20, A: 255},
+	color.RGBA{R: 20, G: 160, B: 170, A: 255},
+	color.RGBA{R: 140, G: 90, B: 40, A: 255},
+	color.RGBA{R: 200, G: 80, B: 170, A: 255},
 }
 
 // legendRoom is the top of a y axis whose data reach top and whose legend,

@@ -1,8 +1,8 @@
 package bench
 
-// popbench rls: closed-loop gRPC load on any address that speaks
-// envoy.service.ratelimit.v3 (rls, envoyproxy/ratelimit), and a PoP of rls
-// processes over mcproxy to point it at.
+// A PoP of rls processes over mcproxy (or a Redis Cluster), and
+// envoyproxy/ratelimit beside it: what bench/rlsbench and the rls tests
+// point their gRPC clients at.
 
 import (
 	"context"

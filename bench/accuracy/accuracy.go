@@ -1,3 +1,6 @@
+// Package accuracy is popbench accuracy: seeded traces replayed in
+// virtual time through the limiter, every decision scored against an exact
+// sliding log, for each algorithm, precision and clock skew.
 package accuracy
 
 import (

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Accuracy traces (issue 7): one route, every source at its own rate. Their
+// Accuracy traces: one route, every source at its own rate. Their
 // parameters and seeds are kept in testdata/traces/accuracy-<name>.json
 // (LoadAccuracyTrace); the built-in defaults of AccuracyTraceConfig are the
 // same values, pinned by a test.

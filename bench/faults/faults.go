@@ -1,3 +1,7 @@
+// Package faults is popbench faults: a PoP under a steady workload while
+// shards die, hang, slow down or reset, the ring changes, mcproxy restarts
+// and the policy reloads; each scenario scored on errors, latency and
+// recovery time.
 package faults
 
 import (

@@ -1,3 +1,7 @@
+// Package openloop is popbench load --open: requests sent at fixed rates
+// whatever the answers (no coordinated omission) through every path from
+// the bare memcached floor to a whole PoP, latency counted from the
+// intended send time.
 package openloop
 
 import (
@@ -46,8 +50,7 @@ type OpenLoopConfig struct {
 	// on its own goroutine, a request then never waits for the generator
 	// while the path is slow); default Workers: a fixed pool. Growing
 	// has a cost of its own on the gomemcache paths: each sender in a
-	// request holds a connection, so a stall opens hundreds (measured:
-	// up to 931 through mcproxy at 50% load on a noisy machine), and the
+	// request holds a connection, so a stall opens hundreds, and the
 	// proxies' tails then measure connection churn.
 	Workers, MaxWorkers int
 	// Keys and ZipfS: the identity space, Zipf-drawn; default 10,000 and
@@ -63,8 +66,7 @@ type OpenLoopConfig struct {
 	// capacity (default PathPopGomemcache: a full decision whose client
 	// makes one round trip per store operation, as the floor's, nutcracker's
 	// and mcproxy's paths do; the pipelined pop-pipe's closed loop reaches
-	// about twice that, and at half of it (measured: 25,480/s) the
-	// floor's client alone takes one of 2 cores and the proxy paths keep
+	// about twice that, and at half of it the floor's client alone takes one of 2 cores and the proxy paths keep
 	// the whole machine 80-90% busy, so their tails measure saturation,
 	// not latency at half load); CapacityDuration its run (default 2s).
 	CapacityPath     string

@@ -12,9 +12,8 @@ import (
 // by the runtime's poller. A time.Timer is not precise enough for an
 // open-loop schedule: when the process is idle the runtime sleeps in
 // epoll_wait with a timeout in whole milliseconds (anything under 1 ms
-// rounds up to 1 ms), so a worker woke 0–1 ms late (measured here:
-// lateness p50 0.55 ms, p99 1.1 ms at 2,000/s, more than the floor's whole
-// round trip). A timerfd is a kernel high-resolution timer: its expiry
+// rounds up to 1 ms), so a worker would wake up to 1 ms late, more than
+// the floor's whole round trip. A timerfd is a kernel high-resolution timer: its expiry
 // wakes the poller at the intended time.
 type sleeper struct {
 	f   *os.File

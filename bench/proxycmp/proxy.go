@@ -1,3 +1,6 @@
+// Package proxycmp is popbench proxy: closed-loop memcached load through
+// mcproxy, nutcracker or memcached itself, the mix-by-mix comparison of
+// the three, and the cost of idle client connections.
 package proxycmp
 
 import (

@@ -155,8 +155,8 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*Result, error) {
 	defer cancel()
 	ws := make([]worker, cfg.Clients)
 	// Each client cycles through requests drawn before timing: building
-	// them was a tenth of the generator's CPU, which shares the cores with
-	// the server measured. And its collector runs less often for the run
+	// them costs generator CPU, which shares the cores with the server
+	// measured. And its collector runs less often for the run
 	// (the generator allocates a lot and keeps little).
 	ring := make([][]*rlv3.RateLimitRequest, len(ws))
 	for i := range ring {

@@ -1,3 +1,6 @@
+// Package soak is popbench soak: a whole PoP at a fraction of its
+// capacity for a long run, sampling every process's memory, goroutines and
+// descriptors, and judging that none of them grows.
 package soak
 
 import (
