@@ -124,7 +124,7 @@ func RunCentral(ctx context.Context, env *Env, cfg CentralConfig) (*CentralRepor
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			tot := r.Totals()
+			tot := r.totals()
 			rep.Runs = append(rep.Runs, &centralRun{Store: s.name, Round: round, Requests: len(r.Records),
 				Latency: r.Latency.Summary(), Errors: tot[Failed] + tot[Unavailable]})
 			lats[s.name].Merge(r.Latency)

@@ -115,7 +115,7 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 		Throughput: float64(len(rep.Records)) / rep.Elapsed.Seconds(),
 		Latency:    rep.Latency.Summary(), Outcomes: map[string]int64{},
 		LagMs:   float64(rep.Lag) / float64(time.Millisecond),
-		Clients: rep.PerClient(), RoundTripsHow: how,
+		Clients: rep.perClient(), RoundTripsHow: how,
 		UpstreamHits: env.Upstream.Hits() - hits0,
 	}
 	for _, e := range p.Edges {
@@ -129,7 +129,7 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 	if in != nil {
 		res.StoreErrors = in.StoreStats().Errors
 	}
-	for o, n := range rep.Totals() {
+	for o, n := range rep.totals() {
 		res.Outcomes[outcome(o).String()] = n
 	}
 	if len(rep.Records) > 0 && after >= before {
@@ -158,7 +158,7 @@ func storeCommands(p *PoP, in *Inproc) (int64, string) {
 	var n int64
 	if len(p.Proxies) > 0 {
 		for _, pr := range p.Proxies {
-			st, err := ServerStats(pr.Addr, time.Second)
+			st, err := serverStats(pr.Addr, time.Second)
 			if err != nil {
 				return -1, "unavailable"
 			}
@@ -167,7 +167,7 @@ func storeCommands(p *PoP, in *Inproc) (int64, string) {
 		return n, "mcproxy command counts"
 	}
 	for _, s := range p.Shards {
-		st, err := ServerStats(s.Direct, time.Second)
+		st, err := serverStats(s.Direct, time.Second)
 		if err != nil {
 			return -1, "unavailable"
 		}

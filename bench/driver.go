@@ -197,7 +197,7 @@ type clientStats struct {
 }
 
 // PerClient sums the replay by client.
-func (r *Replay) PerClient() []clientStats {
+func (r *Replay) perClient() []clientStats {
 	out := make([]clientStats, len(r.Trace.Clients))
 	secs := r.Trace.Duration.Seconds()
 	for i, c := range r.Trace.Clients {
@@ -219,7 +219,7 @@ func (r *Replay) PerClient() []clientStats {
 }
 
 // Totals sums outcomes over every request.
-func (r *Replay) Totals() [NumOutcomes]int64 {
+func (r *Replay) totals() [NumOutcomes]int64 {
 	var t [NumOutcomes]int64
 	for _, rec := range r.Records {
 		t[rec.Outcome]++

@@ -88,7 +88,7 @@ func NewEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 		e.Close()
 		return nil, fmt.Errorf("bench: no memcached installed and mcproxy does not build: %w", e.ProxyErr)
 	}
-	u, err := StartUpstream()
+	u, err := startUpstream()
 	if err != nil {
 		e.Close()
 		return nil, err

@@ -117,7 +117,7 @@ func PolicyYAML(routes []Route, alg counter.Algorithm, precision int) []byte {
 }
 
 // ServerStats reads the "stats" of a memcached-protocol address.
-func ServerStats(addr string, timeout time.Duration) (map[string]string, error) {
+func serverStats(addr string, timeout time.Duration) (map[string]string, error) {
 	c, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return nil, err

@@ -46,18 +46,18 @@ type InprocConfig struct {
 	// StorePipeMux (PipeStore multiplexing each worker's calls over one
 	// shared connection). The pipe clients talk to one address, so they
 	// cannot be combined with Direct over several shards.
-	StoreClient     StoreClient
+	StoreClient     storeClient
 	RedisServerTime bool
 }
 
 // StoreClient names a memcached client for InprocConfig.
-type StoreClient string
+type storeClient string
 
 // Store clients.
 const (
-	StoreGomemcache StoreClient = "gomemcache"
-	StorePipe       StoreClient = "pipe"
-	StorePipeMux    StoreClient = "pipe-mux"
+	storeGomemcache storeClient = "gomemcache"
+	storePipe       storeClient = "pipe"
+	storePipeMux    storeClient = "pipe-mux"
 )
 
 // Inproc is a set of in-process workers. It implements Target with
@@ -86,11 +86,11 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 		timeout = time.Second
 	}
 	switch cfg.StoreClient {
-	case "", StoreGomemcache, StorePipe, StorePipeMux:
+	case "", storeGomemcache, storePipe, storePipeMux:
 	default:
-		return nil, fmt.Errorf("bench: store client %q: want %q, %q or %q", cfg.StoreClient, StoreGomemcache, StorePipe, StorePipeMux)
+		return nil, fmt.Errorf("bench: store client %q: want %q, %q or %q", cfg.StoreClient, storeGomemcache, storePipe, storePipeMux)
 	}
-	pipe := cfg.StoreClient == StorePipe || cfg.StoreClient == StorePipeMux
+	pipe := cfg.StoreClient == storePipe || cfg.StoreClient == storePipeMux
 	if pipe && cfg.Direct && len(cfg.Servers) > 1 {
 		return nil, fmt.Errorf("bench: store client %q speaks to one address, not %d direct shards", cfg.StoreClient, len(cfg.Servers))
 	}
@@ -115,9 +115,9 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 				servers = cfg.Servers
 			}
 			switch cfg.StoreClient {
-			case StorePipe:
+			case storePipe:
 				st = memcached.NewPipeStore(memcached.PipeConfig{Addr: servers[0], Timeout: timeout})
-			case StorePipeMux:
+			case storePipeMux:
 				st = memcached.NewPipeStore(memcached.PipeConfig{Addr: servers[0], Timeout: timeout, Multiplex: 1})
 			default:
 				st = memcached.NewStore(memcached.NewClient(memcached.Config{

@@ -122,7 +122,7 @@ func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error)
 				before, _ = storeCommands(p, in)
 			}
 			if p != nil {
-				cpu0 = p.CPUSeconds()
+				cpu0 = p.cpuSeconds()
 			}
 			done := (round-1)*len(cfg.Algorithms) + ai
 			run := ClosedLoop(ctx, target, route, cfg, uint64(round*10+ai), func(frac float64) {
@@ -144,7 +144,7 @@ func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error)
 				}
 			}
 			if p != nil && run.Decisions > 0 {
-				run.cpu = p.CPUSeconds() - cpu0
+				run.cpu = p.cpuSeconds() - cpu0
 				run.CPUPerM = run.cpu / float64(run.Decisions) * 1e6
 			}
 			res.add(sums, run)

@@ -176,14 +176,14 @@ func measureMemory(ctx context.Context, p *PoP, alg counter.Algorithm, prec int,
 	var bytes, slab, evictions int64
 	chunks := map[int64]bool{}
 	for _, s := range p.Shards {
-		st, err := ServerStats(s.Direct, 2*time.Second)
+		st, err := serverStats(s.Direct, 2*time.Second)
 		if err != nil {
 			return nil, err
 		}
 		row.Items += atoi(st["curr_items"])
 		bytes += atoi(st["bytes"])
 		evictions += atoi(st["evictions"])
-		sl, err := SlabStats(s.Direct, 2*time.Second)
+		sl, err := slabStats(s.Direct, 2*time.Second)
 		if err != nil {
 			return nil, err
 		}

@@ -122,14 +122,14 @@ func (m metrics) Sum(name, key, value string) float64 {
 }
 
 // SlabClass is one slab class of memcached's "stats slabs".
-type SlabClass struct {
+type slabClass struct {
 	ID         int
 	ChunkSize  int64
 	UsedChunks int64
 }
 
 // SlabStats reads "stats slabs" from a memcached address.
-func SlabStats(addr string, timeout time.Duration) ([]SlabClass, error) {
+func slabStats(addr string, timeout time.Duration) ([]slabClass, error) {
 	c, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return nil, err
@@ -155,8 +155,8 @@ func SlabStats(addr string, timeout time.Duration) ([]SlabClass, error) {
 
 // ParseSlabStats parses the reply to "stats slabs" ("STAT 5:chunk_size 240"
 // lines up to "END"); the classes come back sorted by id.
-func parseSlabStats(reply []byte) ([]SlabClass, error) {
-	byID := map[int]*SlabClass{}
+func parseSlabStats(reply []byte) ([]slabClass, error) {
+	byID := map[int]*slabClass{}
 	var ids []int
 	for _, line := range strings.Split(string(reply), "\n") {
 		line = strings.TrimRight(line, "\r")
@@ -184,7 +184,7 @@ func parseSlabStats(reply []byte) ([]SlabClass, error) {
 		}
 		c := byID[id]
 		if c == nil {
-			c = &SlabClass{ID: id}
+			c = &slabClass{ID: id}
 			byID[id] = c
 			ids = append(ids, id)
 		}
@@ -196,7 +196,7 @@ func parseSlabStats(reply []byte) ([]SlabClass, error) {
 		}
 	}
 	sort.Ints(ids)
-	out := make([]SlabClass, 0, len(ids))
+	out := make([]slabClass, 0, len(ids))
 	for _, id := range ids {
 		out = append(out, *byID[id])
 	}

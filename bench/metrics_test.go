@@ -60,7 +60,7 @@ func TestParseSlabStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []SlabClass{{ID: 2, ChunkSize: 96, UsedChunks: 3}, {ID: 5, ChunkSize: 240, UsedChunks: 10}}
+	want := []slabClass{{ID: 2, ChunkSize: 96, UsedChunks: 3}, {ID: 5, ChunkSize: 240, UsedChunks: 10}}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("got %+v", got)
 	}

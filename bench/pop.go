@@ -200,7 +200,7 @@ type PoP struct {
 }
 
 // ProxyAddrs returns the memcached-protocol addresses of the proxies.
-func (p *PoP) ProxyAddrs() []string {
+func (p *PoP) proxyAddrs() []string {
 	out := make([]string, len(p.Proxies))
 	for i, pr := range p.Proxies {
 		out[i] = pr.Addr
@@ -210,7 +210,7 @@ func (p *PoP) ProxyAddrs() []string {
 
 // StoreServers returns the memcached-protocol servers worker i talks to:
 // its proxy, or every shard when the PoP has no proxy (direct = true).
-func (p *PoP) StoreServers(i int) (servers []string, direct bool) {
+func (p *PoP) storeServers(i int) (servers []string, direct bool) {
 	if len(p.Proxies) == 0 {
 		for _, s := range p.Shards {
 			servers = append(servers, s.Addr)
@@ -228,13 +228,13 @@ func (p *PoP) StoreServers(i int) (servers []string, direct bool) {
 // for a StoreRedis PoP, its RedisURL.
 func (p *PoP) WorkerServers() (servers []string, direct bool) {
 	if p.Redis != nil {
-		return []string{p.RedisURL()}, false // NewInproc's Redis workers
+		return []string{p.redisURL()}, false // NewInproc's Redis workers
 	}
 	if len(p.Proxies) == 0 {
-		return p.StoreServers(0)
+		return p.storeServers(0)
 	}
 	for i := range p.Proxies {
-		s, _ := p.StoreServers(i)
+		s, _ := p.storeServers(i)
 		servers = append(servers, s...)
 	}
 	return servers, false
@@ -346,7 +346,7 @@ func (p *PoP) startShard(ctx context.Context, i int) (*Shard, error) {
 	s.Addr = s.Direct
 	p.Shards = append(p.Shards, s) // before the relay: Close must stop it
 	if cfg.ShardDelay > 0 || cfg.RelayShards {
-		r, err := StartRelay(s.Direct, cfg.ShardDelay)
+		r, err := startRelay(s.Direct, cfg.ShardDelay)
 		if err != nil {
 			return nil, err
 		}
@@ -390,7 +390,7 @@ func (p *PoP) startProxies(ctx context.Context) error {
 	}
 	if cfg.StoreDelay > 0 {
 		for _, pr := range p.Proxies {
-			r, err := StartRelay(pr.Addr, cfg.StoreDelay)
+			r, err := startRelay(pr.Addr, cfg.StoreDelay)
 			if err != nil {
 				return err
 			}
@@ -417,7 +417,7 @@ func (p *PoP) startEdges(ctx context.Context) error {
 			return err
 		}
 		admin := "127.0.0.1:" + strconv.Itoa(adminPort)
-		servers, _ := p.StoreServers(i)
+		servers, _ := p.storeServers(i)
 		name := fmt.Sprintf("edge-%d", i)
 		pr, err := procs.StartServing(ctx, name, cfg.Bins.Edge, p.logFile(name),
 			func(addr string) []string {
@@ -453,7 +453,7 @@ func (p *PoP) Pids() []int {
 
 // CPUSeconds sums the user+system CPU time of the PoP's processes
 // (procs.CPUSeconds); processes that cannot be read are skipped.
-func (p *PoP) CPUSeconds() float64 {
+func (p *PoP) cpuSeconds() float64 {
 	var t float64
 	for _, pid := range p.Pids() {
 		if s, err := procs.CPUSeconds(pid); err == nil {

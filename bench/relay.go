@@ -29,7 +29,7 @@ type Relay struct {
 
 // StartRelay listens on a free loopback port and forwards to target with the
 // given one-way delay.
-func StartRelay(target string, oneWay time.Duration) (*Relay, error) {
+func startRelay(target string, oneWay time.Duration) (*Relay, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("bench: relay listen: %w", err)

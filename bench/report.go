@@ -63,7 +63,7 @@ func (t *Table) Text(w io.Writer) {
 }
 
 // Markdown returns the table as GitHub Markdown.
-func (t *Table) Markdown() string {
+func (t *Table) markdown() string {
 	var b strings.Builder
 	b.WriteString("| " + strings.Join(t.Header, " | ") + " |\n|")
 	for range t.Header {
@@ -92,7 +92,7 @@ func (r *Report) Heading(s string) { r.parts = append(r.parts, "## "+s) }
 
 // Table adds a table with its title as a bold line.
 func (r *Report) Table(t *Table) {
-	s := t.Markdown()
+	s := t.markdown()
 	if t.Title != "" {
 		s = "**" + t.Title + "**\n\n" + s
 	}

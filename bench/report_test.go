@@ -27,7 +27,7 @@ func TestTableAndReport(t *testing.T) {
 			t.Errorf("text table lacks %q:\n%s", want, buf.String())
 		}
 	}
-	md := tab.Markdown()
+	md := tab.markdown()
 	if !strings.HasPrefix(md, "| name | value |\n|---|---|\n| a | 1234 |") {
 		t.Errorf("markdown:\n%s", md)
 	}

@@ -42,11 +42,11 @@ type RLSPoPConfig struct {
 // RLSPoP is a launched RLSPoPConfig. Close stops everything.
 type RLSPoP struct {
 	*PoP
-	RLS []*RLSProc
+	RLS []*rlsProc
 }
 
 // RLSProc is one rls process.
-type RLSProc struct {
+type rlsProc struct {
 	GRPC, HTTP string // addresses
 	Proc       *procs.Proc
 }
@@ -115,7 +115,7 @@ func LaunchRLSPoP(ctx context.Context, cfg RLSPoPConfig) (_ *RLSPoP, err error) 
 			return nil, err
 		}
 		httpAddr := "127.0.0.1:" + strconv.Itoa(port)
-		servers, _ := pop.StoreServers(i)
+		servers, _ := pop.storeServers(i)
 		name := fmt.Sprintf("rls-%d", i)
 		pr, err := procs.StartServing(ctx, name, cfg.Bin, pop.logFile(name), func(addr string) []string {
 			args := []string{"--grpc", addr, "--http", httpAddr, "--config-dir", cfg.ConfigDir, "--workers-per-pop", strconv.Itoa(cfg.RLS)}
@@ -125,7 +125,7 @@ func LaunchRLSPoP(ctx context.Context, cfg RLSPoPConfig) (_ *RLSPoP, err error) 
 		if err != nil {
 			return nil, err
 		}
-		p.RLS = append(p.RLS, &RLSProc{GRPC: pr.Addr, HTTP: httpAddr, Proc: pr})
+		p.RLS = append(p.RLS, &rlsProc{GRPC: pr.Addr, HTTP: httpAddr, Proc: pr})
 	}
 	return p, nil
 }

@@ -19,7 +19,7 @@ type Upstream struct {
 }
 
 // StartUpstream listens on a free loopback port.
-func StartUpstream() (*Upstream, error) {
+func startUpstream() (*Upstream, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("bench: upstream listen: %w", err)

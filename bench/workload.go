@@ -101,7 +101,7 @@ type Trace struct {
 }
 
 // OfferedBy returns the number of requests per client.
-func (t *Trace) OfferedBy() []int64 {
+func (t *Trace) offeredBy() []int64 {
 	out := make([]int64, len(t.Clients))
 	for _, r := range t.Requests {
 		out[r.Client]++

@@ -39,7 +39,7 @@ func TestGenerateRates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		offered := tr.OfferedBy()
+		offered := tr.offeredBy()
 		kinds := map[kind]int{}
 		var sumGot, sumWant float64
 		for i, c := range tr.Clients {
