@@ -102,7 +102,7 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 		return nil, err
 	}
 	before, how := storeCommands(p, in)
-	hits0 := env.Upstream.Hits()
+	hits0 := env.Upstream.hitCount()
 	env.Logf("replaying %d requests from %d clients over %v", len(tr.Requests), len(tr.Clients), cfg.Duration)
 	rep := ReplayTrace(ctx, tr, target, ReplayConfig{Concurrency: cfg.Concurrency, Progress: cfg.Progress})
 	if ctx.Err() != nil {
@@ -116,7 +116,7 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 		Latency:    rep.Latency.Summary(), Outcomes: map[string]int64{},
 		LagMs:   float64(rep.Lag) / float64(time.Millisecond),
 		Clients: rep.perClient(), RoundTripsHow: how,
-		UpstreamHits: env.Upstream.Hits() - hits0,
+		UpstreamHits: env.Upstream.hitCount() - hits0,
 	}
 	for _, e := range p.Edges {
 		if m, err := ScrapeMetrics(e.Admin); err == nil {
@@ -162,7 +162,7 @@ func storeCommands(p *PoP, in *Inproc) (int64, string) {
 			if err != nil {
 				return -1, "unavailable"
 			}
-			n += StoreCommands(st)
+			n += storeCommandsOf(st)
 		}
 		return n, "mcproxy command counts"
 	}
@@ -171,7 +171,7 @@ func storeCommands(p *PoP, in *Inproc) (int64, string) {
 		if err != nil {
 			return -1, "unavailable"
 		}
-		n += StoreCommands(st)
+		n += storeCommandsOf(st)
 	}
 	return n, "shard stats (commands; a multi-get counts per key)"
 }

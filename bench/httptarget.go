@@ -152,7 +152,7 @@ func serverStats(addr string, timeout time.Duration) (map[string]string, error) 
 // (cmd_get, cmd_add, cmd_incr, …: one per round trip); memcached counts
 // retrievals per key (a multi-get counts once per key) plus storage,
 // incr/decr, cas and touch commands.
-func StoreCommands(st map[string]string) int64 {
+func storeCommandsOf(st map[string]string) int64 {
 	var n int64
 	if _, ok := st["cmd_incr"]; ok { // mcproxy
 		for k, v := range st {

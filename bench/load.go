@@ -311,7 +311,7 @@ func (p *PoP) SetPolicy(ctx context.Context, policy []byte) error {
 		return fmt.Errorf("bench: write policy: %w", err)
 	}
 	for _, e := range p.Edges {
-		if err := Reload(ctx, e.Admin); err != nil {
+		if err := reloadEdges(ctx, e.Admin); err != nil {
 			return err
 		}
 	}
@@ -319,7 +319,7 @@ func (p *PoP) SetPolicy(ctx context.Context, policy []byte) error {
 }
 
 // Reload posts /reload to an edge's admin URL and expects a 2xx.
-func Reload(ctx context.Context, admin string) error {
+func reloadEdges(ctx context.Context, admin string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, admin+"/reload", nil)
 	if err != nil {
 		return err

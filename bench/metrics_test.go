@@ -45,11 +45,11 @@ func FuzzParseMetricLine(f *testing.F) {
 
 func TestStoreCommands(t *testing.T) {
 	mcproxy := map[string]string{"cmd_get": "2", "cmd_incr": "5", "cmd_add": "1", "cmd_stats": "9", "cmd_version": "3", "curr_connections": "4"}
-	if n := StoreCommands(mcproxy); n != 8 {
+	if n := storeCommandsOf(mcproxy); n != 8 {
 		t.Fatalf("mcproxy: %d", n)
 	}
 	memcached := map[string]string{"cmd_get": "2", "cmd_set": "1", "incr_hits": "4", "incr_misses": "1", "cmd_flush": "7"}
-	if n := StoreCommands(memcached); n != 8 {
+	if n := storeCommandsOf(memcached); n != 8 {
 		t.Fatalf("memcached: %d", n)
 	}
 }

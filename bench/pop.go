@@ -257,7 +257,7 @@ func (p *PoP) Describe() string {
 	}
 	delay := ""
 	if len(p.StoreRelays) > 0 {
-		delay = fmt.Sprintf(", store %v away (round trip)", 2*p.StoreRelays[0].Delay())
+		delay = fmt.Sprintf(", store %v away (round trip)", 2*p.StoreRelays[0].currentDelay())
 	}
 	return fmt.Sprintf("PoP %q: %d %s shards, %d mcproxy, %s%s", p.Name, len(p.Shards), p.Store, len(p.Proxies), workers, delay)
 }
@@ -437,7 +437,7 @@ func (p *PoP) startEdges(ctx context.Context) error {
 
 // Pids returns the process ids of every process of the PoP (shards,
 // proxies, edges), for CPU accounting.
-func (p *PoP) Pids() []int {
+func (p *PoP) allPids() []int {
 	var out []int
 	for _, s := range p.Shards {
 		out = append(out, s.Pid())
@@ -455,7 +455,7 @@ func (p *PoP) Pids() []int {
 // (procs.CPUSeconds); processes that cannot be read are skipped.
 func (p *PoP) cpuSeconds() float64 {
 	var t float64
-	for _, pid := range p.Pids() {
+	for _, pid := range p.allPids() {
 		if s, err := procs.CPUSeconds(pid); err == nil {
 			t += s
 		}

@@ -69,11 +69,11 @@ func RunRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin stri
 		target func() (Target, error)
 		pids   func() []int
 	}{
-		{"poplimit-redis", func() (Target, error) { return NewHTTPTarget(rp.EdgeURLs(), cfg.Conns), nil }, rp.Pids},
-		{"poplimit-memcached", func() (Target, error) { return NewHTTPTarget(mp.EdgeURLs(), cfg.Conns), nil }, mp.Pids},
+		{"poplimit-redis", func() (Target, error) { return NewHTTPTarget(rp.EdgeURLs(), cfg.Conns), nil }, rp.allPids},
+		{"poplimit-memcached", func() (Target, error) { return NewHTTPTarget(mp.EdgeURLs(), cfg.Conns), nil }, mp.allPids},
 		{"envoy-ratelimit-redis", func() (Target, error) { return newPeerTarget(peer.Addr, cfg.Conns), nil }, func() []int { return append(rp.redisPids(), peer.Pid()) }},
 		{"poplimit-redis-inproc", inproc(rp, route, cfg.Workers), rp.redisPids},
-		{"poplimit-memcached-inproc", inproc(mp, route, cfg.Workers), func() []int { return mp.Pids()[:len(mp.Shards)+len(mp.Proxies)] }},
+		{"poplimit-memcached-inproc", inproc(mp, route, cfg.Workers), func() []int { return mp.allPids()[:len(mp.Shards)+len(mp.Proxies)] }},
 	}
 	sums := map[string]*loadRun{}
 	total := cfg.Rounds * len(sides)

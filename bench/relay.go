@@ -76,11 +76,11 @@ func abort(c net.Conn) {
 }
 
 // Delay returns the current one-way delay.
-func (r *Relay) Delay() time.Duration { return time.Duration(r.delay.Load()) }
+func (r *Relay) currentDelay() time.Duration { return time.Duration(r.delay.Load()) }
 
 // Conns is the number of connections the relay holds open (each relayed
 // connection counts twice: the client's and its own to the target).
-func (r *Relay) Conns() int {
+func (r *Relay) openConns() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.conns)
@@ -183,7 +183,7 @@ func (r *Relay) pipe(dst, src net.Conn) {
 		for {
 			n, err := src.Read(buf)
 			if n > 0 {
-				q <- chunk{due: time.Now().Add(r.Delay()), data: append([]byte(nil), buf[:n]...)}
+				q <- chunk{due: time.Now().Add(r.currentDelay()), data: append([]byte(nil), buf[:n]...)}
 			}
 			if err != nil {
 				return

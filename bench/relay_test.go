@@ -41,7 +41,7 @@ func TestRelayDelaysBothWays(t *testing.T) {
 		t.Fatalf("round trip %v shorter than 2×25ms", rtt)
 	}
 	r.SetDelay(0)
-	if r.Delay() != 0 {
+	if r.currentDelay() != 0 {
 		t.Fatal("SetDelay ignored")
 	}
 	// With no delay, data still flows (no upper bound asserted: shared CPU).

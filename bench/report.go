@@ -88,7 +88,7 @@ func (r *Report) Para(format string, args ...any) {
 }
 
 // Heading adds a second-level heading.
-func (r *Report) Heading(s string) { r.parts = append(r.parts, "## "+s) }
+func (r *Report) subheading(s string) { r.parts = append(r.parts, "## "+s) }
 
 // Table adds a table with its title as a bold line.
 func (r *Report) Table(t *Table) {
@@ -105,7 +105,7 @@ func (r *Report) Image(alt, rel string) {
 }
 
 // Code adds a fenced code block.
-func (r *Report) Code(s string) {
+func (r *Report) codeBlock(s string) {
 	r.parts = append(r.parts, "```\n"+strings.TrimRight(s, "\n")+"\n```")
 }
 

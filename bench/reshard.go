@@ -84,7 +84,7 @@ func (p *PoP) RemoveShard(drain time.Duration) error {
 	p.Shards = p.Shards[:len(p.Shards)-1]
 	err := p.reloadProxies()
 	deadline := time.Now().Add(drain)
-	for time.Now().Before(deadline) && (s.Relay == nil || s.Relay.Conns() > 0) {
+	for time.Now().Before(deadline) && (s.Relay == nil || s.Relay.openConns() > 0) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if s.Relay != nil {

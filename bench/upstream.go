@@ -37,7 +37,7 @@ func startUpstream() (*Upstream, error) {
 }
 
 // Hits returns the number of requests that reached the upstream.
-func (u *Upstream) Hits() int64 { return u.hits.Load() }
+func (u *Upstream) hitCount() int64 { return u.hits.Load() }
 
 // Close stops the server.
 func (u *Upstream) Close() error {
