@@ -51,18 +51,21 @@ func APIKey(r *http.Request, s policy.APIKeySource) string {
 	return ""
 }
 
-// RequestHeaders appends to dst the canonical names of the request
-// headers Decide and SetForwarded read under the current policy: the
-// forwarding chains, Authorization, and the policy file's API key and
-// user headers. A server that does not build an http.Request of every
-// header hands Decide these (and the method, host, URL and RemoteAddr).
+// RequestHeaders appends to dst the names of the request headers Decide
+// and SetForwarded read under the current policy: the forwarding chains,
+// Authorization, and the policy file's API key and user headers, the
+// latter two spelled as the file spells them. A server that does not
+// build an http.Request of every header hands Decide these (and the
+// method, host, URL and RemoteAddr): the values of each header, matched
+// case-insensitively, under the name returned.
 func (l *Limiter) RequestHeaders(dst []string) []string {
 	dst = append(dst, "Forwarded", "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Authorization")
 	if s := l.snap.Load(); s != nil {
-		for _, h := range []string{s.file.APIKey.Header, s.file.UserHeader} {
-			if h != "" {
-				dst = append(dst, textproto.CanonicalMIMEHeaderKey(h))
-			}
+		if h := s.file.APIKey.Header; h != "" {
+			dst = append(dst, h)
+		}
+		if h := s.file.UserHeader; h != "" {
+			dst = append(dst, h)
 		}
 	}
 	return dst
