@@ -17,7 +17,7 @@ func (p *PoP) startRedis(ctx context.Context) error {
 	if !procs.RedisInstalled() {
 		return procs.ErrNoRedis
 	}
-	dir := filepath.Join(p.cfg.Dir, p.cfg.Name+"-redis")
+	dir := filepath.Join(p.Config.Dir, p.Config.Name+"-redis")
 	if err := mkdir(dir); err != nil {
 		return err
 	}
@@ -30,7 +30,7 @@ func (p *PoP) startRedis(ctx context.Context) error {
 }
 
 // RedisURL is the --store URL of a StoreRedis PoP ("" otherwise).
-func (p *PoP) RedisURL() string {
+func (p *PoP) redisURL() string {
 	if p.Redis == nil {
 		return ""
 	}
@@ -43,7 +43,7 @@ func (p *PoP) RedisURL() string {
 // proxy: edge's default client speaks to one address).
 func (p *PoP) storeArgs(servers []string) []string {
 	if p.Redis != nil {
-		return []string{"--store", p.RedisURL()}
+		return []string{"--store", p.redisURL()}
 	}
 	var args []string
 	for _, s := range servers {

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/pop/policy"
 )
 
@@ -22,7 +22,7 @@ policies:
 // TestExamplePolicyCompiles: the example policy file compiles into a
 // snapshot.
 func TestExamplePolicyCompiles(t *testing.T) {
-	l, err := New(storeConfig(counter.NewMemoryStore()))
+	l, err := New(storeConfig(memstore.New()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func FuzzParseCompiles(f *testing.F) {
 			return
 		}
 		// A valid file must compile.
-		l, err := New(storeConfig(counter.NewMemoryStore()))
+		l, err := New(storeConfig(memstore.New()))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/pop/policy"
 )
 
@@ -19,7 +19,7 @@ import (
 func TestDecideAllManyChecksOnWorkers(t *testing.T) {
 	// Room for every check in flight, and time (the race detector is
 	// slow): no check is decided locally.
-	cfg := storeConfig(counter.NewMemoryStore())
+	cfg := storeConfig(memstore.New())
 	cfg.MaxInFlight, cfg.InFlightWait, cfg.Deadline = 4*maxCheckWorkers, time.Minute, DeadlineConfig{Fixed: time.Minute}
 	l, err := New(cfg)
 	if err != nil {

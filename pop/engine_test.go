@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/pop/policy"
 )
 
@@ -37,7 +38,7 @@ func decideOne(l *Limiter, c Check, now time.Time) Decision {
 }
 
 func TestDecideAllCountsHitsAndPeeks(t *testing.T) {
-	l, rs := newEngine(t, counter.NewMemoryStore(), fixedSpec("a", 3, policy.FailOpen))
+	l, rs := newEngine(t, memstore.New(), fixedSpec("a", 3, policy.FailOpen))
 	r := rs.Rule("a")
 	now := t0.Add(time.Second)
 	parts := []string{"d", "k", "v"}
@@ -74,7 +75,7 @@ func TestDecideAllCountsHitsAndPeeks(t *testing.T) {
 // before it (checks of zero hits included), in small batches and in
 // batches large enough to find them by map.
 func TestDecideAllSameIdentityInBatchOrder(t *testing.T) {
-	l, rs := newEngine(t, counter.NewMemoryStore(), fixedSpec("a", 3, policy.FailOpen), fixedSpec("b", 3, policy.FailOpen))
+	l, rs := newEngine(t, memstore.New(), fixedSpec("a", 3, policy.FailOpen), fixedSpec("b", 3, policy.FailOpen))
 	a, b := rs.Rule("a"), rs.Rule("b")
 	now := t0.Add(time.Second)
 	for _, filler := range []int{0, 20} { // 20: above maxScanned
@@ -114,7 +115,7 @@ func TestDecideAllSameIdentityInBatchOrder(t *testing.T) {
 func TestDecideAllDryRunRule(t *testing.T) {
 	spec := fixedSpec("s", 3, policy.FailOpen)
 	spec.Limits[0].Shadow = true
-	l, rs := newEngine(t, counter.NewMemoryStore(), spec)
+	l, rs := newEngine(t, memstore.New(), spec)
 	r := rs.Rule("s")
 	now := t0.Add(time.Second)
 	for i, s := range []struct {
@@ -168,7 +169,7 @@ func TestDecideAllBatchAndFailModes(t *testing.T) {
 }
 
 func TestCompileRulesReusesUnchangedRules(t *testing.T) {
-	l, rs := newEngine(t, counter.NewMemoryStore(), fixedSpec("a", 3, policy.FailOpen), fixedSpec("b", 3, policy.FailOpen))
+	l, rs := newEngine(t, memstore.New(), fixedSpec("a", 3, policy.FailOpen), fixedSpec("b", 3, policy.FailOpen))
 	next, err := l.CompileRules([]RuleSpec{fixedSpec("a", 3, policy.FailOpen), fixedSpec("b", 4, policy.FailOpen)}, rs)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/pop"
 	"github.com/poplimit/poplimit/pop/global"
 	"github.com/poplimit/poplimit/pop/policy"
@@ -59,12 +60,12 @@ func TestScopeGlobalNeedsAGlobalStore(t *testing.T) {
 // A request hits a per-PoP limit (8) and a global one (5) at once: the
 // global limit binds across two PoPs, and its health reaches Health.
 func TestScopeGlobalCompound(t *testing.T) {
-	home := counter.NewMemoryStore()
+	home := memstore.New()
 	now := time.UnixMilli((time.Now().UnixMilli()/60000)*60000 + 1000)
 	var homes []*global.Home
 	var pops []*pop.Limiter
 	for i := 0; i < 2; i++ {
-		local := counter.NewMemoryStore()
+		local := memstore.New()
 		h, err := global.NewHome(global.Config{Local: local, Home: home, PoPs: 2})
 		if err != nil {
 			t.Fatal(err)

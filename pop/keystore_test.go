@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/pop/policy"
 )
 
@@ -28,7 +28,7 @@ policies:
 // an inactive key 403 and an unknown one anonymous or 401 per the file,
 // and the middleware writes neither with Retry-After.
 func TestDigestKeys(t *testing.T) {
-	l := newTestLimiter(t, storeConfig(counter.NewMemoryStore()), keyDoc)
+	l := newTestLimiter(t, storeConfig(memstore.New()), keyDoc)
 	f, err := policy.Parse("keys.yml", []byte(keyDoc))
 	if err != nil {
 		t.Fatal(err)

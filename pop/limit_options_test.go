@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 )
 
 // sharedConfig is storeConfig with Config.Store set too, and metrics.
@@ -60,22 +61,22 @@ func TestShadowCountsWouldBeRejections(t *testing.T) {
 		return
 	}
 	enforce := strings.Replace(shadowDoc, ", SHADOW", "", 1)
-	cfg, _ := sharedConfig(t, counter.NewMemoryStore())
+	cfg, _ := sharedConfig(t, memstore.New())
 	want, sh := traffic(newTestLimiter(t, cfg, enforce))
 	if want == 0 || sh != 0 {
 		t.Fatalf("enforcing run: %d rejected, %d shadowed", want, sh)
 	}
 	for name, mk := range map[string]func() *Limiter{
 		"limit": func() *Limiter {
-			cfg, _ := sharedConfig(t, counter.NewMemoryStore())
+			cfg, _ := sharedConfig(t, memstore.New())
 			return newTestLimiter(t, cfg, strings.Replace(shadowDoc, "SHADOW", "shadow: true", 1))
 		},
 		"file": func() *Limiter {
-			cfg, _ := sharedConfig(t, counter.NewMemoryStore())
+			cfg, _ := sharedConfig(t, memstore.New())
 			return newTestLimiter(t, cfg, "shadow: true\n"+enforce)
 		},
 		"config": func() *Limiter {
-			cfg, _ := sharedConfig(t, counter.NewMemoryStore())
+			cfg, _ := sharedConfig(t, memstore.New())
 			cfg.Shadow = true
 			return newTestLimiter(t, cfg, enforce)
 		},
@@ -103,7 +104,7 @@ tiers:
 policies:
   - {name: p, routes: ["/x"], identity: [ip], tier: t}
 `
-	cfg, _ := sharedConfig(t, counter.NewMemoryStore())
+	cfg, _ := sharedConfig(t, memstore.New())
 	clk := newTestClock(t0)
 	cfg.Clock = clk.Now
 	l := newTestLimiter(t, cfg, doc)
@@ -151,7 +152,7 @@ policies:
 // 1.25 × max_request_time, and not before max_request_time.
 func TestConcurrencySlots(t *testing.T) {
 	clk := newTestClock(t0.Add(3 * time.Second))
-	store := counter.NewMemoryStoreClock(clk.Now)
+	store := memstore.NewClock(clk.Now)
 	cfg, _ := sharedConfig(t, store)
 	l := newTestLimiter(t, cfg, concDoc)
 	w2, _ := sharedConfig(t, store) // a second worker of the PoP
@@ -221,7 +222,7 @@ policies:
 // the user is refused before forwarding on every worker; a user whose
 // logins succeed is never limited.
 func TestCountIfLocksOutFailures(t *testing.T) {
-	store := counter.NewMemoryStore()
+	store := memstore.New()
 	cfg, _ := sharedConfig(t, store)
 	l := newTestLimiter(t, cfg, countIfDoc)
 	cfg2, _ := sharedConfig(t, store)
@@ -263,7 +264,7 @@ tiers:
 policies:
   - {name: p, routes: ["/x"], identity: [ip], tier: t}
 `
-	cfg, m := sharedConfig(t, counter.NewMemoryStore())
+	cfg, m := sharedConfig(t, memstore.New())
 	l := newTestLimiter(t, cfg, doc)
 	ctx := context.Background()
 	total := int64(0)
@@ -305,7 +306,7 @@ policies:
   - {name: p, routes: ["/x"], identity: [ip], tier: t}
 `
 	clk := newTestClock(t0)
-	store := counter.NewMemoryStoreClock(clk.Now)
+	store := memstore.NewClock(clk.Now)
 	cfg, m := sharedConfig(t, store)
 	a := newTestLimiter(t, cfg, doc)
 	cfg2, _ := sharedConfig(t, store)

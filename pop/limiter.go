@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/pop/policy"
 )
 
@@ -20,13 +21,13 @@ import (
 type Config struct {
 	// NewShared builds the PoP-wide limiter of one limit, usually
 	// counter.New over a memcached store reached through mcproxy. Default:
-	// counter.New over one in-process counter.MemoryStore (this process
+	// counter.New over one in-process memstore.Store (this process
 	// only: nothing is shared with other workers).
 	NewShared func(counter.Limit) (counter.Allower, error)
 	// Store is the PoP-wide store concurrency limits and mitigation flags
 	// use directly (the one NewShared counts in). Default: the in-process
-	// MemoryStore of the default NewShared, or, when NewShared is set, a
-	// MemoryStore of this process only.
+	// memstore.Store of the default NewShared, or, when NewShared is set, a
+	// memstore.Store of this process only.
 	Store counter.Store
 	// Shadow makes every limit a dry run (edge --shadow): it counts and
 	// decides as usual, but a request it would reject is admitted and
@@ -157,13 +158,13 @@ type Limiter struct {
 func New(cfg Config) (*Limiter, error) {
 	if cfg.NewShared == nil {
 		if cfg.Store == nil {
-			cfg.Store = counter.NewMemoryStore()
+			cfg.Store = memstore.New()
 		}
 		store := cfg.Store
 		cfg.NewShared = func(l counter.Limit) (counter.Allower, error) { return counter.New(store, l) }
 	}
 	if cfg.Store == nil {
-		cfg.Store = counter.NewMemoryStore()
+		cfg.Store = memstore.New()
 	}
 	if cfg.NewLocal == nil {
 		cfg.NewLocal = func(l counter.Limit) (counter.Allower, error) { return counter.NewLocal(l) }

@@ -13,7 +13,7 @@ import (
 type Options struct {
 	// Store names the store the PoP's counts live in (package
 	// counter/store): usually Memcached: the host's mcproxy, through the
-	// pipelined client. Default: an in-process counter.MemoryStore, shared
+	// pipelined client. Default: an in-process memstore.Store, shared
 	// with no other process (tests, demos). Its Timeout defaults to
 	// Config's deadline's SocketTimeout.
 	Store store.Config

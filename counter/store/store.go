@@ -1,7 +1,7 @@
 // Package store builds the store a PoP's shared count lives in, from one
 // Config with one set of defaults: memcached through the host's mcproxy
 // (the pipelined memcached.PipeStore, the default), memcached through
-// bradfitz/gomemcache, an in-process counter.MemoryStore, or a Redis
+// bradfitz/gomemcache, an in-process memstore.Store, or a Redis
 // Cluster (package counter/redis). pop.Open, cmd/edge, cmd/rls and the
 // benchmarks all build their stores with New, so the library and the
 // binaries count the same way by default.
@@ -17,6 +17,7 @@ import (
 
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/memcached"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/counter/redis"
 )
 
@@ -38,7 +39,7 @@ var ErrConfig = errors.New("store: invalid config")
 // Config configures New. Zero means default: an in-process store.
 type Config struct {
 	// Memcached are the memcached or mcproxy addresses (host:port).
-	// Default none: an in-process counter.MemoryStore, shared with no
+	// Default none: an in-process memstore.Store, shared with no
 	// other process (tests, demos). The Pipe client speaks to exactly one
 	// address, the host's mcproxy: it writes every key of one call on one
 	// connection, which only a proxy routes to the keys' shard, so several
@@ -103,7 +104,7 @@ type Shared struct {
 }
 
 // Store returns the store: *memcached.PipeStore, *memcached.Store,
-// *counter.MemoryStore or *redis.Store.
+// *memstore.Store or *redis.Store.
 func (s *Shared) Store() counter.Store { return s.store }
 
 // NewAllower returns the allower of l counting in the store:
@@ -130,7 +131,7 @@ func New(cfg Config) (*Shared, error) {
 	}
 	switch {
 	case len(cfg.Memcached) == 0:
-		return over(counter.NewMemoryStore(), func() error { return nil }), nil
+		return over(memstore.New(), func() error { return nil }), nil
 	case client == Gomemcache:
 		c := memcached.NewClient(memcached.Config{Servers: cfg.Memcached, Timeout: cfg.timeout()})
 		return over(memcached.NewStore(c), c.Close), nil

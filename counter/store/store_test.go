@@ -8,6 +8,7 @@ import (
 
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/memcached"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/counter/redis"
 	"github.com/poplimit/poplimit/counter/store"
 )
@@ -21,14 +22,14 @@ func TestNew(t *testing.T) {
 		cfg  store.Config
 		want string // %T of the store, or an error substring
 	}{
-		{"zero: in process", store.Config{}, "*counter.MemoryStore"},
+		{"zero: in process", store.Config{}, "*memstore.Store"},
 		{"default client, one address", store.Config{Memcached: one}, "*memcached.PipeStore"},
 		{"pipe, one connection per call", store.Config{Client: store.Pipe, Memcached: one, Multiplex: -1}, "*memcached.PipeStore"},
 		{"pipe, two shared connections", store.Config{Client: store.Pipe, Memcached: one, Multiplex: 2}, "*memcached.PipeStore"},
-		{"pipe without an address", store.Config{Client: store.Pipe, Multiplex: 2}, "*counter.MemoryStore"},
+		{"pipe without an address", store.Config{Client: store.Pipe, Multiplex: 2}, "*memstore.Store"},
 		{"gomemcache, one address", store.Config{Client: store.Gomemcache, Memcached: one, Multiplex: 2}, "*memcached.Store"},
 		{"gomemcache, two addresses", store.Config{Client: store.Gomemcache, Memcached: two, Multiplex: 2}, "*memcached.Store"},
-		{"gomemcache without an address", store.Config{Client: store.Gomemcache}, "*counter.MemoryStore"},
+		{"gomemcache without an address", store.Config{Client: store.Gomemcache}, "*memstore.Store"},
 		{"redis", store.Config{Redis: "redis://127.0.0.1:1,127.0.0.1:2", Memcached: one}, "*redis.Store"},
 		{"pipe, two addresses", store.Config{Memcached: two}, "speaks to one address"},
 		{"unknown client", store.Config{Client: "redis", Memcached: one}, `client "redis"`},
@@ -63,8 +64,8 @@ func typeName(s counter.Store) string {
 		return "*memcached.PipeStore"
 	case *memcached.Store:
 		return "*memcached.Store"
-	case *counter.MemoryStore:
-		return "*counter.MemoryStore"
+	case *memstore.Store:
+		return "*memstore.Store"
 	case *redis.Store:
 		return "*redis.Store"
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/pop/global"
 	"github.com/poplimit/poplimit/pop/policy"
 )
@@ -18,7 +19,7 @@ import (
 func wire(t *testing.T, args ...string) (newGlobal func(counter.Limit, policy.FailMode) (counter.Allower, error), health func() []string, err error) {
 	t.Helper()
 	app := &cli.App{Name: "t", Flags: Flags(), Action: func(c *cli.Context) error {
-		newGlobal, health, err = Wire(c, counter.NewMemoryStore(), 2, prometheus.NewRegistry())
+		newGlobal, health, err = Wire(c, memstore.New(), 2, prometheus.NewRegistry())
 		return nil
 	}}
 	if rerr := app.Run(append([]string{"t"}, args...)); rerr != nil {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/memcached"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/counter/store"
 	"github.com/poplimit/poplimit/pop"
 )
@@ -28,13 +28,13 @@ func TestOpen(t *testing.T) {
 		args []string
 		want string // type name, or an error substring
 	}{
-		{[]string{"--store-multiplex", "1"}, "*counter.MemoryStore"},
+		{[]string{"--store-multiplex", "1"}, "*memstore.Store"},
 		{[]string{"--memcached", "127.0.0.1:1"}, "*memcached.PipeStore"},
 		{[]string{"--memcached", "127.0.0.1:1", "--store-multiplex", "0"}, "*memcached.PipeStore"},
 		{[]string{"--memcached", "127.0.0.1:1", "--store-multiplex", "2"}, "*memcached.PipeStore"},
 		{[]string{"--store-client", "gomemcache", "--memcached", "127.0.0.1:1"}, "*memcached.Store"},
 		{[]string{"--store-client", "gomemcache", "--memcached", "127.0.0.1:1", "--memcached", "127.0.0.1:2"}, "*memcached.Store"},
-		{[]string{"--store-client", "gomemcache"}, "*counter.MemoryStore"},
+		{[]string{"--store-client", "gomemcache"}, "*memstore.Store"},
 		{[]string{"--memcached", "127.0.0.1:1", "--memcached", "127.0.0.1:2"}, "speaks to one address"},
 		{[]string{"--store-client", "redis", "--memcached", "127.0.0.1:1"}, `client "redis"`},
 		{[]string{"--store-client", "redis"}, `client "redis"`},
@@ -49,8 +49,8 @@ func TestOpen(t *testing.T) {
 			}
 			defer shared.Close()
 			switch cfg.Store.(type) {
-			case *counter.MemoryStore:
-				got = "*counter.MemoryStore"
+			case *memstore.Store:
+				got = "*memstore.Store"
 			case *memcached.PipeStore:
 				got = "*memcached.PipeStore"
 			case *memcached.Store:
