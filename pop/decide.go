@@ -78,7 +78,7 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 				}
 			case len(s.file.Keys) == 0:
 				// No key records: keys are taken as they come.
-				id.KeyID = policy.KeyID(id.APIKey)
+				id.KeyID = keyID
 			default:
 				// Unknown key while records exist: anonymous, so rotating
 				// made-up keys cannot mint fresh identities.

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/poplimit/poplimit/pop/policy"
@@ -95,7 +96,8 @@ func (l *Limiter) Forwarder(upstream *url.URL, cfg ForwardConfig) (http.Handler,
 			MaxIdleConnsPerHost:   idle,
 			IdleConnTimeout:       90 * time.Second,
 		},
-		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		BufferPool: copyBuffers,
+		ErrorLog:   slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			status := forwardStatus(r.Context(), err)
 			if status != statusClientClosed {
@@ -118,6 +120,21 @@ func (l *Limiter) Forwarder(upstream *url.URL, cfg ForwardConfig) (http.Handler,
 		rp.ServeHTTP(w, r.WithContext(ctx))
 	}), nil
 }
+
+// copyBuffers lends ReverseProxy its response copy buffers, which it
+// would otherwise allocate (32 KiB) per request.
+var copyBuffers httputil.BufferPool = &bufferPool{}
+
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
 // forwardStatus maps an upstream error to the status answered: 413 for a
 // body over the limit, 504 when a timeout expired, 499 when the client

@@ -51,6 +51,26 @@ func APIKey(r *http.Request, s policy.APIKeySource) string {
 	return ""
 }
 
+// RequestHeaders appends to dst the names of the request headers Decide
+// and SetForwarded read under the current policy: the forwarding chains,
+// Authorization, and the policy file's API key and user headers, the
+// latter two spelled as the file spells them. A server that does not
+// build an http.Request of every header hands Decide these (and the
+// method, host, URL and RemoteAddr): the values of each header, matched
+// case-insensitively, under the name returned.
+func (l *Limiter) RequestHeaders(dst []string) []string {
+	dst = append(dst, "Forwarded", "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Authorization")
+	if s := l.snap.Load(); s != nil {
+		if h := s.file.APIKey.Header; h != "" {
+			dst = append(dst, h)
+		}
+		if h := s.file.UserHeader; h != "" {
+			dst = append(dst, h)
+		}
+	}
+	return dst
+}
+
 // headerGet is h.Get(name) without canonicalising (and allocating) when
 // name is already canonical, as the parser leaves it.
 func headerGet(h http.Header, name string) string {

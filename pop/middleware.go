@@ -29,13 +29,8 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r = l.Normalize(r)
 		d := l.Decide(r.Context(), r, l.clock())
-		WriteHeaders(w.Header(), d, l.Headers())
-		if !d.Allowed {
-			writeRejection(w, d, l.bodyFormat())
+		if !l.Answer(w, d) {
 			return
-		}
-		if d.Shadow != "" && l.shadowHeader() {
-			w.Header().Set(ShadowHeader, d.Shadow)
 		}
 		if d.done == nil {
 			next.ServeHTTP(w, r)
@@ -46,6 +41,30 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler {
 		next.ServeHTTP(sw, r)
 	})
 }
+
+// Answer writes what the client is told of d on w, the answer every
+// serving path shares: the rate-limit headers the policy file selects;
+// for a rejection, the rejection itself (Retry-After and the body the
+// policy file's rejection_body selects), for an admitted request a dry
+// run would have rejected, X-RateLimit-Shadow with shadow_header. It
+// reports whether d admitted the request (and the caller must now serve
+// it, then call Finish when Decision.Owed says so).
+func (l *Limiter) Answer(w http.ResponseWriter, d Decision) bool {
+	WriteHeaders(w.Header(), d, l.Headers())
+	if !d.Allowed {
+		writeRejection(w, d, l.bodyFormat())
+		return false
+	}
+	if d.Shadow != "" && l.shadowHeader() {
+		w.Header().Set(ShadowHeader, d.Shadow)
+	}
+	return true
+}
+
+// Owed reports whether Limiter.Finish must be called once the admitted
+// request's response is known (concurrency slots, counting by response);
+// Finish is a no-op otherwise.
+func (d Decision) Owed() bool { return d.done != nil }
 
 // shadowHeader reports the current policy file's shadow_header.
 func (l *Limiter) shadowHeader() bool {

@@ -15,7 +15,9 @@
 // bounded (--upstream-*-timeout: 504; --max-body-bytes: 413) and the
 // forwarding headers of untrusted peers are replaced (pop.Forwarder);
 // slow clients are cut off (--read-header-timeout, --read-timeout,
-// --write-timeout, --idle-timeout, --max-header-bytes). Both listeners
+// --write-timeout, --idle-timeout, --max-header-bytes). The proxied
+// listener is served by fasthttp (--core fasthttp, fast.go) or net/http
+// (--core net/http), both deciding through pop.Limiter. Both listeners
 // default to loopback. Limits with scope: global count across PoPs through
 // --global-memcached (the home region's store; --pops, --global-overdraft,
 // --global-horizon, --global-wait; package pop/global, flags in
@@ -90,7 +92,8 @@ func newApp() *cli.App {
 			&cli.DurationFlag{Name: "upstream-header-timeout", Value: 30 * time.Second, Usage: "waiting for the upstream's response headers once the request is sent (504 on expiry; 30s: the slowest API answer worth waiting for, as Envoy's and nginx's defaults are 15-60s)"},
 			&cli.DurationFlag{Name: "upstream-timeout", Value: 60 * time.Second, Usage: "one whole upstream exchange, response body included (504 when no response started, else the response is cut; 60s bounds what one request can hold; raise it for long downloads)"},
 			&cli.Int64Flag{Name: "max-body-bytes", Value: 10 << 20, Usage: "largest request body forwarded; longer ones get 413; negative = no limit"},
-			// The client side (http.Server): slow clients are cut off.
+			&cli.StringFlag{Name: "core", Value: "fasthttp", Usage: "what serves and forwards the proxied listener: fasthttp (buffers each upstream response whole, no protocol upgrades) or net/http (httputil.ReverseProxy: streams responses, upgrades); same flags, decisions, headers and limits"},
+			// The client side: slow clients are cut off.
 			&cli.IntFlag{Name: "max-header-bytes", Value: 64 << 10, Usage: "largest request line + headers accepted (431 beyond)"},
 			&cli.DurationFlag{Name: "read-header-timeout", Value: 10 * time.Second, Usage: "time a client has to send its request headers (10s: one round trip for a real client, a slowloris client is cut)"},
 			&cli.DurationFlag{Name: "read-timeout", Value: 60 * time.Second, Usage: "time a client has to send a whole request, body included (60s: a 10 MiB body at ~170 KB/s)"},
@@ -169,6 +172,21 @@ func run(c *cli.Context) error {
 	}
 	go limiter.Run(ctx, 0)
 
+	acceptErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "poplimit_edge_accept_errors_total", Help: "Failed accepts (EMFILE, ENFILE, ...) by listener; the server backs off and keeps serving.",
+	}, []string{"listener"})
+	reg.MustRegister(acceptErrors)
+	watch := func(name string, ln net.Listener) net.Listener {
+		count := acceptErrors.WithLabelValues(name)
+		return pop.WatchAccept(ln, pop.AcceptWatch{Logger: logger, Count: func(error) { count.Inc() }})
+	}
+	switch c.String("core") {
+	case "fasthttp":
+		return runFast(ctx, c, logger, limiter, upstream, adminMux(c, logger, reg, limiter, policy), watch)
+	case "net/http":
+	default:
+		return fmt.Errorf("--core %q: want fasthttp or net/http", c.String("core"))
+	}
 	proxy, err := limiter.Forwarder(upstream, pop.ForwardConfig{
 		DialTimeout:           c.Duration("upstream-dial-timeout"),
 		ResponseHeaderTimeout: c.Duration("upstream-header-timeout"),
@@ -183,14 +201,7 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	acceptErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "poplimit_edge_accept_errors_total", Help: "Failed accepts (EMFILE, ENFILE, ...) by listener; the server backs off and keeps serving.",
-	}, []string{"listener"})
-	reg.MustRegister(acceptErrors)
-	return daemon.ServeHTTP(ctx, daemon.ServeConfig{Servers: servers, Logger: logger, Wrap: func(name string, ln net.Listener) net.Listener {
-		count := acceptErrors.WithLabelValues(name)
-		return pop.WatchAccept(ln, pop.AcceptWatch{Logger: logger, Count: func(error) { count.Inc() }})
-	}})
+	return daemon.ServeHTTP(ctx, daemon.ServeConfig{Servers: servers, Logger: logger, Wrap: watch})
 }
 
 // startEvents starts the rejection events writer of --events (path "" is

@@ -58,7 +58,7 @@ func main() {
 // commands lists the subcommands (proxy is in proxy.go).
 func commands() []*cli.Command {
 	return []*cli.Command{demoCommand(), loadCommand(), accuracyCommand(), faultsCommand(),
-		popsCommand(), centralCommand(), globalCommand(), memoryCommand(), proxyCommand(), soakCommand(), rlsCommand()}
+		popsCommand(), centralCommand(), globalCommand(), memoryCommand(), proxyCommand(), soakCommand(), rlsCommand(), edgeCommand()}
 }
 
 // commonFlags are accepted by every subcommand.

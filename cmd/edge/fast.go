@@ -1,0 +1,347 @@
+package main
+
+// The fasthttp core (--core fasthttp, the default): the proxied listener
+// served and forwarded by github.com/valyala/fasthttp, decided by the same
+// pop.Limiter as the net/http core. A pooled view (an http.Request of the
+// fields pop reads) carries each request to the decision, so no
+// http.Request is allocated per request.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"github.com/valyala/fasthttp"
+
+	"github.com/poplimit/poplimit/cmd/internal/daemon"
+	"github.com/poplimit/poplimit/pop"
+)
+
+// fastConfig is the proxied listener's configuration under the fasthttp
+// core: the flags of the net/http core, with the same meaning.
+type fastConfig struct {
+	Addr                                string
+	MaxHeaderBytes                      int
+	MaxBodyBytes                        int64
+	ReadHeaderTimeout, ReadTimeout      time.Duration
+	WriteTimeout, IdleTimeout           time.Duration
+	DialTimeout, HeaderTimeout, Timeout time.Duration
+	Logger                              *slog.Logger
+	Upstream                            *url.URL
+	AcceptErrors                        func(error)
+	ShutdownTimeout                     time.Duration
+}
+
+// fastEdge serves the proxied listener: decide, answer, forward.
+type fastEdge struct {
+	l       *pop.Limiter
+	up      *fasthttp.HostClient
+	base    string // the upstream URL's escaped path, no trailing slash
+	query   string // the upstream URL's raw query
+	timeout time.Duration
+	log     *slog.Logger
+	views   sync.Pool
+	strs    internTable
+}
+
+func newFastEdge(l *pop.Limiter, cfg fastConfig) (*fastEdge, error) {
+	u := cfg.Upstream
+	if u == nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, errors.New("--upstream: must be an absolute http(s) URL")
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
+	}
+	dial := cfg.DialTimeout
+	e := &fastEdge{
+		l: l, log: cfg.Logger, timeout: cfg.Timeout,
+		base: strings.TrimSuffix(u.EscapedPath(), "/"), query: u.RawQuery,
+		up: &fasthttp.HostClient{
+			Addr:  addr,
+			IsTLS: u.Scheme == "https",
+			Dial: func(a string) (net.Conn, error) {
+				return (&net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}).Dial("tcp", a)
+			},
+			// The response is read whole before it is sent on: the header
+			// timeout bounds it, the total timeout the whole exchange.
+			ReadTimeout:                   cfg.HeaderTimeout,
+			WriteTimeout:                  cfg.Timeout,
+			MaxConns:                      1 << 20, // no cap, as net/http's Transport
+			MaxIdleConnDuration:           90 * time.Second,
+			NoDefaultUserAgentHeader:      true,
+			DisableHeaderNamesNormalizing: true,
+			DisablePathNormalizing:        true,
+			MaxIdemponentCallAttempts:     1,
+		},
+	}
+	e.views.New = func() any { return newView() }
+	return e, nil
+}
+
+// server is the fasthttp server of the proxied listener: 431 beyond
+// MaxHeaderBytes, 413 beyond MaxBodyBytes, slow clients cut by the read,
+// write and idle timeouts.
+func (e *fastEdge) server(cfg fastConfig) *fasthttp.Server {
+	maxBody := cfg.MaxBodyBytes
+	if maxBody < 0 || maxBody > 1<<31-1 {
+		maxBody = 1<<31 - 1 // fasthttp always bounds a body
+	}
+	readBody := cfg.ReadTimeout
+	return &fasthttp.Server{
+		Handler:            e.serve,
+		ErrorHandler:       fastError,
+		ReadBufferSize:     cfg.MaxHeaderBytes,
+		MaxRequestBodySize: int(maxBody),
+		ReadTimeout:        cfg.ReadHeaderTimeout,
+		WriteTimeout:       cfg.WriteTimeout,
+		IdleTimeout:        cfg.IdleTimeout,
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+			return fasthttp.RequestConfig{ReadTimeout: readBody}
+		},
+		NoDefaultServerHeader: true,
+		NoDefaultContentType:  true,
+		ReduceMemoryUsage:     true, // idle keep-alive connections hold no buffers
+		TCPKeepalive:          true,
+		CloseOnShutdown:       true,
+		Logger:                fastLogger{cfg.Logger},
+	}
+}
+
+// fastError answers a request the server could not read: 431 for headers
+// over the buffer, 413 for a body over the limit, 408 on a read timeout,
+// else 400.
+func fastError(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.As(err, &small):
+		ctx.Error("request header fields too large", http.StatusRequestHeaderFieldsTooLarge)
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		ctx.Error("request body too large", http.StatusRequestEntityTooLarge)
+	case errors.As(err, &ne) && ne.Timeout():
+		ctx.Error("request timeout", http.StatusRequestTimeout)
+	default:
+		ctx.Error("bad request", http.StatusBadRequest)
+	}
+}
+
+type fastLogger struct{ l *slog.Logger }
+
+func (f fastLogger) Printf(format string, args ...any) {
+	f.l.Warn("fasthttp", "msg", strings.TrimSpace(fmt.Sprintf(format, args...)))
+}
+
+// serve is one proxied request: the decision, the answer, the exchange
+// with the upstream and the decision's finish.
+func (e *fastEdge) serve(ctx *fasthttp.RequestCtx) {
+	v := e.views.Get().(*view)
+	defer e.views.Put(v)
+	r := v.fill(ctx, &e.strs, e.l)
+	r = e.l.Normalize(r)
+	now := time.Now()
+	d := e.l.Decide(context.Background(), r, now)
+	w := v.writer(ctx)
+	if !e.l.Answer(w, d) {
+		w.flush()
+		return
+	}
+	e.forward(ctx, v, r)
+	w.addHeaders(&ctx.Response.Header)
+	if d.Owed() {
+		e.l.Finish(context.Background(), d, time.Now(), ctx.Response.StatusCode(), responseHeader(&ctx.Response.Header))
+	}
+}
+
+// hopHeaders are the hop-by-hop headers never forwarded (RFC 9110 7.6.1),
+// as httputil.ReverseProxy's.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// forward sends the request, with r's canonical path under the
+// upstream's base path and the forwarding headers of pop.SetForwarded, to
+// the upstream and puts its response in ctx: 504 when a timeout expires,
+// 502 when the upstream cannot be reached or answers nonsense.
+func (e *fastEdge) forward(ctx *fasthttp.RequestCtx, v *view, r *http.Request) {
+	req := &ctx.Request
+	clientClose := req.Header.ConnectionClose()
+	for _, name := range connectionTokens(req.Header.Peek("Connection")) {
+		req.Header.Del(name)
+	}
+	for _, h := range hopHeaders {
+		req.Header.Del(h)
+	}
+	clear(v.out)
+	e.l.SetForwarded(v.out, r)
+	for _, h := range [...]string{"X-Forwarded-For", "Forwarded", "X-Forwarded-Proto", "X-Forwarded-Host"} {
+		if vals := v.out[h]; len(vals) > 0 {
+			req.Header.Set(h, vals[0])
+		} else {
+			req.Header.Del(h)
+		}
+	}
+	v.uri = appendJoinedPath(v.uri[:0], e.base, r.URL.EscapedPath())
+	q := ctx.URI().QueryString()
+	if e.query != "" || len(q) > 0 {
+		v.uri = append(v.uri, '?')
+		v.uri = append(v.uri, e.query...)
+		if e.query != "" && len(q) > 0 {
+			v.uri = append(v.uri, '&')
+		}
+		v.uri = append(v.uri, q...)
+	}
+	req.SetRequestURIBytes(v.uri)
+	if len(req.Header.Host()) == 0 {
+		req.Header.SetHost(e.up.Addr)
+	}
+	req.UseHostHeader = true
+	err := e.up.DoDeadline(req, &ctx.Response, time.Now().Add(e.timeout))
+	if err != nil {
+		ctx.Response.Reset()
+		status := fastStatus(err)
+		e.log.Warn("upstream", "status", status, "err", err)
+		ctx.SetStatusCode(status)
+	} else {
+		for _, name := range connectionTokens(ctx.Response.Header.Peek("Connection")) {
+			ctx.Response.Header.Del(name)
+		}
+		for _, h := range hopHeaders {
+			ctx.Response.Header.Del(h)
+		}
+	}
+	if clientClose {
+		ctx.SetConnectionClose()
+	} else {
+		ctx.Response.Header.ResetConnectionClose()
+	}
+}
+
+// fastStatus maps an upstream error to the status answered: 504 when a
+// timeout expired, 502 otherwise.
+func fastStatus(err error) int {
+	var ne net.Error
+	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrDialTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusBadGateway
+}
+
+// connectionTokens are the header names a Connection header lists.
+func connectionTokens(v []byte) []string {
+	if len(v) == 0 {
+		return nil
+	}
+	var names []string
+	for _, f := range bytes.Split(v, []byte{','}) {
+		if f = bytes.TrimSpace(f); len(f) > 0 && !bytes.EqualFold(f, []byte("close")) && !bytes.EqualFold(f, []byte("keep-alive")) {
+			names = append(names, string(f))
+		}
+	}
+	return names
+}
+
+// appendJoinedPath appends base and path joined by one slash, as
+// httputil.ReverseProxy's SetURL joins the upstream's path and the
+// request's.
+func appendJoinedPath(dst []byte, base, path string) []byte {
+	dst = append(dst, base...)
+	switch {
+	case path == "":
+		return append(dst, '/')
+	case path[0] != '/':
+		dst = append(dst, '/')
+	}
+	return append(dst, path...)
+}
+
+// responseHeader is h as an http.Header (for Limiter.Finish, which reads
+// a limit's cost header there).
+func responseHeader(h *fasthttp.ResponseHeader) http.Header {
+	out := http.Header{}
+	for k, v := range h.All() {
+		out.Add(string(k), string(v))
+	}
+	return out
+}
+
+// serveFast serves the proxied listener with the fasthttp core until ctx
+// ends, then shuts it down within cfg.ShutdownTimeout.
+func serveFast(ctx context.Context, ln net.Listener, srv *fasthttp.Server, shutdown time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdown)
+	defer cancel()
+	srv.ShutdownWithContext(sctx)
+	return nil
+}
+
+// backoffListener retries failed accepts (EMFILE, ENFILE) after a pause,
+// 5ms doubling to 1s, as http.Server does: fasthttp's server ends on any
+// accept error but a timeout.
+type backoffListener struct{ net.Listener }
+
+func (l backoffListener) Accept() (net.Conn, error) {
+	delay := 5 * time.Millisecond
+	for {
+		c, err := l.Listener.Accept()
+		if err == nil || errors.Is(err, net.ErrClosed) {
+			return c, err
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, time.Second)
+	}
+}
+
+// runFast serves the proxied listener with the fasthttp core and the
+// admin listener with net/http until ctx ends or either fails.
+func runFast(ctx context.Context, c *cli.Context, logger *slog.Logger, l *pop.Limiter, upstream *url.URL, admin http.Handler, watch func(string, net.Listener) net.Listener) error {
+	servers, err := newServers(c, logger, http.NotFoundHandler(), admin)
+	if err != nil {
+		return err
+	}
+	cfg := fastConfig{
+		MaxHeaderBytes: c.Int("max-header-bytes"), MaxBodyBytes: c.Int64("max-body-bytes"),
+		ReadHeaderTimeout: c.Duration("read-header-timeout"), ReadTimeout: c.Duration("read-timeout"),
+		WriteTimeout: c.Duration("write-timeout"), IdleTimeout: c.Duration("idle-timeout"),
+		DialTimeout: c.Duration("upstream-dial-timeout"), HeaderTimeout: c.Duration("upstream-header-timeout"),
+		Timeout: c.Duration("upstream-timeout"), Logger: logger, Upstream: upstream,
+	}
+	e, err := newFastEdge(l, cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", c.String("listen"))
+	if err != nil {
+		return err
+	}
+	logger.Info("listening", "listener", "proxy", "addr", ln.Addr().String(), "core", "fasthttp")
+	delete(servers, "proxy")
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	adminDone := make(chan error, 1)
+	go func() {
+		if len(servers) == 0 {
+			<-ctx.Done()
+			adminDone <- nil
+			return
+		}
+		adminDone <- daemon.ServeHTTP(ctx, daemon.ServeConfig{Servers: servers, Logger: logger, Wrap: watch})
+		cancel()
+	}()
+	err = serveFast(ctx, backoffListener{watch("proxy", ln)}, e.server(cfg), 5*time.Second)
+	cancel()
+	return errors.Join(err, <-adminDone)
+}
