@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -213,7 +212,3 @@ func (in *Inproc) StoreStats() counting.Stats {
 	}
 	return s
 }
-
-// IsContention reports whether err is the token bucket giving up on a hot
-// key (a decision that could not be made, not a store failure).
-func isContention(err error) bool { return errors.Is(err, counter.ErrContention) }

@@ -199,15 +199,6 @@ type PoP struct {
 	closeOnce sync.Once
 }
 
-// ProxyAddrs returns the memcached-protocol addresses of the proxies.
-func (p *PoP) proxyAddrs() []string {
-	out := make([]string, len(p.Proxies))
-	for i, pr := range p.Proxies {
-		out[i] = pr.Addr
-	}
-	return out
-}
-
 // StoreServers returns the memcached-protocol servers worker i talks to:
 // its proxy, or every shard when the PoP has no proxy (direct = true).
 func (p *PoP) storeServers(i int) (servers []string, direct bool) {

@@ -87,9 +87,6 @@ func (r *Report) Para(format string, args ...any) {
 	r.parts = append(r.parts, fmt.Sprintf(format, args...))
 }
 
-// Heading adds a second-level heading.
-func (r *Report) subheading(s string) { r.parts = append(r.parts, "## "+s) }
-
 // Table adds a table with its title as a bold line.
 func (r *Report) Table(t *Table) {
 	s := t.markdown()
@@ -102,11 +99,6 @@ func (r *Report) Table(t *Table) {
 // Image links a chart (path relative to the report's directory).
 func (r *Report) Image(alt, rel string) {
 	r.parts = append(r.parts, fmt.Sprintf("![%s](%s)", alt, rel))
-}
-
-// Code adds a fenced code block.
-func (r *Report) codeBlock(s string) {
-	r.parts = append(r.parts, "```\n"+strings.TrimRight(s, "\n")+"\n```")
 }
 
 // Write writes the report to path, creating its directory.

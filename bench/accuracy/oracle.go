@@ -80,9 +80,6 @@ func (s *slidingLog) count(key string, t time.Duration) int64 {
 	return r.sum
 }
 
-// Forget drops key's log.
-func (s *slidingLog) forget(key string) { delete(s.logs, key) }
-
 // FixedWindowExcess returns how many admitted units exceed quantity in their
 // fixed window: windows are [k·window, (k+1)·window) of the offsets given.
 // admitted must hold the offsets of admitted single-unit requests of one
