@@ -19,12 +19,15 @@ import (
 	"github.com/poplimit/poplimit/pop/kafkasink"
 )
 
-// Flags are --events, --events-pop and --events-worker.
+// Flags are --events, --events-pop, --events-worker and the Kafka
+// producer's bounds --events-buffer-records and --events-buffer-bytes.
 func Flags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "events", Usage: "rejection events (schema v1, see the README): JSON lines appended to `FILE`, '-' for stderr, or kafka://BROKER[,BROKER...]/TOPIC (asynchronous, lz4, idempotent, keyed by the identity digest; never slows a decision: beyond its buffer events are dropped and counted); empty disables"},
 		&cli.StringFlag{Name: "events-pop", EnvVars: []string{"POPLIMIT_POP"}, Usage: "the PoP's name in rejection events"},
 		&cli.StringFlag{Name: "events-worker", Usage: "this process's name in rejection events (default HOSTNAME:PID)"},
+		&cli.IntFlag{Name: "events-buffer-records", Value: 10000, Usage: "kafka: events buffered in the producer, not yet acknowledged; beyond, new events are dropped and counted (brokers down or slow)"},
+		&cli.IntFlag{Name: "events-buffer-bytes", Value: 8 << 20, Usage: "kafka: bytes of events buffered in the producer, not yet acknowledged; beyond, new events are dropped and counted"},
 	}
 }
 
@@ -51,7 +54,7 @@ func Start(ctx context.Context, c *cli.Context, metrics *pop.Metrics, reg promet
 	closeSink := func() {}
 	switch {
 	case strings.HasPrefix(dest, "kafka://"):
-		sink, err := NewKafka(dest, metrics, reg, logger)
+		sink, err := NewKafka(kafkasink.Config{MaxBufferedRecords: c.Int("events-buffer-records"), MaxBufferedBytes: c.Int("events-buffer-bytes"), Logger: logger, Registerer: reg}, dest, metrics)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--events: %w", err)
 		}
@@ -84,15 +87,14 @@ func Start(ctx context.Context, c *cli.Context, metrics *pop.Metrics, reg promet
 	return events, func() { <-done; closeSink() }, nil
 }
 
-// NewKafka returns the producer of a kafka://BROKER[,BROKER...]/TOPIC
-// destination, counting its drops and deliveries in metrics (may be nil)
-// and registering its own metrics in reg (may be nil).
-func NewKafka(dest string, metrics *pop.Metrics, reg prometheus.Registerer, logger *slog.Logger) (*kafkasink.Sink, error) {
+// NewKafka returns the producer of cfg to a kafka://BROKER[,BROKER...]/TOPIC
+// destination, counting its drops and deliveries in metrics (may be nil).
+func NewKafka(cfg kafkasink.Config, dest string, metrics *pop.Metrics) (*kafkasink.Sink, error) {
 	brokers, topic, err := kafkasink.ParseURL(dest)
 	if err != nil {
 		return nil, err
 	}
-	cfg := kafkasink.Config{Brokers: brokers, Topic: topic, Logger: logger, Registerer: reg}
+	cfg.Brokers, cfg.Topic = brokers, topic
 	if metrics != nil { // a nil Counter in an interface field is not "unset"
 		cfg.Dropped, cfg.Delivered = metrics.EventsDropped(), metrics.EventsWritten()
 	}
