@@ -64,7 +64,7 @@ descriptors:
 
 // startKafka starts a kfake cluster of one broker on loopback (port 0: a
 // free one) with eventsTopic seeded.
-func startKafka(t *testing.T, port int) *kfake.Cluster {
+func startKafka(t testing.TB, port int) *kfake.Cluster {
 	t.Helper()
 	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(4, eventsTopic)}
 	if port > 0 {
@@ -85,7 +85,7 @@ type eventProc struct {
 
 // startEdgeEvents starts an edge worker with --events dest and extra args;
 // it returns the proxied address.
-func startEdgeEvents(t *testing.T, name, upstream, policyPath, dest string, extra ...string) (string, eventProc) {
+func startEdgeEvents(t testing.TB, name, upstream, policyPath, dest string, extra ...string) (string, eventProc) {
 	listen, admin := fixture.FreeAddr(t), fixture.FreeAddr(t)
 	p := fixture.Start(t, fixture.Binary(t, "edge"), append([]string{"--listen", listen, "--admin", admin, "--upstream", upstream,
 		"--policy", policyPath, "--events", dest, "--events-pop", "test", "--events-worker", name}, extra...)...)
@@ -94,7 +94,7 @@ func startEdgeEvents(t *testing.T, name, upstream, policyPath, dest string, extr
 }
 
 // waitHTTP waits until url answers 200.
-func waitHTTP(t *testing.T, p *procs.Proc, url string) {
+func waitHTTP(t testing.TB, p *procs.Proc, url string) {
 	t.Helper()
 	err := p.WaitReady(context.Background(), 20*time.Second, func() error {
 		resp, err := http.Get(url)
@@ -114,7 +114,7 @@ func waitHTTP(t *testing.T, p *procs.Proc, url string) {
 
 // scrape sums the samples of metric name whose labels contain every one of
 // labels (`k="v"`).
-func scrape(t *testing.T, url, name string, labels ...string) float64 {
+func scrape(t testing.TB, url, name string, labels ...string) float64 {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
@@ -158,7 +158,7 @@ func getAPI(c *http.Client, addr, key string) (int, error) {
 	return resp.StatusCode, nil
 }
 
-func writeFile(t *testing.T, path, doc string) string {
+func writeFile(t testing.TB, path, doc string) string {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
@@ -169,7 +169,7 @@ func writeFile(t *testing.T, path, doc string) string {
 	return path
 }
 
-func newUpstream(t *testing.T) string {
+func newUpstream(t testing.TB) string {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(up.Close)
 	return up.URL
