@@ -215,7 +215,7 @@ func TestRefusalsReachKafkaExactlyOnceInOrderPerIdentity(t *testing.T) {
 	upstream := newUpstream(t)
 	var edges []string
 	var ps []eventProc
-	for i := range 2 {
+	for i := range 4 {
 		a, p := startEdgeEvents(t, fmt.Sprintf("edge-%d", i), upstream, policyPath, dest)
 		edges, ps = append(edges, a), append(ps, p)
 	}
@@ -366,13 +366,26 @@ func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
 	}
 }
 
-// The cluster stopped under load for 3 s and restarted on the same
-// address: decisions go on at the same latency, the producer's buffer
-// stays within its bound, the excess is dropped and counted, delivery
-// resumes by itself, and the worker neither crashes nor leaks goroutines.
+// outageEnv sets the outage of TestKafkaOutageNeverSlowsDecisions (a Go
+// duration; default 3s), e.g. 10s for the full-length run.
+const outageEnv = "POPLIMIT_KAFKA_OUTAGE"
+
+// The cluster stopped under load (3 s, or $POPLIMIT_KAFKA_OUTAGE) and
+// restarted on the same address: decisions go on at the same latency, the
+// producer's buffer stays within its bound, the excess is dropped and
+// counted, delivery resumes by itself, and the worker neither crashes nor
+// leaks goroutines.
 func TestKafkaOutageNeverSlowsDecisions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs an edge process")
+	}
+	outage := 3 * time.Second
+	if v := os.Getenv(outageEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", outageEnv, v, err)
+		}
+		outage = d
 	}
 	c := startKafka(t, 0)
 	addr := c.ListenAddrs()[0]
@@ -418,7 +431,7 @@ func TestKafkaOutageNeverSlowsDecisions(t *testing.T) {
 	c.Close()
 	phase.Store(1)
 	var maxBuffered float64
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+	for end := time.Now().Add(outage); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		maxBuffered = max(maxBuffered, scrape(t, p.metrics, "poplimit_kafka_buffered_records"))
 	}
 	rss := scrape(t, p.metrics, "process_resident_memory_bytes")
@@ -448,8 +461,8 @@ func TestKafkaOutageNeverSlowsDecisions(t *testing.T) {
 		}
 		return s[len(s)*99/100]
 	}
-	t.Logf("decisions up/down/back: %d/%d/%d, p99 %v/%v/%v; refused %v: dropped %v (sink %v), producer buffer max %v records (bound %d), RSS %.1f MiB during the outage; goroutines %v before, %v after",
-		len(lat[0]), len(lat[1]), len(lat[2]), p99(0), p99(1), p99(2), refused, dropped,
+	t.Logf("outage %v; decisions up/down/back: %d/%d/%d, p99 %v/%v/%v; refused %v: dropped %v (sink %v), producer buffer max %v records (bound %d), RSS %.1f MiB during the outage; goroutines %v before, %v after",
+		outage, len(lat[0]), len(lat[1]), len(lat[2]), p99(0), p99(1), p99(2), refused, dropped,
 		scrape(t, p.metrics, "poplimit_rejection_events_dropped_total", `reason="sink"`), maxBuffered, bound, rss/(1<<20), g0, g1)
 	if failures.Load() != 0 {
 		t.Errorf("%d requests failed", failures.Load())
