@@ -165,7 +165,8 @@ func benchDecideEvents(b *testing.B, sink, addr string) {
 // BenchmarkEdgeCPUWithKafkaEvents measures an edge worker's own CPU per
 // decision (process_cpu_seconds_total) at 10% refusals, with no events
 // and with --events kafka://… (the broker in this process), two edges
-// loaded in turn, eventsBenchRounds rounds each, interleaved. Use
+// loaded in turn, eventsBenchRounds rounds each, interleaved, the first
+// alternating. Use
 // -benchtime 20000x or more: the CPU counter ticks in 10 ms.
 func BenchmarkEdgeCPUWithKafkaEvents(b *testing.B) {
 	c := startKafka(b, 0)
@@ -184,8 +185,12 @@ func BenchmarkEdgeCPUWithKafkaEvents(b *testing.B) {
 		addrs[sink], metrics[sink] = a, p.metrics
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}, Timeout: 10 * time.Second}
-	for range eventsBenchRounds {
-		for _, sink := range []string{"none", "kafka"} {
+	for r := range eventsBenchRounds {
+		order := []string{"none", "kafka"}
+		if r%2 == 1 { // neither goes first every time
+			order[0], order[1] = order[1], order[0]
+		}
+		for _, sink := range order {
 			b.Run("sink="+sink, func(b *testing.B) {
 				m := metrics[sink]
 				cpu0 := scrape(b, m, "process_cpu_seconds_total")
