@@ -146,15 +146,7 @@ func (l *Limiter) finish(d *Decision, now time.Time, ip netip.Addr, id Identity)
 		l.cfg.Metrics.shadowReject(d.Policy, d.Shadow)
 	}
 	if (!d.Allowed && d.Reason != ReasonCanceled || d.Shadow != "") && l.cfg.Events != nil {
-		ev := Event{
-			Time: now, Policy: d.Policy, Tier: d.Tier, Reason: d.Reason, Status: d.Status,
-			Limit: d.Binding.Limit.Name, IP: ip.String(), KeyID: id.KeyID, Tenant: id.Tenant, Route: id.Route,
-			RetryAfter: d.RetryAfter().Seconds(),
-		}
-		if d.Allowed { // a dry run's would-be rejection
-			ev.Shadow, ev.Limit, ev.Status, ev.RetryAfter = true, d.Shadow, http.StatusTooManyRequests, 0
-		}
-		l.cfg.Events.Emit(ev)
+		l.cfg.Events.Emit(l.event(d, now, ip, id))
 	}
 }
 

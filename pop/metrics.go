@@ -25,7 +25,7 @@ type Metrics struct {
 	fallback    *prometheus.CounterVec // policy, mode
 	mitigation  *prometheus.CounterVec // policy, event (hit, insert)
 	reloads     *prometheus.CounterVec // result
-	eventsDrop  prometheus.Counter     //
+	eventsDrop  *prometheus.CounterVec // reason (queue_full, write_error, sink)
 	eventsOut   prometheus.Counter     //
 	leaseServed *prometheus.CounterVec // policy
 	lim         limitMetrics           // dry runs, concurrency, flags, response counts
@@ -111,15 +111,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "poplimit_policy_reloads_total", Help: "Policy reloads by result (ok, invalid: the file failed validation, unreadable: it could not be read).",
 		}, []string{"result"}),
-		eventsDrop: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "poplimit_rejection_events_dropped_total", Help: "Rejection events dropped because the queue was full or the sink failed.",
-		}),
+		eventsDrop: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poplimit_rejection_events_dropped_total", Help: "Rejection events dropped, by reason: queue_full (the queue before the sink was full), write_error (the file or stderr failed), sink (the Kafka producer dropped it: poplimit_kafka_events_dropped_total has its reason).",
+		}, []string{"reason"}),
 		eventsOut: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "poplimit_rejection_events_written_total", Help: "Rejection events written to the sink.",
+			Name: "poplimit_rejection_events_written_total", Help: "Rejection events written to the file or stderr, or acknowledged by Kafka.",
 		}),
 		leaseServed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "poplimit_lease_served_total", Help: "Decisions served from a local token lease (no store call).",
 		}, []string{"policy"}),
+	}
+	for _, r := range []string{dropQueueFull, dropWriteError, dropSink} {
+		m.eventsDrop.WithLabelValues(r) // exported at 0 from the start, for alerts
 	}
 	var more []prometheus.Collector
 	m.lim, more = newLimitMetrics()
@@ -268,4 +271,42 @@ func (m *Metrics) responseCounted(policy, limit string) {
 
 func (m *Metrics) responseCostInvalid(policy, reason string) {
 	m.inc2(func(m *Metrics) *prometheus.CounterVec { return m.lim.respInvald }, policy, reason)
+}
+
+// Reasons of poplimit_rejection_events_dropped_total.
+const (
+	dropQueueFull  = "queue_full"
+	dropWriteError = "write_error"
+	dropSink       = "sink"
+)
+
+// EventsDropped is the rejection events' dropped counter an EventSink
+// increments for each event it drops (reason "sink"); nil for a nil
+// *Metrics.
+func (m *Metrics) EventsDropped() prometheus.Counter {
+	if m == nil {
+		return nil
+	}
+	return m.eventsDrop.WithLabelValues(dropSink)
+}
+
+// EventsWritten is the rejection events' written counter an EventSink
+// increments for each event delivered; nil for a nil *Metrics.
+func (m *Metrics) EventsWritten() prometheus.Counter {
+	if m == nil {
+		return nil
+	}
+	return m.eventsOut
+}
+
+func (m *Metrics) eventsDropped(reason string, n uint64) {
+	if m != nil && n > 0 {
+		m.eventsDrop.WithLabelValues(reason).Add(float64(n))
+	}
+}
+
+func (m *Metrics) eventsWritten(n uint64) {
+	if m != nil && n > 0 {
+		m.eventsOut.Add(float64(n))
+	}
 }

@@ -43,6 +43,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/cmd/internal/daemon"
+	"github.com/poplimit/poplimit/cmd/internal/eventsflag"
 	"github.com/poplimit/poplimit/cmd/internal/globalflags"
 	"github.com/poplimit/poplimit/cmd/internal/storeflags"
 	"github.com/poplimit/poplimit/counter"
@@ -86,7 +87,6 @@ func newApp() *cli.App {
 			&cli.DurationFlag{Name: "policy-resync", Value: 30 * time.Second, Usage: "with --policy-source: period of the full re-read"},
 			&cli.StringFlag{Name: "admin", Value: "127.0.0.1:7481", Usage: "admin listener address (/metrics, /healthz, POST /reload); empty disables (7481: not Prometheus's 9090 or an exporter's 9091-9100)"},
 			&cli.IntFlag{Name: "workers-per-pop", Value: 1, Usage: "number of edge workers in the PoP: the local fail mode enforces limit ÷ this"},
-			&cli.StringFlag{Name: "events", Usage: "write rejection events as JSON lines to `FILE` ('-' for stderr); empty disables"},
 			// The upstream exchange (pop.ForwardConfig): 504 when a timeout expires, 413 over the body limit.
 			&cli.DurationFlag{Name: "upstream-dial-timeout", Value: 5 * time.Second, Usage: "connecting to the upstream (504 on expiry; 5s: a LAN upstream connects in milliseconds, 5s rides out two lost SYNs)"},
 			&cli.DurationFlag{Name: "upstream-header-timeout", Value: 30 * time.Second, Usage: "waiting for the upstream's response headers once the request is sent (504 on expiry; 30s: the slowest API answer worth waiting for, as Envoy's and nginx's defaults are 15-60s)"},
@@ -103,7 +103,7 @@ func newApp() *cli.App {
 			&cli.StringFlag{Name: "reload-token", EnvVars: []string{"EDGE_RELOAD_TOKEN"}, Usage: "POST /reload requires 'Authorization: Bearer TOKEN' (env EDGE_RELOAD_TOKEN); empty = no token"},
 			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof under /debug/pprof/ on the admin listener"},
 			&cli.BoolFlag{Name: "shadow", Usage: "dry run: every limit counts and decides, but would-be rejections are admitted and reported (poplimit_shadow_rejections_total, events with \"shadow\": true, X-RateLimit-Shadow with the policy's shadow_header); enforce by restarting without it, or per limit/policy with shadow: in the policy file and a reload"},
-		}, append(storeflags.Flags(), globalflags.Flags()...)...),
+		}, append(append(storeflags.Flags(), globalflags.Flags()...), eventsflag.Flags()...)...),
 		Action: run,
 	}
 }
@@ -128,7 +128,7 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	events, eventsDone, err := startEvents(ctx, c.String("events"), logger)
+	events, eventsDone, err := eventsflag.Start(ctx, c, metrics, reg, logger)
 	if err != nil {
 		return err
 	}
@@ -202,32 +202,6 @@ func run(c *cli.Context) error {
 		return err
 	}
 	return daemon.ServeHTTP(ctx, daemon.ServeConfig{Servers: servers, Logger: logger, Wrap: watch})
-}
-
-// startEvents starts the rejection events writer of --events (path "" is
-// none: nil Events; "-" is stderr) until ctx ends; wait waits for it to
-// end and closes the file.
-func startEvents(ctx context.Context, path string, logger *slog.Logger) (events *pop.Events, wait func(), err error) {
-	if path == "" {
-		return nil, func() {}, nil
-	}
-	sink, closeSink := os.Stderr, func() error { return nil }
-	if path != "-" {
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return nil, nil, err
-		}
-		sink, closeSink = f, f.Close
-	}
-	events = pop.NewEvents(sink, pop.EventsConfig{Logger: logger})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := events.Run(ctx); err != nil {
-			logger.Warn("events: sink failed", "err", err)
-		}
-	}()
-	return events, func() { <-done; closeSink() }, nil
 }
 
 // newServers builds the proxied listener's server and, with --admin, the

@@ -16,7 +16,8 @@
 // SIGHUP; an invalid file keeps the previous config (logged with file,
 // line and reason; /healthcheck stays OK, poplimit_rls_config_loads_total
 // counts the error). The store, store-deadline and breaker flags are
-// cmd/internal/storeflags', shared with edge. This file only wires flags
+// cmd/internal/storeflags', the --events flags cmd/internal/eventsflag',
+// shared with edge. This file only wires flags
 // to package pop/rls.
 package main
 
@@ -40,6 +41,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/poplimit/poplimit/cmd/internal/daemon"
+	"github.com/poplimit/poplimit/cmd/internal/eventsflag"
 	"github.com/poplimit/poplimit/cmd/internal/globalflags"
 	"github.com/poplimit/poplimit/cmd/internal/storeflags"
 	"github.com/poplimit/poplimit/pop"
@@ -81,7 +83,7 @@ func newApp() *cli.App {
 			&cli.Float64Flag{Name: "near-limit-ratio", Value: 0.8, EnvVars: []string{"NEAR_LIMIT_RATIO"}, Usage: "share of a limit above which admissions count as near_limit"},
 			&cli.IntFlag{Name: "max-descriptors", Value: 256, Usage: "descriptors per request; more is INVALID_ARGUMENT"},
 			&cli.IntFlag{Name: "gc-heap-floor-mib", Value: daemon.DefaultHeapFloorMiB, Usage: "the garbage collector's heap goal is at least this many MiB (memory ≤ max(floor, 2 × live heap)): with rls's few MB of live heap, Go's default goal (4 MB) makes the collector run ten times a second under load; 0 = Go's default; ignored when GOGC is set"},
-		}, append(grpcFlags(), append(storeflags.Flags(), globalflags.Flags()...)...)...),
+		}, append(grpcFlags(), append(append(storeflags.Flags(), globalflags.Flags()...), eventsflag.Flags()...)...)...),
 		Action: run,
 	}
 }
@@ -143,11 +145,17 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	events, eventsDone, err := eventsflag.Start(ctx, c, metrics, reg, logger)
+	if err != nil {
+		return err
+	}
+	// stop ends the events' context; it must run before waiting for them.
+	defer func() { stop(); eventsDone() }()
 	svc, err := rls.NewService(rls.ServiceConfig{
 		Limiter: limiter, ShadowMode: c.Bool("shadow-mode"), Headers: c.Bool("response-headers"),
 		HeaderLimit: c.String("header-limit"), HeaderRemaining: c.String("header-remaining"), HeaderReset: c.String("header-reset"),
 		FailClosedUnavailable: c.Bool("fail-closed-unavailable"), NearLimitRatio: c.Float64("near-limit-ratio"),
-		MaxDescriptors: c.Int("max-descriptors"), Stats: stats, Logger: logger,
+		MaxDescriptors: c.Int("max-descriptors"), Stats: stats, Events: events, Logger: logger,
 	})
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,10 @@ type ServiceConfig struct {
 	NearLimitRatio float64
 	// Stats receives envoyproxy/ratelimit's statistics; nil disables.
 	Stats *Stats
+	// Events, if not nil, receives an event for every OVER_LIMIT
+	// descriptor and every shadow-mode would-be one (pop.Event, with
+	// Domain, Descriptor and the descriptor's identity digest).
+	Events *pop.Events
 	// Clock is the decision instant; default time.Now.
 	Clock func() time.Time
 	// Logger logs reloads; default slog.Default().
@@ -252,7 +257,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitReques
 	}
 	out := make([]pop.Decision, len(checks))
 	s.cfg.Limiter.DecideAll(ctx, checks, now, out)
-	return s.answer(req, descs, out, now)
+	return s.answer(req, descs, checks, out, now)
 }
 
 // partsBuf holds the parts of one request's descriptors: one allocation
@@ -311,7 +316,7 @@ func (s *Service) validate(req *rlv3.RateLimitRequest) error {
 // does: per-descriptor statuses (shadow mode turns OVER_LIMIT into OK),
 // the overall code, and the headers of the descriptor closest to its
 // limit (the last one over it, if any).
-func (s *Service) answer(req *rlv3.RateLimitRequest, descs []descriptor, out []pop.Decision, now time.Time) (*rlv3.RateLimitResponse, error) {
+func (s *Service) answer(req *rlv3.RateLimitRequest, descs []descriptor, checks []pop.Check, out []pop.Decision, now time.Time) (*rlv3.RateLimitResponse, error) {
 	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(descs))}
 	// One allocation each for the statuses, their limits and their
 	// durations (not one per descriptor).
@@ -353,6 +358,9 @@ func (s *Service) answer(req *rlv3.RateLimitRequest, descs []descriptor, out []p
 		if o.over && l.ShadowMode {
 			st.Code = rlv3.RateLimitResponse_OK
 		}
+		if o.over && s.cfg.Events != nil {
+			s.emit(req.Domain, l, d, o, checks[ds.check].Parts, reset, now)
+		}
 		if st.LimitRemaining < minRemaining {
 			closest, closestReset, minRemaining = st, reset, st.LimitRemaining
 		}
@@ -373,6 +381,23 @@ func (s *Service) answer(req *rlv3.RateLimitRequest, descs []descriptor, out []p
 		s.cfg.Stats.globalShadow()
 	}
 	return resp, nil
+}
+
+// emit queues the event of an over-limit descriptor of limit l: refused,
+// or admitted in shadow mode (the rule's shadow_mode or SHADOW_MODE).
+func (s *Service) emit(domain string, l *Limit, d pop.Decision, o outcome, parts []string, reset time.Duration, now time.Time) {
+	ev := pop.Event{
+		Time: now, Domain: domain, Descriptor: l.FullKey, Policy: d.Policy, Limit: l.Name, Tier: d.Tier,
+		IdentityParts: parts, Decision: pop.EventRefused, Reason: d.Reason, Status: http.StatusTooManyRequests,
+		RetryAfter: reset.Seconds(),
+	}
+	if ev.Limit == "" {
+		ev.Limit = o.binding.Limit.Name
+	}
+	if l.ShadowMode || s.cfg.ShadowMode {
+		ev.Decision, ev.Shadow = pop.EventAdmitted, true
+	}
+	s.cfg.Events.Emit(ev)
 }
 
 // outcome is one descriptor's decision as envoyproxy/ratelimit reasons
