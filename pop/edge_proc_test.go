@@ -2,6 +2,7 @@ package pop_test
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"io"
 	"net"
@@ -110,6 +111,40 @@ func TestEdgeSafeProxy(t *testing.T) {
 	resp.Body.Close()
 	if h.Status != "degraded" || len(h.Reasons) == 0 || !strings.Contains(h.Reasons[0], "default_policy") {
 		t.Errorf("healthz with an invalid file: %+v", h)
+	}
+}
+
+// TestEdgeStreamsResponses: edge passes a response on as it arrives, not
+// once it is whole, so a long or large response holds no more than a
+// buffer in edge.
+func TestEdgeStreamsResponses(t *testing.T) {
+	bin, _ := binaries(t)
+	gotFirst := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write(bytes.Repeat([]byte("a"), 64<<10))
+		w.(http.Flusher).Flush()
+		select {
+		case <-gotFirst:
+			w.Write([]byte("end"))
+		case <-time.After(5 * time.Second):
+			w.Write([]byte("late"))
+		}
+	}))
+	defer up.Close()
+	policy := writePolicy(t, t.TempDir(), edgeSafetyDoc)
+	e := startEdge(t, bin, up.URL, "", policy)
+	resp, err := httpClient.Get("http://" + e.addr + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.ReadFull(resp.Body, make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	close(gotFirst)
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || string(rest) != "end" {
+		t.Errorf("after the first 64 KiB: %q, %v; want \"end\": the first part reached the client only once the upstream had finished", rest, err)
 	}
 }
 

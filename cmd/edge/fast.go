@@ -72,8 +72,10 @@ func newFastEdge(l *pop.Limiter, cfg fastConfig) (*fastEdge, error) {
 			Dial: func(a string) (net.Conn, error) {
 				return (&net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}).Dial("tcp", a)
 			},
-			// The response is read whole before it is sent on: the header
-			// timeout bounds it, the total timeout the whole exchange.
+			// The response body is streamed on as it arrives (the server
+			// writes and closes ctx.Response's body stream); the header
+			// timeout bounds each read, the total timeout the whole exchange.
+			StreamResponseBody:            true,
 			ReadTimeout:                   cfg.HeaderTimeout,
 			WriteTimeout:                  cfg.Timeout,
 			MaxConns:                      1 << 20, // no cap, as net/http's Transport
