@@ -79,10 +79,10 @@ func (s *session) setErr(err error) (first bool) {
 // read is the session's reader: it reads replies into one buffer, matches
 // every complete reply in it to the pending calls in order, and finishes
 // them; the read deadline is the oldest pending call's Start + timeout.
-// A read that did not fill the buffer waits for the next arrival rather
-// than reading again for nothing (fastconn.ReadShort): a reply is due, or
-// the next request is, and a shard's close that came with the last replies
-// then shows as the reply's deadline or the request's reset.
+// With no call pending, a read that did not fill the buffer waits for the
+// next arrival rather than reading again for nothing (fastconn.ReadShort):
+// the next request is due, and a shard's close that came with the last
+// replies then shows as that request's reset.
 func (s *session) read() {
 	defer s.p.wg.Done()
 	rd := &replyReader{s: s, buf: make([]byte, readBufSize)}
@@ -121,13 +121,19 @@ func (rd *replyReader) fill() []byte {
 
 // consume takes n more bytes, finishes the calls they answer and moves
 // the read deadline to the next pending call's; it stops reading on a
-// reply that is none.
+// reply that is none. With calls still pending it reads again at once
+// (under load their replies are often there already: a read is cheaper
+// than a wait); with none, the next arrival is the reply to a request not
+// yet written, so it waits for it.
 func (rd *replyReader) consume(n int) fastconn.ReadNext {
 	rd.w += n
 	if rd.err = rd.answer(); rd.err != nil {
 		return fastconn.ReadStop
 	}
 	rd.deadline()
+	if rd.i < len(rd.cur) {
+		return fastconn.ReadDrain
+	}
 	return fastconn.ReadShort
 }
 
