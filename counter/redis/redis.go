@@ -207,8 +207,11 @@ func (lim *Limiter) Limit() counter.Limit { return lim.r.Limit() }
 
 // AllowN implements counter.Allower: one script call.
 func (lim *Limiter) AllowN(ctx context.Context, key string, now time.Time, n int64) (counter.Result, error) {
-	_, rs, err := lim.s.AllowAll(ctx, now, n, counter.Check{Allower: lim, Key: key})
-	if err != nil {
+	if n < 1 {
+		return counter.Result{}, counter.ErrBadCost
+	}
+	var rs [1]counter.Result
+	if err := lim.s.allowAll(ctx, now, n, []counter.Check{{Allower: lim, Key: key}}, rs[:]); err != nil {
 		return counter.Result{}, err
 	}
 	return rs[0], nil
