@@ -146,7 +146,13 @@ func (s *Store) runKeys(ctx context.Context, keys []string, now time.Time, args 
 		}
 		args[0], args[1] = sec, ns-sec*1e9
 	}
-	raw, err := decideScript.Run(ctx, s.sc, keys, args...).Int64Slice()
+	cmd := decideCmd(ctx, evalshaHead, keys, args)
+	err := s.sc.Process(ctx, cmd)
+	if goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = decideCmd(ctx, evalHead, keys, args)
+		err = s.sc.Process(ctx, cmd)
+	}
+	raw := cmd.Val()
 	if err != nil {
 		if errors.Is(err, goredis.Nil) {
 			err = ErrReply
@@ -165,6 +171,26 @@ func (s *Store) runKeys(ctx context.Context, keys []string, now time.Time, args 
 		return reply{}, fmt.Errorf("%w: %d values", ErrReply, len(raw))
 	}
 	return reply{now: time.Unix(raw[0], raw[1]), vals: raw[2:]}, nil
+}
+
+// evalshaHead and evalHead start the decision script's command: EVALSHA
+// of its hash, or (the node does not have it yet: NOSCRIPT) EVAL of its
+// source, which also loads it. Boxed once: a decision copies them.
+var (
+	evalshaHead = [2]any{"evalsha", decideScript.Hash()}
+	evalHead    = [2]any{"eval", decideSrc}
+)
+
+// decideCmd is the decision script's command over keys and args. Its
+// reply is read as integers straight into a []int64, unboxed.
+func decideCmd(ctx context.Context, head [2]any, keys []string, args []any) *goredis.IntSliceCmd {
+	a := make([]any, 0, len(head)+1+len(keys)+len(args))
+	a = append(a, head[0], head[1], len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	return goredis.NewIntSliceCmd(ctx, a...)
 }
 
 // results sets out[i] to check i's Result from the reply.
