@@ -1,7 +1,11 @@
 // Package bench launches PoPs (memcached shards, mcproxy and edge workers as
 // processes on free loopback ports), drives seeded workloads through them and
-// measures throughput, latency, accuracy and behaviour under faults. It is
-// the engine of cmd/popbench; no library package imports it (tests may).
+// holds what every benchmark shares: the launcher, workloads, latency
+// histograms, reports and charts, and the scenarios small enough to need no
+// package of their own (demo, load, memory, central, global, pops, burst).
+// The larger benchmarks live beside it: openloop, proxycmp, soak, accuracy,
+// faults and rlsbench. It is the engine of cmd/popbench; no library package
+// imports it (tests may).
 package bench
 
 import "time"

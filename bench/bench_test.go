@@ -6,21 +6,6 @@ import (
 	"time"
 )
 
-// BenchmarkSlidingLog measures the oracle: it scores every request of a
-// trace, so it must stay cheap next to the system under test.
-func BenchmarkSlidingLog(b *testing.B) {
-	b.ReportAllocs()
-	l := NewSlidingLog(100, time.Minute, true)
-	keys := make([]string, 1000)
-	for i := range keys {
-		keys[i] = "k" + strconv.Itoa(i)
-	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		l.Allow(keys[i%len(keys)], time.Duration(i)*time.Millisecond, 1)
-	}
-}
-
 // BenchmarkLatencyRecord measures one histogram record (on every request).
 func BenchmarkLatencyRecord(b *testing.B) {
 	b.ReportAllocs()

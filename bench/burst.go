@@ -57,16 +57,16 @@ func (c BurstConfig) withDefaults() BurstConfig {
 }
 
 // BurstAlgorithms are the policies a burst runs against.
-var BurstAlgorithms = []string{"fixed_window", "token_bucket", "sliding_window"}
+var burstAlgorithms = []string{"fixed_window", "token_bucket", "sliding_window"}
 
 // BurstPolicy is the policy of RunBurst: per algorithm, a fail-open and a
 // fail-closed route (GET /<algorithm>/open, /<algorithm>/closed) limited
 // to limit per minute per API key, and GET /flood (fixed window, fail
 // open).
-func BurstPolicy(limit int64) []byte {
+func burstPolicy(limit int64) []byte {
 	var b strings.Builder
 	b.WriteString("version: 1\napi_key: {header: X-API-Key}\ntiers:\n")
-	for _, a := range BurstAlgorithms {
+	for _, a := range burstAlgorithms {
 		extra := ""
 		if a == "token_bucket" {
 			extra = fmt.Sprintf(", burst: %d", limit)
@@ -74,7 +74,7 @@ func BurstPolicy(limit int64) []byte {
 		fmt.Fprintf(&b, "  %s: {limits: [{name: %s, algorithm: %s, quantity: %d, window: 1m%s}]}\n", a, a, a, limit, extra)
 	}
 	b.WriteString("policies:\n")
-	for _, a := range BurstAlgorithms {
+	for _, a := range burstAlgorithms {
 		for _, mode := range []string{"open", "closed"} {
 			fmt.Fprintf(&b, "  - {name: %s-%s, routes: [\"GET /%s/%s\"], identity: [api_key], tier: %s, fail_mode: %s}\n", a, mode, a, mode, a, mode)
 		}
@@ -85,7 +85,7 @@ func BurstPolicy(limit int64) []byte {
 
 // BurstRun is one burst: Requests at one fresh key from Conns connections
 // spread over the edges.
-type BurstRun struct {
+type burstRun struct {
 	Algorithm string `json:"algorithm"`
 	FailMode  string `json:"fail_mode"`
 	Conns     int    `json:"conns"`
@@ -105,7 +105,7 @@ type BurstRun struct {
 }
 
 // FloodRun is the flood: one request per distinct key at a fixed rate.
-type FloodRun struct {
+type floodRun struct {
 	Rate      int     `json:"rate"`
 	Seconds   float64 `json:"seconds"`
 	Sent      int64   `json:"sent"`
@@ -122,8 +122,8 @@ type FloodRun struct {
 // BurstReport is the result of RunBurst.
 type BurstReport struct {
 	PoP    string      `json:"pop"`
-	Bursts []*BurstRun `json:"bursts"`
-	Flood  *FloodRun   `json:"flood,omitempty"`
+	Bursts []*burstRun `json:"bursts"`
+	Flood  *floodRun   `json:"flood,omitempty"`
 }
 
 // RunBurst launches a PoP (3 memcached shards, one mcproxy, 4 edges on
@@ -134,7 +134,7 @@ func RunBurst(ctx context.Context, env *Env, cfg BurstConfig) (*BurstReport, err
 		return nil, fmt.Errorf("bench: burst needs edge workers: %v", env.EdgeErr)
 	}
 	p, err := env.Launch(ctx, PoPConfig{Name: "burst", Shards: 3, Proxies: 1, Edges: 4, WorkersPerPoP: 4,
-		Policy: BurstPolicy(cfg.Limit), EdgeArgs: cfg.EdgeArgs})
+		Policy: burstPolicy(cfg.Limit), EdgeArgs: cfg.EdgeArgs})
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +144,7 @@ func RunBurst(ctx context.Context, env *Env, cfg BurstConfig) (*BurstReport, err
 	for _, conns := range cfg.Conns {
 		client := burstClient(conns)
 		for round := 1; round <= cfg.Rounds; round++ {
-			for _, alg := range BurstAlgorithms {
+			for _, alg := range burstAlgorithms {
 				for _, mode := range []string{"open", "closed"} {
 					run++
 					r, err := burstOnce(ctx, p, client, cfg, alg, mode, conns, fmt.Sprintf("burst-%d-%d", time.Now().UnixNano(), run))
@@ -223,7 +223,7 @@ func (s *statusCounts) send(ctx context.Context, client *http.Client, url, key s
 // to edge g mod edges. A fixed window must not straddle a minute boundary
 // (the count would legitimately restart): it waits for the next minute
 // when fewer than 15 s are left.
-func burstOnce(ctx context.Context, p *PoP, client *http.Client, cfg BurstConfig, alg, mode string, conns int, key string) (*BurstRun, error) {
+func burstOnce(ctx context.Context, p *PoP, client *http.Client, cfg BurstConfig, alg, mode string, conns int, key string) (*burstRun, error) {
 	if left := time.Minute - time.Duration(time.Now().UnixNano()%int64(time.Minute)); left < 15*time.Second {
 		select {
 		case <-ctx.Done():
@@ -256,7 +256,7 @@ func burstOnce(ctx context.Context, p *PoP, client *http.Client, cfg BurstConfig
 	if err != nil {
 		return nil, err
 	}
-	r := &BurstRun{Algorithm: alg, FailMode: mode, Conns: conns, Limit: cfg.Limit, Allowance: cfg.Limit,
+	r := &burstRun{Algorithm: alg, FailMode: mode, Conns: conns, Limit: cfg.Limit, Allowance: cfg.Limit,
 		Admitted: st.ok.Load(), Rejected: st.limited.Load(), Status503: st.unavailable.Load(), Other: st.other.Load(),
 		Seconds: el.Seconds(), FailOpen: fo1 - fo0, StoreSlow: slow1 - slow0}
 	if alg == "token_bucket" {
@@ -268,7 +268,7 @@ func burstOnce(ctx context.Context, p *PoP, client *http.Client, cfg BurstConfig
 
 // flood sends one request per fresh API key at cfg.FloodRate for
 // cfg.FloodFor, open loop (request i is due at i/rate), over the edges.
-func flood(ctx context.Context, p *PoP, cfg BurstConfig) (*FloodRun, error) {
+func flood(ctx context.Context, p *PoP, cfg BurstConfig) (*floodRun, error) {
 	fo0, slow0, err := reasonTotals(p)
 	if err != nil {
 		return nil, err
@@ -309,7 +309,7 @@ func flood(ctx context.Context, p *PoP, cfg BurstConfig) (*FloodRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &FloodRun{Rate: cfg.FloodRate, Seconds: el.Seconds(), Sent: total, Admitted: st.ok.Load(),
+	return &floodRun{Rate: cfg.FloodRate, Seconds: el.Seconds(), Sent: total, Admitted: st.ok.Load(),
 		Status503: st.unavailable.Load(), Other: st.other.Load(), FailOpen: fo1 - fo0, StoreSlow: slow1 - slow0,
 		LateMs: float64(late.Load()) / 1e6}, ctx.Err()
 }

@@ -37,7 +37,7 @@ type CentralConfig struct {
 }
 
 // CentralRun is one measured run.
-type CentralRun struct {
+type centralRun struct {
 	Store    string  `json:"store"`
 	Round    int     `json:"round"`
 	Requests int     `json:"requests"`
@@ -49,7 +49,7 @@ type CentralRun struct {
 type CentralReport struct {
 	RTTms   float64       `json:"rtt_ms"`
 	Workers string        `json:"workers"`
-	Runs    []*CentralRun `json:"runs"`
+	Runs    []*centralRun `json:"runs"`
 	Local   Summary       `json:"local"`
 	Central Summary       `json:"central"`
 	// RatioP50 and RatioP99 are central over local.
@@ -124,8 +124,8 @@ func RunCentral(ctx context.Context, env *Env, cfg CentralConfig) (*CentralRepor
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			tot := r.Totals()
-			rep.Runs = append(rep.Runs, &CentralRun{Store: s.name, Round: round, Requests: len(r.Records),
+			tot := r.totals()
+			rep.Runs = append(rep.Runs, &centralRun{Store: s.name, Round: round, Requests: len(r.Records),
 				Latency: r.Latency.Summary(), Errors: tot[Failed] + tot[Unavailable]})
 			lats[s.name].Merge(r.Latency)
 		}
@@ -142,7 +142,7 @@ func RunCentral(ctx context.Context, env *Env, cfg CentralConfig) (*CentralRepor
 			return rep, err
 		}
 		rep.Chart = filepath.Join(cfg.OutDir, "central-latency-cdf"+ChartExt(cfg.ChartFormat))
-		if err := ChartCDF(rep.Chart, fmt.Sprintf("Decision latency: per-PoP store vs central store %v away", cfg.RTT),
+		if err := chartCDF(rep.Chart, fmt.Sprintf("Decision latency: per-PoP store vs central store %v away", cfg.RTT),
 			[]string{"per-PoP store", "central store"}, []*Latency{lats["per-PoP"], lats["central"]}); err != nil {
 			return rep, err
 		}

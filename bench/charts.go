@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"image/color"
+	"math"
+	"strconv"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -26,20 +28,20 @@ func ChartExt(format string) string {
 
 // ClientSeries is one client's admitted rate over time, for
 // ChartAdmitted.
-type ClientSeries struct {
+type clientSeries struct {
 	Label string
 	Limit float64   // per second
 	Rate  []float64 // admitted per second, one value per bucket
 }
 
 // AdmittedSeries returns the admitted rate per bucket of each chosen client.
-func AdmittedSeries(r *Replay, clients []int, bucket time.Duration) []ClientSeries {
-	out := make([]ClientSeries, 0, len(clients))
+func admittedSeries(r *Replay, clients []int, bucket time.Duration) []clientSeries {
+	out := make([]clientSeries, 0, len(clients))
 	for _, ci := range clients {
 		c := r.Trace.Clients[ci]
 		rt := r.Trace.Routes[c.Route]
 		s := r.Series(bucket, func(id int32) bool { return int(id) == ci })
-		cs := ClientSeries{Label: fmt.Sprintf("%s (%.1f× offered)", c.ID, c.Multiple), Limit: rt.Rate()}
+		cs := clientSeries{Label: fmt.Sprintf("%s (%.1f× offered)", c.ID, c.Multiple), Limit: rt.Rate()}
 		for _, b := range s {
 			cs.Rate = append(cs.Rate, float64(b[Admitted])/bucket.Seconds())
 		}
@@ -49,7 +51,7 @@ func AdmittedSeries(r *Replay, clients []int, bucket time.Duration) []ClientSeri
 }
 
 // ChartAdmitted draws admitted rate vs limit over time per client.
-func ChartAdmitted(path string, series []ClientSeries, bucket time.Duration) error {
+func chartAdmitted(path string, series []clientSeries, bucket time.Duration) error {
 	p := plot.New()
 	p.Title.Text = "Admitted rate vs limit, per client"
 	p.X.Label.Text = "time (s)"
@@ -61,9 +63,13 @@ func ChartAdmitted(path string, series []ClientSeries, bucket time.Duration) err
 		for j, v := range s.Rate {
 			pts[j] = plotter.XY{X: float64(j) * bucket.Seconds(), Y: v}
 		}
-		if err := addLine(p, pts, i, 1.5, s.Label); err != nil {
+		l, err := plotter.NewLine(pts)
+		if err != nil {
 			return err
 		}
+		l.Color, l.Width = clientColors[i%len(clientColors)], vg.Points(1.5)
+		p.Add(l)
+		p.Legend.Add(s.Label, l)
 		if !limits[s.Limit] && len(s.Rate) > 0 {
 			limits[s.Limit] = true
 			ll, _ := plotter.NewLine(plotter.XYs{{X: 0, Y: s.Limit}, {X: float64(len(s.Rate)) * bucket.Seconds(), Y: s.Limit}})
@@ -73,11 +79,14 @@ func ChartAdmitted(path string, series []ClientSeries, bucket time.Duration) err
 			p.Legend.Add(fmt.Sprintf("limit %.0f/s", s.Limit), ll)
 		}
 	}
+	p.X.Tick.Marker, p.Y.Tick.Marker = intTicks{}, intTicks{}
+	p.Y.Min = 0
+	p.Y.Max = legendRoom(p.Y.Max, len(series)+len(limits))
 	return p.Save(chartW, chartH, path)
 }
 
 // ChartCDF draws latency CDFs (log-scale milliseconds), one line per name.
-func ChartCDF(path, title string, names []string, lats []*Latency) error {
+func chartCDF(path, title string, names []string, lats []*Latency) error {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "latency (ms, log scale)"
@@ -112,28 +121,35 @@ type Span struct {
 
 // ChartTimeline draws requests per second by outcome over time, with the
 // spans marked as vertical lines.
-func ChartTimeline(path, title string, series [][numOutcomes]int64, bucket time.Duration, spans []Span) error {
+func ChartTimeline(path, title string, series [][NumOutcomes]int64, bucket time.Duration, spans []Span) error {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "time (s)"
 	p.Y.Label.Text = "requests/s"
 	p.Legend.Top = true
 	top := 1.0
-	for o := Outcome(0); o < numOutcomes; o++ {
+	for o := outcome(0); o < NumOutcomes; o++ {
 		pts := make(plotter.XYs, len(series))
 		for i, b := range series {
 			v := float64(b[o]) / bucket.Seconds()
 			top = max(top, v)
 			pts[i] = plotter.XY{X: float64(i) * bucket.Seconds(), Y: v}
 		}
-		if err := addLine(p, pts, int(o), 1.2, o.String()); err != nil {
+		l, err := plotter.NewLine(pts)
+		if err != nil {
 			return err
 		}
+		l.Color, l.Width = outcomeColors[o], vg.Points(1.2)
+		p.Add(l)
+		p.Legend.Add(o.String(), l)
 	}
+	p.X.Tick.Marker, p.Y.Tick.Marker = intTicks{}, intTicks{}
+	p.Y.Min = 0
+	p.Y.Max = legendRoom(top, int(NumOutcomes))
 	for i, s := range spans {
 		for j, at := range []time.Duration{s.From, s.To} {
 			l, _ := plotter.NewLine(plotter.XYs{{X: at.Seconds(), Y: 0}, {X: at.Seconds(), Y: top}})
-			l.Color = color.RGBA{R: 200, A: 255}
+			l.Color = color.Gray{Y: 60}
 			l.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
 			p.Add(l)
 			if j == 0 {
@@ -144,39 +160,6 @@ func ChartTimeline(path, title string, series [][numOutcomes]int64, bucket time.
 				}
 			}
 		}
-	}
-	return p.Save(chartW, chartH, path)
-}
-
-// ChartPrecision draws wrong decisions (%) against the sliding window's
-// precision N, one line per trace, from accuracy rows without skew.
-func ChartPrecision(path string, rows []*AccuracyResult) error {
-	p := plot.New()
-	p.Title.Text = "Sliding window: wrong decisions vs sub-windows N (exact sliding log as reference)"
-	p.X.Label.Text = "precision N (sub-windows, log scale)"
-	p.Y.Label.Text = "wrong decisions (%)"
-	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Legend.Top = true
-	var traces []string
-	pts := map[string]plotter.XYs{}
-	for _, r := range rows {
-		if r.Algorithm != "sliding" || r.SkewMs != 0 || r.Precision < 1 {
-			continue
-		}
-		if _, ok := pts[r.Trace]; !ok {
-			traces = append(traces, r.Trace)
-		}
-		pts[r.Trace] = append(pts[r.Trace], plotter.XY{X: float64(r.Precision), Y: r.WrongPct})
-	}
-	for i, tr := range traces {
-		l, s, err := plotter.NewLinePoints(pts[tr])
-		if err != nil {
-			return err
-		}
-		l.Color, s.Color = plotutil.Color(i), plotutil.Color(i)
-		p.Add(l, s)
-		p.Legend.Add(tr, l, s)
 	}
 	return p.Save(chartW, chartH, path)
 }
@@ -207,4 +190,57 @@ func addLine(p *plot.Plot, pts plotter.XYs, i int, width float64, label string) 
 	p.Add(l)
 	p.Legend.Add(label, l)
 	return nil
+}
+
+// outcomeColors are the timeline's colours: admitted green, refused red,
+// unavailable amber, failed grey.
+var outcomeColors = [NumOutcomes]color.Color{
+	Admitted:    color.RGBA{G: 150, A: 255},
+	Rejected:    color.RGBA{R: 210, A: 255},
+	Unavailable: color.RGBA{R: 230, G: 150, A: 255},
+	Failed:      color.Gray{Y: 100},
+}
+
+// clientColors tell clients apart without green and red, which read as
+// admitted and refused.
+var clientColors = []color.Color{
+	color.RGBA{R: 31, G: 90, B: 200, A: 255},
+	color.RGBA{R: 130, G: 50, B: 170, A: 255},
+	color.RGBA{R: 230, G: 140, B: 20, A: 255},
+	color.RGBA{R: 20, G: 160, B: 170, A: 255},
+	color.RGBA{R: 140, G: 90, B: 40, A: 255},
+	color.RGBA{R: 200, G: 80, B: 170, A: 255},
+}
+
+// legendRoom is the top of a y axis whose data reach top and whose legend,
+// drawn at the top, has rows entries: high enough that the legend sits
+// above the data.
+func legendRoom(top float64, rows int) float64 {
+	free := 1 - 0.06*float64(rows) - 0.05
+	return max(top, 1) / max(free, 0.3)
+}
+
+// intTicks marks whole numbers only, labelled without decimals, at a step
+// of 1, 2 or 5 times a power of ten giving about six major ticks.
+type intTicks struct{}
+
+func (intTicks) Ticks(lo, hi float64) []plot.Tick {
+	step := 1.0
+	for (hi-lo)/step > 6 {
+		if isPow10(step / 2) {
+			step = step / 2 * 5
+		} else {
+			step *= 2
+		}
+	}
+	var ticks []plot.Tick
+	for v := math.Ceil(lo/step) * step; v <= hi; v += step {
+		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', 0, 64)})
+	}
+	return ticks
+}
+
+func isPow10(v float64) bool {
+	l := math.Log10(v)
+	return math.Abs(l-math.Round(l)) < 1e-9
 }

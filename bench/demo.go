@@ -23,7 +23,7 @@ type DemoConfig struct {
 	// ChartFormat is "png" (default) or "svg".
 	ChartFormat string
 	// Arrivals of legitimate and abusive users; default Poisson.
-	Arrivals Arrivals
+	Arrivals arrivals
 	// Algorithm of the limits; default sliding window.
 	Algorithm counter.Algorithm
 	// Progress is called with requests done and the total.
@@ -61,7 +61,7 @@ type DemoResult struct {
 	RoundTrips    float64          `json:"store_roundtrips_per_decision"`
 	RoundTripsHow string           `json:"roundtrips_source"`
 	LagMs         float64          `json:"generator_lag_ms"`
-	Clients       []ClientStats    `json:"clients"`
+	Clients       []clientStats    `json:"clients"`
 	Report        string           `json:"report"`
 	Charts        []string         `json:"charts"`
 	UpstreamHits  int64            `json:"upstream_hits"`
@@ -102,7 +102,7 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 		return nil, err
 	}
 	before, how := storeCommands(p, in)
-	hits0 := env.Upstream.Hits()
+	hits0 := env.Upstream.hitCount()
 	env.Logf("replaying %d requests from %d clients over %v", len(tr.Requests), len(tr.Clients), cfg.Duration)
 	rep := ReplayTrace(ctx, tr, target, ReplayConfig{Concurrency: cfg.Concurrency, Progress: cfg.Progress})
 	if ctx.Err() != nil {
@@ -115,8 +115,8 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 		Throughput: float64(len(rep.Records)) / rep.Elapsed.Seconds(),
 		Latency:    rep.Latency.Summary(), Outcomes: map[string]int64{},
 		LagMs:   float64(rep.Lag) / float64(time.Millisecond),
-		Clients: rep.PerClient(), RoundTripsHow: how,
-		UpstreamHits: env.Upstream.Hits() - hits0,
+		Clients: rep.perClient(), RoundTripsHow: how,
+		UpstreamHits: env.Upstream.hitCount() - hits0,
 	}
 	for _, e := range p.Edges {
 		if m, err := ScrapeMetrics(e.Admin); err == nil {
@@ -129,8 +129,8 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 	if in != nil {
 		res.StoreErrors = in.StoreStats().Errors
 	}
-	for o, n := range rep.Totals() {
-		res.Outcomes[Outcome(o).String()] = n
+	for o, n := range rep.totals() {
+		res.Outcomes[outcome(o).String()] = n
 	}
 	if len(rep.Records) > 0 && after >= before {
 		res.RoundTrips = float64(after-before) / float64(len(rep.Records))
@@ -158,20 +158,20 @@ func storeCommands(p *PoP, in *Inproc) (int64, string) {
 	var n int64
 	if len(p.Proxies) > 0 {
 		for _, pr := range p.Proxies {
-			st, err := ServerStats(pr.Addr, time.Second)
+			st, err := serverStats(pr.Addr, time.Second)
 			if err != nil {
 				return -1, "unavailable"
 			}
-			n += StoreCommands(st)
+			n += storeCommandsOf(st)
 		}
 		return n, "mcproxy command counts"
 	}
 	for _, s := range p.Shards {
-		st, err := ServerStats(s.Direct, time.Second)
+		st, err := serverStats(s.Direct, time.Second)
 		if err != nil {
 			return -1, "unavailable"
 		}
-		n += StoreCommands(st)
+		n += storeCommandsOf(st)
 	}
 	return n, "shard stats (commands; a multi-get counts per key)"
 }
@@ -198,7 +198,7 @@ func (r *DemoResult) Story() []string {
 		offered, admitted, rejected, e503 int64
 		limit                             float64
 	}
-	by := map[Kind]*agg{}
+	by := map[kind]*agg{}
 	for _, c := range r.Clients {
 		a := by[c.Kind]
 		if a == nil {
@@ -232,7 +232,7 @@ func (r *DemoResult) Story() []string {
 		out = append(out, fmt.Sprintf("%d abusive users offered %.0f/s each on average and were admitted %.1f/s each, limit %.0f/s: %s.",
 			a.n, per(a.offered, a), per(a.admitted, a), a.limit, verdict))
 	}
-	if a := by[BoundaryAttacker]; a != nil {
+	if a := by[boundaryAttacker]; a != nil {
 		out = append(out, fmt.Sprintf("The window-boundary attacker sent %d requests in double bursts around window edges; %d were admitted, %d rejected.",
 			a.offered, a.admitted, a.rejected))
 	}
@@ -260,7 +260,7 @@ func chartClients(tr *Trace) []int {
 			if busiest < 0 || c.Multiple > tr.Clients[busiest].Multiple {
 				busiest = i
 			}
-		case Abusive, BoundaryAttacker:
+		case Abusive, boundaryAttacker:
 			out = append(out, i)
 		case Stuffer:
 			if !stuffer {
@@ -283,10 +283,10 @@ func (r *DemoResult) writeReport(dir, ext string, rep *Replay) error {
 	if err := mkdir(dir); err != nil {
 		return err
 	}
-	if err := ChartAdmitted(admitted, AdmittedSeries(rep, chartClients(rep.Trace), bucket), bucket); err != nil {
+	if err := chartAdmitted(admitted, admittedSeries(rep, chartClients(rep.Trace), bucket), bucket); err != nil {
 		return fmt.Errorf("bench: chart: %w", err)
 	}
-	if err := ChartCDF(cdf, "Decision latency through the PoP (client side)", []string{"all requests"}, []*Latency{rep.Latency}); err != nil {
+	if err := chartCDF(cdf, "Decision latency through the PoP (client side)", []string{"all requests"}, []*Latency{rep.Latency}); err != nil {
 		return fmt.Errorf("bench: chart: %w", err)
 	}
 	if err := ChartTimeline(timeline, "Requests by outcome", rep.Series(500*time.Millisecond, nil), 500*time.Millisecond, nil); err != nil {

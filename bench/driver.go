@@ -8,31 +8,32 @@ import (
 )
 
 // Outcome is what a worker answered for one request.
-type Outcome uint8
+type outcome uint8
 
 const (
 	// Admitted: 2xx, the request reached the upstream.
-	Admitted Outcome = iota
+	Admitted outcome = iota
 	// Rejected: 429, over the limit.
 	Rejected
 	// Unavailable: 503, fail-closed while the store is down.
 	Unavailable
 	// Failed: a transport error or any other status.
 	Failed
-	numOutcomes
+	// NumOutcomes is the number of outcomes, the size of a per-outcome array.
+	NumOutcomes
 )
 
 var outcomeNames = [...]string{"admitted", "rejected", "unavailable", "failed"}
 
 // String returns the outcome's name.
-func (o Outcome) String() string { return outcomeNames[o] }
+func (o outcome) String() string { return outcomeNames[o] }
 
 // Target decides one request: an edge worker over HTTP or an in-process
 // worker. worker picks which of the PoP's workers serves it (the load
 // balancer spreads a client over all of them). Implementations are safe for
 // concurrent use.
 type Target interface {
-	Do(ctx context.Context, worker int, c *Client, r *Route) Outcome
+	Do(ctx context.Context, worker int, c *Client, r *Route) outcome
 	// Workers is the number of workers requests are spread over.
 	Workers() int
 }
@@ -45,7 +46,7 @@ type Record struct {
 	Client  int32
 	// Worker is the index passed to Target.Do.
 	Worker  int32
-	Outcome Outcome
+	Outcome outcome
 }
 
 // Replay is the result of ReplayTrace.
@@ -176,14 +177,14 @@ dispatch:
 }
 
 // ClientStats sums the outcomes of one client.
-type ClientStats struct {
+type clientStats struct {
 	ID       string             `json:"id"`
-	Kind     Kind               `json:"kind"`
+	Kind     kind               `json:"kind"`
 	Route    string             `json:"route"`
 	Limit    float64            `json:"limit_per_s"`
 	Multiple float64            `json:"offered_multiple"`
 	Offered  int64              `json:"offered"`
-	Outcomes [numOutcomes]int64 `json:"-"`
+	Outcomes [NumOutcomes]int64 `json:"-"`
 	// Admitted, Rejected, Unavailable, Failed mirror Outcomes for JSON.
 	Admitted    int64 `json:"admitted"`
 	Rejected    int64 `json:"rejected"`
@@ -196,12 +197,12 @@ type ClientStats struct {
 }
 
 // PerClient sums the replay by client.
-func (r *Replay) PerClient() []ClientStats {
-	out := make([]ClientStats, len(r.Trace.Clients))
+func (r *Replay) perClient() []clientStats {
+	out := make([]clientStats, len(r.Trace.Clients))
 	secs := r.Trace.Duration.Seconds()
 	for i, c := range r.Trace.Clients {
 		rt := r.Trace.Routes[c.Route]
-		out[i] = ClientStats{ID: c.ID, Kind: c.Kind, Route: rt.Path, Limit: rt.Rate(), Multiple: c.Multiple}
+		out[i] = clientStats{ID: c.ID, Kind: c.Kind, Route: rt.Path, Limit: rt.Rate(), Multiple: c.Multiple}
 	}
 	for _, rec := range r.Records {
 		s := &out[rec.Client]
@@ -218,8 +219,8 @@ func (r *Replay) PerClient() []ClientStats {
 }
 
 // Totals sums outcomes over every request.
-func (r *Replay) Totals() [numOutcomes]int64 {
-	var t [numOutcomes]int64
+func (r *Replay) totals() [NumOutcomes]int64 {
+	var t [NumOutcomes]int64
 	for _, rec := range r.Records {
 		t[rec.Outcome]++
 	}
@@ -229,9 +230,9 @@ func (r *Replay) Totals() [numOutcomes]int64 {
 // Series buckets outcomes by send time: out[b][o] counts outcome o of the
 // requests sent in [b·bucket, (b+1)·bucket). Only requests of clients for
 // which keep returns true count (nil keeps all).
-func (r *Replay) Series(bucket time.Duration, keep func(client int32) bool) [][numOutcomes]int64 {
+func (r *Replay) Series(bucket time.Duration, keep func(client int32) bool) [][NumOutcomes]int64 {
 	n := max(1, int((r.Trace.Duration+bucket-1)/bucket))
-	out := make([][numOutcomes]int64, n)
+	out := make([][NumOutcomes]int64, n)
 	for _, rec := range r.Records {
 		if keep != nil && !keep(rec.Client) {
 			continue

@@ -88,7 +88,7 @@ func NewEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 		e.Close()
 		return nil, fmt.Errorf("bench: no memcached installed and mcproxy does not build: %w", e.ProxyErr)
 	}
-	u, err := StartUpstream()
+	u, err := startUpstream()
 	if err != nil {
 		e.Close()
 		return nil, err
@@ -152,7 +152,7 @@ func (e *Env) Launch(ctx context.Context, cfg PoPConfig) (*PoP, error) {
 	if e.Bins.MCProxy == "" {
 		cfg.Proxies = -1
 	}
-	p, err := LaunchPoP(ctx, cfg)
+	p, err := launchPoP(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -41,7 +41,7 @@ type GlobalConfig struct {
 }
 
 // GlobalWindow is one window of one stream: what the client got.
-type GlobalWindow struct {
+type globalWindow struct {
 	Window   int     `json:"window"`
 	Offered  int64   `json:"offered"`
 	Admitted int64   `json:"admitted"`
@@ -57,7 +57,7 @@ type GlobalWindow struct {
 // GlobalStream is the same client traffic under one way of limiting.
 type GlobalStream struct {
 	Name    string          `json:"name"`
-	Windows []*GlobalWindow `json:"windows"`
+	Windows []*globalWindow `json:"windows"`
 	Latency Summary         `json:"latency"`
 }
 
@@ -85,13 +85,13 @@ type GlobalReport struct {
 	// window was below the limit.
 	FalseRefusals float64 `json:"false_refusals"`
 	// Cold is the cold-key scenario's result (GlobalConfig.Cold).
-	Cold *GlobalColdReport `json:"cold,omitempty"`
+	Cold *globalColdReport `json:"cold,omitempty"`
 }
 
 // GlobalPolicy is the policy of RunGlobal's PoPs: GET /g counted once for
 // every PoP (scope: global; scope: pop without global), GET /p per PoP,
 // both per user (X-User-ID), quantity per window, fixed windows.
-func GlobalPolicy(quantity int64, window time.Duration, global bool) []byte {
+func globalPolicy(quantity int64, window time.Duration, global bool) []byte {
 	var b strings.Builder
 	b.WriteString("# written by popbench global\nversion: 1\nuser_header: X-User-ID\ntiers:\n")
 	gscope := "pop"
@@ -141,7 +141,7 @@ func RunGlobal(ctx context.Context, env *Env, cfg GlobalConfig) (*GlobalReport, 
 	if err != nil {
 		return nil, err
 	}
-	policy := GlobalPolicy(cfg.Quantity, cfg.Window, true)
+	policy := globalPolicy(cfg.Quantity, cfg.Window, true)
 	rep := &GlobalReport{Limit: cfg.Quantity, WindowS: cfg.Window.Seconds(), RTTms: 2 * float64(cfg.Delay) / float64(time.Millisecond)}
 	var pops []*PoP
 	var targets []*HTTPTarget
@@ -160,7 +160,7 @@ func RunGlobal(ctx context.Context, env *Env, cfg GlobalConfig) (*GlobalReport, 
 	}
 	var central *HTTPTarget
 	if !cfg.NoCentral {
-		c, err := env.Launch(ctx, PoPConfig{Name: "central", Shards: cfg.Shards, Proxies: 1, Edges: cfg.Workers, Policy: GlobalPolicy(cfg.Quantity, cfg.Window, false), StoreDelay: cfg.Delay,
+		c, err := env.Launch(ctx, PoPConfig{Name: "central", Shards: cfg.Shards, Proxies: 1, Edges: cfg.Workers, Policy: globalPolicy(cfg.Quantity, cfg.Window, false), StoreDelay: cfg.Delay,
 			EdgeArgs: []string{"--store-deadline", (4*cfg.Delay + 2*time.Second).String()}})
 		if err != nil {
 			return nil, err
@@ -248,19 +248,19 @@ func globalMetrics(rep *GlobalReport, pops []*PoP) error {
 type globalStream struct {
 	name, path string
 	mu         sync.Mutex
-	windows    []*GlobalWindow
+	windows    []*globalWindow
 	lat        *Latency
 }
 
 func newGlobalStream(name, path string, cfg GlobalConfig) *globalStream {
 	s := &globalStream{name: name, path: path, lat: NewLatency()}
 	for i := 0; i < cfg.Windows; i++ {
-		s.windows = append(s.windows, &GlobalWindow{Window: i + 1, PerPoP: make([]int64, cfg.PoPs)})
+		s.windows = append(s.windows, &globalWindow{Window: i + 1, PerPoP: make([]int64, cfg.PoPs)})
 	}
 	return s
 }
 
-func (s *globalStream) record(win, pop int, o Outcome, d time.Duration) {
+func (s *globalStream) record(win, pop int, o outcome, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lat.Record(d)

@@ -3,13 +3,14 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 )
 
 // GlobalColdWindow is one window of the cold-key scenario: fresh keys,
 // each bursting at every PoP at the window's start.
-type GlobalColdWindow struct {
+type globalColdWindow struct {
 	Window int `json:"window"`
 	// Offered and Admitted per key (scope: global), summed over PoPs.
 	Offered  int64   `json:"offered_per_key"`
@@ -20,9 +21,9 @@ type GlobalColdWindow struct {
 }
 
 // GlobalColdReport is the cold-key scenario's result.
-type GlobalColdReport struct {
+type globalColdReport struct {
 	Keys, Burst int
-	Windows     []*GlobalColdWindow `json:"windows"`
+	Windows     []*globalColdWindow `json:"windows"`
 	// First is the latency of each key's first request at each PoP (sent
 	// alone at the window's start, the burst 2ms later) on /g (global)
 	// and /p (per PoP, no home store); AddedFirstP99ms is their p99s'
@@ -62,9 +63,9 @@ func warmConns(ctx context.Context, targets []*HTTPTarget, conns int) {
 // sendCold runs the cold-key scenario: at each window's start, keys fresh
 // clients send, at every PoP, one request then (2ms later) burst − 1 more
 // at once, to /g and to /p on the same edges.
-func sendCold(ctx context.Context, cfg GlobalConfig, targets []*HTTPTarget) *GlobalColdReport {
+func sendCold(ctx context.Context, cfg GlobalConfig, targets []*HTTPTarget) *globalColdReport {
 	burst := coldBurst(cfg)
-	rep := &GlobalColdReport{Keys: cfg.Keys, Burst: burst}
+	rep := &globalColdReport{Keys: cfg.Keys, Burst: burst}
 	wms := cfg.Window.Milliseconds()
 	start := time.UnixMilli((time.Now().UnixMilli()/wms + 1) * wms)
 	if time.Until(start) < time.Second {
@@ -80,7 +81,7 @@ func sendCold(ctx context.Context, cfg GlobalConfig, targets []*HTTPTarget) *Glo
 			return rep
 		case <-time.After(time.Until(due)):
 		}
-		win := &GlobalColdWindow{Window: w + 1, Offered: int64(burst * cfg.PoPs), Admitted: make([]int64, cfg.Keys)}
+		win := &globalColdWindow{Window: w + 1, Offered: int64(burst * cfg.PoPs), Admitted: make([]int64, cfg.Keys)}
 		rep.Windows = append(rep.Windows, win)
 		var wg sync.WaitGroup
 		for k := 0; k < cfg.Keys; k++ {
@@ -125,7 +126,7 @@ func sendCold(ctx context.Context, cfg GlobalConfig, targets []*HTTPTarget) *Glo
 		}
 		wg.Wait()
 		for _, n := range win.Admitted {
-			win.MaxAbsPct = max(win.MaxAbsPct, 100*abs(float64(n-cfg.Quantity))/float64(cfg.Quantity))
+			win.MaxAbsPct = max(win.MaxAbsPct, 100*math.Abs(float64(n-cfg.Quantity))/float64(cfg.Quantity))
 		}
 		if cfg.Progress != nil {
 			cfg.Progress(w+1, cfg.Windows)

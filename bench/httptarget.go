@@ -20,8 +20,8 @@ import (
 // X-Forwarded-For (the login route counts per IP; 127.0.0.1 is a trusted
 // proxy in the policy PolicyYAML writes).
 type HTTPTarget struct {
-	urls   []string
-	client *http.Client
+	URLs   []string     // the edges' base URLs; worker i sends to URLs[i mod len]
+	Client *http.Client // required
 }
 
 // NewHTTPTarget returns a target over the edges' base URLs with up to
@@ -33,14 +33,14 @@ func NewHTTPTarget(urls []string, conns int) *HTTPTarget {
 		IdleConnTimeout:     30 * time.Second,
 		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
 	}
-	return &HTTPTarget{urls: urls, client: &http.Client{Transport: tr, Timeout: 5 * time.Second}}
+	return &HTTPTarget{URLs: urls, Client: &http.Client{Transport: tr, Timeout: 5 * time.Second}}
 }
 
 // Workers implements Target.
-func (h *HTTPTarget) Workers() int { return len(h.urls) }
+func (h *HTTPTarget) Workers() int { return len(h.URLs) }
 
 // ClientIP returns the fake address of a client: 10.x.y.z from its ID.
-func ClientIP(id string) string {
+func clientIP(id string) string {
 	f := fnv.New32a()
 	_, _ = f.Write([]byte(id))
 	v := f.Sum32()
@@ -48,14 +48,14 @@ func ClientIP(id string) string {
 }
 
 // Do implements Target.
-func (h *HTTPTarget) Do(ctx context.Context, worker int, c *Client, r *Route) Outcome {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.urls[worker%len(h.urls)]+r.Path, nil)
+func (h *HTTPTarget) Do(ctx context.Context, worker int, c *Client, r *Route) outcome {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.URLs[worker%len(h.URLs)]+r.Path, nil)
 	if err != nil {
 		return Failed
 	}
 	req.Header.Set("X-User-ID", c.ID)
-	req.Header.Set("X-Forwarded-For", ClientIP(c.ID))
-	resp, err := h.client.Do(req)
+	req.Header.Set("X-Forwarded-For", clientIP(c.ID))
+	resp, err := h.Client.Do(req)
 	if err != nil {
 		return Failed
 	}
@@ -73,7 +73,7 @@ func (h *HTTPTarget) Do(ctx context.Context, worker int, c *Client, r *Route) Ou
 }
 
 // Close releases idle connections.
-func (h *HTTPTarget) Close() { h.client.CloseIdleConnections() }
+func (h *HTTPTarget) Close() { h.Client.CloseIdleConnections() }
 
 func policyAlgorithm(a counter.Algorithm) string {
 	switch a {
@@ -117,7 +117,7 @@ func PolicyYAML(routes []Route, alg counter.Algorithm, precision int) []byte {
 }
 
 // ServerStats reads the "stats" of a memcached-protocol address.
-func ServerStats(addr string, timeout time.Duration) (map[string]string, error) {
+func serverStats(addr string, timeout time.Duration) (map[string]string, error) {
 	c, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return nil, err
@@ -152,7 +152,7 @@ func ServerStats(addr string, timeout time.Duration) (map[string]string, error) 
 // (cmd_get, cmd_add, cmd_incr, …: one per round trip); memcached counts
 // retrievals per key (a multi-get counts once per key) plus storage,
 // incr/decr, cas and touch commands.
-func StoreCommands(st map[string]string) int64 {
+func storeCommandsOf(st map[string]string) int64 {
 	var n int64
 	if _, ok := st["cmd_incr"]; ok { // mcproxy
 		for k, v := range st {

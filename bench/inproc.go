@@ -9,7 +9,8 @@ import (
 
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/counting"
-	"github.com/poplimit/poplimit/counter/memcached"
+	"github.com/poplimit/poplimit/counter/memstore"
+	"github.com/poplimit/poplimit/counter/store"
 )
 
 // InprocConfig configures in-process workers: each is a counter.Limiter per
@@ -46,18 +47,18 @@ type InprocConfig struct {
 	// StorePipeMux (PipeStore multiplexing each worker's calls over one
 	// shared connection). The pipe clients talk to one address, so they
 	// cannot be combined with Direct over several shards.
-	StoreClient     StoreClient
+	StoreClient     storeClient
 	RedisServerTime bool
 }
 
 // StoreClient names a memcached client for InprocConfig.
-type StoreClient string
+type storeClient string
 
 // Store clients.
 const (
-	StoreGomemcache StoreClient = "gomemcache"
-	StorePipe       StoreClient = "pipe"
-	StorePipeMux    StoreClient = "pipe-mux"
+	storeGomemcache storeClient = "gomemcache"
+	storePipe       storeClient = "pipe"
+	storePipeMux    storeClient = "pipe-mux"
 )
 
 // Inproc is a set of in-process workers. It implements Target with
@@ -70,7 +71,7 @@ type Inproc struct {
 
 type inprocWorker struct {
 	store    *counting.Store
-	closer   interface{ Close() error } // the PipeStore, if any
+	closer   interface{ Close() error } // the store's connections, if any
 	limiters map[string]counter.Allower // by route path
 	skew     time.Duration
 }
@@ -86,17 +87,17 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 		timeout = time.Second
 	}
 	switch cfg.StoreClient {
-	case "", StoreGomemcache, StorePipe, StorePipeMux:
+	case "", storeGomemcache, storePipe, storePipeMux:
 	default:
-		return nil, fmt.Errorf("bench: store client %q: want %q, %q or %q", cfg.StoreClient, StoreGomemcache, StorePipe, StorePipeMux)
+		return nil, fmt.Errorf("bench: store client %q: want %q, %q or %q", cfg.StoreClient, storeGomemcache, storePipe, storePipeMux)
 	}
-	pipe := cfg.StoreClient == StorePipe || cfg.StoreClient == StorePipeMux
+	pipe := cfg.StoreClient == storePipe || cfg.StoreClient == storePipeMux
 	if pipe && cfg.Direct && len(cfg.Servers) > 1 {
 		return nil, fmt.Errorf("bench: store client %q speaks to one address, not %d direct shards", cfg.StoreClient, len(cfg.Servers))
 	}
 	var shared counter.Store
 	if len(cfg.Servers) == 0 {
-		shared = counter.NewMemoryStore()
+		shared = memstore.New()
 	}
 	in := &Inproc{routes: routes}
 	for i := 0; i < n; i++ {
@@ -109,25 +110,26 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 			continue
 		}
 		st := shared
+		var closer interface{ Close() error }
 		if st == nil {
 			servers := []string{cfg.Servers[i%len(cfg.Servers)]}
 			if cfg.Direct {
 				servers = cfg.Servers
 			}
+			sc := store.Config{Memcached: servers, Client: store.Gomemcache, Multiplex: -1, Timeout: timeout}
 			switch cfg.StoreClient {
-			case StorePipe:
-				st = memcached.NewPipeStore(memcached.PipeConfig{Addr: servers[0], Timeout: timeout})
-			case StorePipeMux:
-				st = memcached.NewPipeStore(memcached.PipeConfig{Addr: servers[0], Timeout: timeout, Multiplex: 1})
-			default:
-				st = memcached.NewStore(memcached.NewClient(memcached.Config{
-					Servers: servers, Timeout: timeout}))
+			case storePipe:
+				sc.Client = store.Pipe
+			case storePipeMux:
+				sc.Client, sc.Multiplex = store.Pipe, 1
 			}
+			sh, err := store.New(sc)
+			if err != nil {
+				return nil, err
+			}
+			st, closer = sh.Store(), sh
 		}
-		w := &inprocWorker{store: counting.New(st), limiters: map[string]counter.Allower{}}
-		if c, ok := st.(*memcached.PipeStore); ok {
-			w.closer = c
-		}
+		w := &inprocWorker{store: counting.New(st), closer: closer, limiters: map[string]counter.Allower{}}
 		if len(cfg.Skew) > 0 {
 			w.skew = cfg.Skew[i%len(cfg.Skew)]
 		}
@@ -169,7 +171,7 @@ func (in *Inproc) Close() error {
 func (in *Inproc) Workers() int { return len(in.workers) }
 
 // IdentityKey is the counter key of a client on a route.
-func IdentityKey(route, client string) string { return counter.Key(route, client) }
+func identityKey(route, client string) string { return counter.Key(route, client) }
 
 // Decide asks worker for a decision at now (before the worker's skew is
 // added).
@@ -179,12 +181,12 @@ func (in *Inproc) Decide(ctx context.Context, worker int, client, route string, 
 	if lim == nil {
 		return counter.Result{}, fmt.Errorf("bench: no limiter for route %q", route)
 	}
-	return lim.AllowN(ctx, IdentityKey(route, client), now.Add(w.skew), 1)
+	return lim.AllowN(ctx, identityKey(route, client), now.Add(w.skew), 1)
 }
 
 // Do implements Target: time.Now is the clock; a store error is
 // Unavailable on a fail-closed route and Failed otherwise.
-func (in *Inproc) Do(ctx context.Context, worker int, c *Client, r *Route) Outcome {
+func (in *Inproc) Do(ctx context.Context, worker int, c *Client, r *Route) outcome {
 	res, err := in.Decide(ctx, worker, c.ID, r.Path, time.Now())
 	switch {
 	case err != nil && r.FailClosed:
@@ -214,4 +216,4 @@ func (in *Inproc) StoreStats() counting.Stats {
 
 // IsContention reports whether err is the token bucket giving up on a hot
 // key (a decision that could not be made, not a store failure).
-func IsContention(err error) bool { return errors.Is(err, counter.ErrContention) }
+func isContention(err error) bool { return errors.Is(err, counter.ErrContention) }

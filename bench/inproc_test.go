@@ -19,14 +19,14 @@ func TestInprocStoreClients(t *testing.T) {
 	ms := fixture.Memcached(t, 1)
 	now := time.Now()
 	for _, tc := range []struct {
-		client StoreClient
+		client storeClient
 		alg    counter.Algorithm
 	}{
-		{StoreGomemcache, counter.FixedWindow},
-		{StoreGomemcache, counter.SlidingWindow},
-		{StorePipe, counter.FixedWindow},
-		{StorePipe, counter.SlidingWindow},
-		{StorePipeMux, counter.SlidingWindow},
+		{storeGomemcache, counter.FixedWindow},
+		{storeGomemcache, counter.SlidingWindow},
+		{storePipe, counter.FixedWindow},
+		{storePipe, counter.SlidingWindow},
+		{storePipeMux, counter.SlidingWindow},
 		{"", counter.SlidingWindow},
 	} {
 		t.Run(string(tc.client)+"/"+fmt.Sprint(tc.alg), func(t *testing.T) {
@@ -51,7 +51,7 @@ func TestInprocStoreClients(t *testing.T) {
 				t.Errorf("admitted %d of 40, want 20 (one shared count)", admitted)
 			}
 			rt := in.StoreStats().RoundTrips()
-			if tc.client != StoreGomemcache && tc.client != "" && tc.alg == counter.SlidingWindow && rt != 40 {
+			if tc.client != storeGomemcache && tc.client != "" && tc.alg == counter.SlidingWindow && rt != 40 {
 				t.Errorf("pipe client: %d round trips for 40 sliding-window decisions, want 40", rt)
 			}
 			if rt < 40 {
@@ -64,8 +64,8 @@ func TestInprocStoreClients(t *testing.T) {
 func TestInprocStoreClientErrors(t *testing.T) {
 	for _, cfg := range []InprocConfig{
 		{Servers: []string{"127.0.0.1:1"}, StoreClient: "redis"},
-		{Servers: []string{"127.0.0.1:1", "127.0.0.1:2"}, Direct: true, StoreClient: StorePipe},
-		{Servers: []string{"127.0.0.1:1", "127.0.0.1:2"}, Direct: true, StoreClient: StorePipeMux},
+		{Servers: []string{"127.0.0.1:1", "127.0.0.1:2"}, Direct: true, StoreClient: storePipe},
+		{Servers: []string{"127.0.0.1:1", "127.0.0.1:2"}, Direct: true, StoreClient: storePipeMux},
 	} {
 		if _, err := NewInproc([]Route{{Path: "/", Quantity: 1, Window: time.Second}}, cfg); err == nil {
 			t.Errorf("%+v: no error", cfg)
@@ -73,7 +73,7 @@ func TestInprocStoreClientErrors(t *testing.T) {
 	}
 	// An unreachable address is a store error, not a panic.
 	in, err := NewInproc([]Route{{Path: "/", Quantity: 1, Window: time.Second}},
-		InprocConfig{Servers: []string{"127.0.0.1:1"}, StoreClient: StorePipe, Timeout: 200 * time.Millisecond, Workers: 1})
+		InprocConfig{Servers: []string{"127.0.0.1:1"}, StoreClient: storePipe, Timeout: 200 * time.Millisecond, Workers: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

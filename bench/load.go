@@ -66,7 +66,7 @@ func (c LoadConfig) withDefaults() LoadConfig {
 }
 
 // LoadRun is one measured run.
-type LoadRun struct {
+type loadRun struct {
 	Algorithm  string  `json:"algorithm"`
 	Round      int     `json:"round"`
 	Decisions  int64   `json:"decisions"`
@@ -90,8 +90,8 @@ type LoadResult struct {
 	Target string     `json:"target"`
 	Conns  int        `json:"conns"`
 	Keys   uint64     `json:"keys"`
-	Runs   []*LoadRun `json:"runs"`
-	Sums   []*LoadRun `json:"per_algorithm"`
+	Runs   []*loadRun `json:"runs"`
+	Sums   []*loadRun `json:"per_algorithm"`
 }
 
 // RunLoad measures decisions/s and latency by algorithm, closed loop, with
@@ -108,7 +108,7 @@ func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error)
 		return nil, err
 	}
 	total := cfg.Rounds * len(cfg.Algorithms)
-	sums := map[string]*LoadRun{}
+	sums := map[string]*loadRun{}
 	for round := 1; round <= cfg.Rounds; round++ {
 		for ai, alg := range cfg.Algorithms {
 			target, in, err := loadTarget(ctx, cfg, p, route, alg)
@@ -122,10 +122,10 @@ func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error)
 				before, _ = storeCommands(p, in)
 			}
 			if p != nil {
-				cpu0 = p.CPUSeconds()
+				cpu0 = p.cpuSeconds()
 			}
 			done := (round-1)*len(cfg.Algorithms) + ai
-			run := closedLoop(ctx, target, route, cfg, uint64(round*10+ai), func(frac float64) {
+			run := ClosedLoop(ctx, target, route, cfg, uint64(round*10+ai), func(frac float64) {
 				if cfg.Progress != nil {
 					cfg.Progress(int(1000*(float64(done)+frac)), 1000*total)
 				}
@@ -144,7 +144,7 @@ func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error)
 				}
 			}
 			if p != nil && run.Decisions > 0 {
-				run.cpu = p.CPUSeconds() - cpu0
+				run.cpu = p.cpuSeconds() - cpu0
 				run.CPUPerM = run.cpu / float64(run.Decisions) * 1e6
 			}
 			res.add(sums, run)
@@ -207,11 +207,11 @@ func loadTarget(ctx context.Context, cfg LoadConfig, p *PoP, route Route, alg co
 
 // add records run and folds it into its algorithm's sum (sums indexes
 // res.Sums by algorithm name).
-func (res *LoadResult) add(sums map[string]*LoadRun, run *LoadRun) {
+func (res *LoadResult) add(sums map[string]*loadRun, run *loadRun) {
 	res.Runs = append(res.Runs, run)
 	s := sums[run.Algorithm]
 	if s == nil {
-		s = &LoadRun{Algorithm: run.Algorithm, lat: NewLatency()}
+		s = &loadRun{Algorithm: run.Algorithm, lat: NewLatency()}
 		sums[run.Algorithm] = s
 		res.Sums = append(res.Sums, s)
 	}
@@ -240,7 +240,7 @@ func (res *LoadResult) finish(rounds int) {
 
 // closedLoop runs cfg.Conns clients for cfg.Duration, each sending the next
 // request when the previous one is answered.
-func closedLoop(ctx context.Context, target Target, route Route, cfg LoadConfig, seed uint64, progress func(float64)) *LoadRun {
+func ClosedLoop(ctx context.Context, target Target, route Route, cfg LoadConfig, seed uint64, progress func(float64)) *loadRun {
 	// Warm up: one untimed request per client opens the connections.
 	var warm sync.WaitGroup
 	for g := 0; g < cfg.Conns; g++ {
@@ -255,7 +255,7 @@ func closedLoop(ctx context.Context, target Target, route Route, cfg LoadConfig,
 	defer cancel()
 	start := time.Now()
 	var mu sync.Mutex
-	run := &LoadRun{lat: NewLatency()}
+	run := &loadRun{lat: NewLatency()}
 	var wg sync.WaitGroup
 	for g := 0; g < cfg.Conns; g++ {
 		wg.Add(1)
@@ -263,7 +263,7 @@ func closedLoop(ctx context.Context, target Target, route Route, cfg LoadConfig,
 			defer wg.Done()
 			z, _ := NewZipf(cfg.Seed*1000+seed*100+uint64(g), cfg.ZipfS, cfg.Keys)
 			lat := NewLatency()
-			var counts [numOutcomes]int64
+			var counts [NumOutcomes]int64
 			c := &Client{}
 			for i := g; ctx.Err() == nil; i += cfg.Conns {
 				c.ID = "k" + strconv.FormatUint(z.Next(), 10)
@@ -311,7 +311,7 @@ func (p *PoP) SetPolicy(ctx context.Context, policy []byte) error {
 		return fmt.Errorf("bench: write policy: %w", err)
 	}
 	for _, e := range p.Edges {
-		if err := Reload(ctx, e.Admin); err != nil {
+		if err := reloadEdges(ctx, e.Admin); err != nil {
 			return err
 		}
 	}
@@ -319,7 +319,7 @@ func (p *PoP) SetPolicy(ctx context.Context, policy []byte) error {
 }
 
 // Reload posts /reload to an edge's admin URL and expects a 2xx.
-func Reload(ctx context.Context, admin string) error {
+func reloadEdges(ctx context.Context, admin string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, admin+"/reload", nil)
 	if err != nil {
 		return err

@@ -36,7 +36,7 @@ type MemoryConfig struct {
 }
 
 // MemoryRow is memcached's own accounting for one configuration.
-type MemoryRow struct {
+type memoryRow struct {
 	Algorithm string `json:"algorithm"`
 	Precision int    `json:"precision"`
 	Limiters  int    `json:"limiters"`
@@ -62,7 +62,7 @@ type MemoryRow struct {
 // MemoryReport is the result of RunMemory.
 type MemoryReport struct {
 	PoP  string       `json:"pop"`
-	Rows []*MemoryRow `json:"rows"`
+	Rows []*memoryRow `json:"rows"`
 }
 
 // RunMemory writes limiters through a PoP of 3 real memcached shards and
@@ -115,7 +115,7 @@ func RunMemory(ctx context.Context, env *Env, cfg MemoryConfig) (*MemoryReport, 
 	return rep, nil
 }
 
-func measureMemory(ctx context.Context, p *PoP, alg counter.Algorithm, prec int, cfg MemoryConfig) (*MemoryRow, error) {
+func measureMemory(ctx context.Context, p *PoP, alg counter.Algorithm, prec int, cfg MemoryConfig) (*memoryRow, error) {
 	route := Route{Path: "/api", Quantity: 1000, Window: cfg.Window}
 	servers, direct := p.WorkerServers()
 	in, err := NewInproc([]Route{route}, InprocConfig{Servers: servers, Direct: direct, Workers: 4, Algorithm: alg, Precision: prec})
@@ -135,7 +135,7 @@ func measureMemory(ctx context.Context, p *PoP, alg counter.Algorithm, prec int,
 	var mu sync.Mutex
 	var first firstError
 	done := 0
-	err = parallel(ctx, n, cfg.Parallel, func(i int) {
+	err = Parallel(ctx, n, cfg.Parallel, func(i int) {
 		id := "m" + strconv.Itoa(i)
 		for s := 0; s < steps; s++ {
 			// A store timeout on a loaded machine is retried: the item is
@@ -169,21 +169,21 @@ func measureMemory(ctx context.Context, p *PoP, alg counter.Algorithm, prec int,
 		return nil, fmt.Errorf("bench: memory: writing %d limiters took %v, longer than an item lives (%v): items expired before they were counted (use a longer window)",
 			n, took.Round(time.Second), life)
 	}
-	row := &MemoryRow{Algorithm: AlgorithmName(alg), Precision: prec, Limiters: n, Seconds: took.Seconds()}
+	row := &memoryRow{Algorithm: AlgorithmName(alg), Precision: prec, Limiters: n, Seconds: took.Seconds()}
 	if alg != counter.SlidingWindow {
 		row.Precision = 0
 	}
 	var bytes, slab, evictions int64
 	chunks := map[int64]bool{}
 	for _, s := range p.Shards {
-		st, err := ServerStats(s.Direct, 2*time.Second)
+		st, err := serverStats(s.Direct, 2*time.Second)
 		if err != nil {
 			return nil, err
 		}
 		row.Items += atoi(st["curr_items"])
 		bytes += atoi(st["bytes"])
 		evictions += atoi(st["evictions"])
-		sl, err := SlabStats(s.Direct, 2*time.Second)
+		sl, err := slabStats(s.Direct, 2*time.Second)
 		if err != nil {
 			return nil, err
 		}

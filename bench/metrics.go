@@ -12,17 +12,17 @@ import (
 )
 
 // Metrics is a scrape of a Prometheus text endpoint: one sample per line.
-type Metrics []MetricSample
+type metrics []metricSample
 
 // MetricSample is one line of the text format.
-type MetricSample struct {
+type metricSample struct {
 	Name   string
 	Labels map[string]string
 	Value  float64
 }
 
 // ScrapeMetrics reads admin+"/metrics".
-func ScrapeMetrics(admin string) (Metrics, error) {
+func ScrapeMetrics(admin string) (metrics, error) {
 	c := http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Get(admin + "/metrics")
 	if err != nil {
@@ -32,11 +32,11 @@ func ScrapeMetrics(admin string) (Metrics, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("bench: %s/metrics: status %d", admin, resp.StatusCode)
 	}
-	var out Metrics
+	var out metrics
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if s, ok := ParseMetricLine(sc.Text()); ok {
+		if s, ok := parseMetricLine(sc.Text()); ok {
 			out = append(out, s)
 		}
 	}
@@ -45,12 +45,12 @@ func ScrapeMetrics(admin string) (Metrics, error) {
 
 // ParseMetricLine parses `name{a="b",c="d"} value [timestamp]`; comments
 // and malformed lines give ok = false.
-func ParseMetricLine(line string) (MetricSample, bool) {
+func parseMetricLine(line string) (metricSample, bool) {
 	line = strings.TrimSpace(line)
 	if line == "" || line[0] == '#' {
-		return MetricSample{}, false
+		return metricSample{}, false
 	}
-	s := MetricSample{Labels: map[string]string{}}
+	s := metricSample{Labels: map[string]string{}}
 	rest := line
 	if i := strings.IndexAny(line, "{ "); i < 0 {
 		return s, false
@@ -111,7 +111,7 @@ func splitLabels(s string) []string {
 
 // Sum adds the values of the samples named name whose label key equals
 // value (key "" matches all).
-func (m Metrics) Sum(name, key, value string) float64 {
+func (m metrics) Sum(name, key, value string) float64 {
 	var t float64
 	for _, s := range m {
 		if s.Name == name && (key == "" || s.Labels[key] == value) {
@@ -122,14 +122,14 @@ func (m Metrics) Sum(name, key, value string) float64 {
 }
 
 // SlabClass is one slab class of memcached's "stats slabs".
-type SlabClass struct {
+type slabClass struct {
 	ID         int
 	ChunkSize  int64
 	UsedChunks int64
 }
 
 // SlabStats reads "stats slabs" from a memcached address.
-func SlabStats(addr string, timeout time.Duration) ([]SlabClass, error) {
+func slabStats(addr string, timeout time.Duration) ([]slabClass, error) {
 	c, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return nil, err
@@ -148,15 +148,15 @@ func SlabStats(addr string, timeout time.Duration) ([]SlabClass, error) {
 		}
 		buf = append(buf, line...)
 		if strings.TrimRight(line, "\r\n") == "END" {
-			return ParseSlabStats(buf)
+			return parseSlabStats(buf)
 		}
 	}
 }
 
 // ParseSlabStats parses the reply to "stats slabs" ("STAT 5:chunk_size 240"
 // lines up to "END"); the classes come back sorted by id.
-func ParseSlabStats(reply []byte) ([]SlabClass, error) {
-	byID := map[int]*SlabClass{}
+func parseSlabStats(reply []byte) ([]slabClass, error) {
+	byID := map[int]*slabClass{}
 	var ids []int
 	for _, line := range strings.Split(string(reply), "\n") {
 		line = strings.TrimRight(line, "\r")
@@ -184,7 +184,7 @@ func ParseSlabStats(reply []byte) ([]SlabClass, error) {
 		}
 		c := byID[id]
 		if c == nil {
-			c = &SlabClass{ID: id}
+			c = &slabClass{ID: id}
 			byID[id] = c
 			ids = append(ids, id)
 		}
@@ -196,7 +196,7 @@ func ParseSlabStats(reply []byte) ([]SlabClass, error) {
 		}
 	}
 	sort.Ints(ids)
-	out := make([]SlabClass, 0, len(ids))
+	out := make([]slabClass, 0, len(ids))
 	for _, id := range ids {
 		out = append(out, *byID[id])
 	}

@@ -20,12 +20,12 @@ func TestParseMetricLine(t *testing.T) {
 		{`x NaNx`, false, "", 0, ""},
 	}
 	for _, c := range cases {
-		s, ok := ParseMetricLine(c.line)
+		s, ok := parseMetricLine(c.line)
 		if ok != c.ok || (ok && (s.Name != c.name || s.Value != c.value || s.Labels["mode"] != c.label)) {
 			t.Errorf("%q: got %+v %v", c.line, s, ok)
 		}
 	}
-	m := Metrics{{Name: "a", Labels: map[string]string{"mode": "open"}, Value: 2},
+	m := metrics{{Name: "a", Labels: map[string]string{"mode": "open"}, Value: 2},
 		{Name: "a", Labels: map[string]string{"mode": "closed"}, Value: 3}}
 	if m.Sum("a", "", "") != 5 || m.Sum("a", "mode", "open") != 2 {
 		t.Fatal("Sum")
@@ -36,7 +36,7 @@ func FuzzParseMetricLine(f *testing.F) {
 	f.Add(`poplimit_fallback_decisions_total{policy="a,b",mode="open"} 3`)
 	f.Add(`x 1`)
 	f.Fuzz(func(t *testing.T, line string) {
-		s, ok := ParseMetricLine(line)
+		s, ok := parseMetricLine(line)
 		if ok && strings.ContainsAny(s.Name, "{ ") {
 			t.Fatalf("name %q from %q", s.Name, line)
 		}
@@ -45,26 +45,26 @@ func FuzzParseMetricLine(f *testing.F) {
 
 func TestStoreCommands(t *testing.T) {
 	mcproxy := map[string]string{"cmd_get": "2", "cmd_incr": "5", "cmd_add": "1", "cmd_stats": "9", "cmd_version": "3", "curr_connections": "4"}
-	if n := StoreCommands(mcproxy); n != 8 {
+	if n := storeCommandsOf(mcproxy); n != 8 {
 		t.Fatalf("mcproxy: %d", n)
 	}
 	memcached := map[string]string{"cmd_get": "2", "cmd_set": "1", "incr_hits": "4", "incr_misses": "1", "cmd_flush": "7"}
-	if n := StoreCommands(memcached); n != 8 {
+	if n := storeCommandsOf(memcached); n != 8 {
 		t.Fatalf("memcached: %d", n)
 	}
 }
 
 func TestParseSlabStats(t *testing.T) {
 	reply := "STAT 5:chunk_size 240\r\nSTAT 5:used_chunks 10\r\nSTAT 2:chunk_size 96\r\nSTAT 2:used_chunks 3\r\nSTAT 2:mem_requested 200\r\nSTAT active_slabs 2\r\nSTAT total_malloced 2097152\r\nEND\r\n"
-	got, err := ParseSlabStats([]byte(reply))
+	got, err := parseSlabStats([]byte(reply))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []SlabClass{{ID: 2, ChunkSize: 96, UsedChunks: 3}, {ID: 5, ChunkSize: 240, UsedChunks: 10}}
+	want := []slabClass{{ID: 2, ChunkSize: 96, UsedChunks: 3}, {ID: 5, ChunkSize: 240, UsedChunks: 10}}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("got %+v", got)
 	}
-	if _, err := ParseSlabStats([]byte("garbage here now\r\nEND\r\n")); err == nil {
+	if _, err := parseSlabStats([]byte("garbage here now\r\nEND\r\n")); err == nil {
 		t.Fatal("garbage accepted")
 	}
 }
@@ -72,7 +72,7 @@ func TestParseSlabStats(t *testing.T) {
 func FuzzParseSlabStats(f *testing.F) {
 	f.Add([]byte("STAT 5:chunk_size 240\r\nSTAT 5:used_chunks 10\r\nSTAT active_slabs 1\r\nEND\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		classes, err := ParseSlabStats(b)
+		classes, err := parseSlabStats(b)
 		if err != nil {
 			return
 		}

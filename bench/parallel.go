@@ -9,7 +9,7 @@ import (
 // one) and waits for them. It stops handing out work once ctx ends and then
 // returns ctx's error; fn sees ctx too and should give up early. fn must be
 // safe for concurrent use.
-func parallel(ctx context.Context, n, par int, fn func(i int)) error {
+func Parallel(ctx context.Context, n, par int, fn func(i int)) error {
 	jobs := make(chan int)
 	var wg sync.WaitGroup
 	for g := 0; g < max(1, par); g++ {

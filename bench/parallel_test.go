@@ -10,7 +10,7 @@ import (
 func TestParallel(t *testing.T) {
 	for _, c := range []struct{ n, par int }{{0, 4}, {1, 0}, {100, 1}, {1000, 8}} {
 		seen := make([]atomic.Int32, c.n)
-		if err := parallel(context.Background(), c.n, c.par, func(i int) { seen[i].Add(1) }); err != nil {
+		if err := Parallel(context.Background(), c.n, c.par, func(i int) { seen[i].Add(1) }); err != nil {
 			t.Fatal(err)
 		}
 		for i := range seen {
@@ -21,7 +21,7 @@ func TestParallel(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var ran atomic.Int32
-	err := parallel(ctx, 1000, 2, func(i int) {
+	err := Parallel(ctx, 1000, 2, func(i int) {
 		if ran.Add(1) == 10 {
 			cancel()
 		}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -176,7 +174,7 @@ func (s *Shard) Pid() int {
 }
 
 // Edge is one edge worker process.
-type Edge struct {
+type edge struct {
 	// URL is the worker's base URL, e.g. http://127.0.0.1:41234.
 	URL string
 	// Admin is its admin base URL (/metrics, /healthz, POST /reload).
@@ -190,19 +188,19 @@ type PoP struct {
 	Store   StoreKind
 	Shards  []*Shard
 	Proxies []*procs.Proc
-	Edges   []*Edge
+	Edges   []*edge
 	// PolicyFile is the path edges load (rewrite it and POST /reload).
 	PolicyFile string
 	// StoreRelays sit between workers and proxies (PoPConfig.StoreDelay).
 	StoreRelays []*Relay
 	// Redis is the cluster of a StoreRedis PoP (nil otherwise).
 	Redis     *procs.RedisCluster
-	cfg       PoPConfig
+	Config    PoPConfig
 	closeOnce sync.Once
 }
 
 // ProxyAddrs returns the memcached-protocol addresses of the proxies.
-func (p *PoP) ProxyAddrs() []string {
+func (p *PoP) proxyAddrs() []string {
 	out := make([]string, len(p.Proxies))
 	for i, pr := range p.Proxies {
 		out[i] = pr.Addr
@@ -212,7 +210,7 @@ func (p *PoP) ProxyAddrs() []string {
 
 // StoreServers returns the memcached-protocol servers worker i talks to:
 // its proxy, or every shard when the PoP has no proxy (direct = true).
-func (p *PoP) StoreServers(i int) (servers []string, direct bool) {
+func (p *PoP) storeServers(i int) (servers []string, direct bool) {
 	if len(p.Proxies) == 0 {
 		for _, s := range p.Shards {
 			servers = append(servers, s.Addr)
@@ -230,13 +228,13 @@ func (p *PoP) StoreServers(i int) (servers []string, direct bool) {
 // for a StoreRedis PoP, its RedisURL.
 func (p *PoP) WorkerServers() (servers []string, direct bool) {
 	if p.Redis != nil {
-		return []string{p.RedisURL()}, false // NewInproc's Redis workers
+		return []string{p.redisURL()}, false // NewInproc's Redis workers
 	}
 	if len(p.Proxies) == 0 {
-		return p.StoreServers(0)
+		return p.storeServers(0)
 	}
 	for i := range p.Proxies {
-		s, _ := p.StoreServers(i)
+		s, _ := p.storeServers(i)
 		servers = append(servers, s...)
 	}
 	return servers, false
@@ -259,19 +257,19 @@ func (p *PoP) Describe() string {
 	}
 	delay := ""
 	if len(p.StoreRelays) > 0 {
-		delay = fmt.Sprintf(", store %v away (round trip)", 2*p.StoreRelays[0].Delay())
+		delay = fmt.Sprintf(", store %v away (round trip)", 2*p.StoreRelays[0].currentDelay())
 	}
 	return fmt.Sprintf("PoP %q: %d %s shards, %d mcproxy, %s%s", p.Name, len(p.Shards), p.Store, len(p.Proxies), workers, delay)
 }
 
 // LaunchPoP starts shards, proxies and edge workers on free loopback ports
 // and waits until each answers. On error everything started is stopped.
-func LaunchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
+func launchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	p := &PoP{Name: cfg.Name, Store: cfg.Store, cfg: cfg}
+	p := &PoP{Name: cfg.Name, Store: cfg.Store, Config: cfg}
 	defer func() {
 		if err != nil {
 			p.Close()
@@ -311,13 +309,13 @@ func (cfg PoPConfig) check() error {
 
 // logFile is the log path of the PoP's process name.
 func (p *PoP) logFile(name string) string {
-	return filepath.Join(p.cfg.Dir, p.cfg.Name+"-"+name+".log")
+	return filepath.Join(p.Config.Dir, p.Config.Name+"-"+name+".log")
 }
 
 // startShards starts the shards (memcached or embedded mcproxy), each
 // behind a relay when the configuration delays or relays shards.
 func (p *PoP) startShards(ctx context.Context) error {
-	for i := 0; i < p.cfg.Shards; i++ {
+	for i := 0; i < p.Config.Shards; i++ {
 		if _, err := p.startShard(ctx, i); err != nil {
 			return err
 		}
@@ -327,7 +325,7 @@ func (p *PoP) startShards(ctx context.Context) error {
 
 // startShard starts shard i and appends it to p.Shards.
 func (p *PoP) startShard(ctx context.Context, i int) (*Shard, error) {
-	cfg := p.cfg
+	cfg := p.Config
 	s := &Shard{}
 	if cfg.Store == StoreMemcached {
 		m, err := procs.StartMemcached(ctx, procs.MemcachedConfig{Threads: 1, MemoryMB: cfg.ShardMemoryMB})
@@ -337,7 +335,7 @@ func (p *PoP) startShard(ctx context.Context, i int) (*Shard, error) {
 		s.mc, s.Direct = m, m.Addr
 	} else {
 		name := fmt.Sprintf("shard-%d", i)
-		pr, err := startServing(ctx, name, cfg.Bins.MCProxy, p.logFile(name),
+		pr, err := procs.StartServing(ctx, name, cfg.Bins.MCProxy, p.logFile(name),
 			func(addr string) []string { return []string{"--listen", addr, "--embedded", "1", "--admin", ""} },
 			func(addr string) error { return procs.Ping(addr, 200*time.Millisecond) })
 		if err != nil {
@@ -348,7 +346,7 @@ func (p *PoP) startShard(ctx context.Context, i int) (*Shard, error) {
 	s.Addr = s.Direct
 	p.Shards = append(p.Shards, s) // before the relay: Close must stop it
 	if cfg.ShardDelay > 0 || cfg.RelayShards {
-		r, err := StartRelay(s.Direct, cfg.ShardDelay)
+		r, err := startRelay(s.Direct, cfg.ShardDelay)
 		if err != nil {
 			return nil, err
 		}
@@ -360,11 +358,11 @@ func (p *PoP) startShard(ctx context.Context, i int) (*Shard, error) {
 // startProxies starts the mcproxies over every shard, and their store
 // relays when the configuration delays the store.
 func (p *PoP) startProxies(ctx context.Context) error {
-	cfg := p.cfg
+	cfg := p.Config
 	for i := 0; i < cfg.Proxies; i++ {
 		name := fmt.Sprintf("mcproxy-%d", i)
 		var werr error
-		pr, err := startServing(ctx, name, cfg.Bins.MCProxy, p.logFile(name),
+		pr, err := procs.StartServing(ctx, name, cfg.Bins.MCProxy, p.logFile(name),
 			func(addr string) []string {
 				args := []string{"--listen", addr}
 				if cfg.ProxyPool != "" {
@@ -392,7 +390,7 @@ func (p *PoP) startProxies(ctx context.Context) error {
 	}
 	if cfg.StoreDelay > 0 {
 		for _, pr := range p.Proxies {
-			r, err := StartRelay(pr.Addr, cfg.StoreDelay)
+			r, err := startRelay(pr.Addr, cfg.StoreDelay)
 			if err != nil {
 				return err
 			}
@@ -405,7 +403,7 @@ func (p *PoP) startProxies(ctx context.Context) error {
 // startEdges writes the policy file and starts the edge workers, each
 // with its own admin listener and the store servers StoreServers gives it.
 func (p *PoP) startEdges(ctx context.Context) error {
-	cfg := p.cfg
+	cfg := p.Config
 	if cfg.Edges == 0 {
 		return nil
 	}
@@ -419,64 +417,27 @@ func (p *PoP) startEdges(ctx context.Context) error {
 			return err
 		}
 		admin := "127.0.0.1:" + strconv.Itoa(adminPort)
-		servers, _ := p.StoreServers(i)
+		servers, _ := p.storeServers(i)
 		name := fmt.Sprintf("edge-%d", i)
-		pr, err := startServing(ctx, name, cfg.Bins.Edge, p.logFile(name),
+		pr, err := procs.StartServing(ctx, name, cfg.Bins.Edge, p.logFile(name),
 			func(addr string) []string {
 				args := []string{"--listen", addr, "--upstream", cfg.Upstream}
 				args = append(args, p.storeArgs(servers)...)
 				return append(append(args, "--policy", p.PolicyFile, "--admin", admin,
 					"--workers-per-pop", strconv.Itoa(cfg.WorkersPerPoP)), cfg.EdgeArgs...)
 			},
-			func(addr string) error { return httpUp("http://" + admin + "/healthz") })
+			func(addr string) error { return procs.HTTPUp("http://" + admin + "/healthz") })
 		if err != nil {
 			return err
 		}
-		p.Edges = append(p.Edges, &Edge{URL: "http://" + pr.Addr, Admin: "http://" + admin, Proc: pr})
+		p.Edges = append(p.Edges, &edge{URL: "http://" + pr.Addr, Admin: "http://" + admin, Proc: pr})
 	}
-	return nil
-}
-
-// startServing starts a process that listens on a free port given by args,
-// retrying on a lost port, and waits for ready(addr).
-func startServing(ctx context.Context, name, bin, log string, args func(addr string) []string, ready func(addr string) error) (*procs.Proc, error) {
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		port, err := procs.FreePort()
-		if err != nil {
-			return nil, err
-		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		pr, err := procs.StartProc(name, bin, args(addr), log)
-		if err != nil {
-			return nil, err
-		}
-		pr.Addr = addr
-		if lastErr = pr.WaitReady(ctx, 10*time.Second, func() error { return ready(addr) }); lastErr == nil {
-			return pr, nil
-		}
-		pr.Kill()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-	}
-	return nil, lastErr
-}
-
-// httpUp succeeds when url answers any HTTP status.
-func httpUp(url string) error {
-	c := http.Client{Timeout: 500 * time.Millisecond}
-	resp, err := c.Get(url)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
 	return nil
 }
 
 // Pids returns the process ids of every process of the PoP (shards,
 // proxies, edges), for CPU accounting.
-func (p *PoP) Pids() []int {
+func (p *PoP) allPids() []int {
 	var out []int
 	for _, s := range p.Shards {
 		out = append(out, s.Pid())
@@ -492,9 +453,9 @@ func (p *PoP) Pids() []int {
 
 // CPUSeconds sums the user+system CPU time of the PoP's processes
 // (procs.CPUSeconds); processes that cannot be read are skipped.
-func (p *PoP) CPUSeconds() float64 {
+func (p *PoP) cpuSeconds() float64 {
 	var t float64
-	for _, pid := range p.Pids() {
+	for _, pid := range p.allPids() {
 		if s, err := procs.CPUSeconds(pid); err == nil {
 			t += s
 		}

@@ -22,7 +22,7 @@ func TestLaunchPoPCleansUp(t *testing.T) {
 		t.Fatal("mcproxy does not build")
 	}
 	ctx := context.Background()
-	p, err := LaunchPoP(ctx, PoPConfig{Name: "t", Shards: 2, Proxies: 2, Store: StoreEmbedded, Dir: t.TempDir(),
+	p, err := launchPoP(ctx, PoPConfig{Name: "t", Shards: 2, Proxies: 2, Store: StoreEmbedded, Dir: t.TempDir(),
 		Bins: Binaries{MCProxy: b.MCProxy}, StoreDelay: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -75,10 +75,10 @@ func TestLaunchPoPCleansUp(t *testing.T) {
 }
 
 func TestLaunchPoPNeedsWhatItRuns(t *testing.T) {
-	if _, err := LaunchPoP(context.Background(), PoPConfig{Store: StoreEmbedded, Dir: t.TempDir()}); !errors.Is(err, procs.ErrNotBuilt) {
+	if _, err := launchPoP(context.Background(), PoPConfig{Store: StoreEmbedded, Dir: t.TempDir()}); !errors.Is(err, procs.ErrNotBuilt) {
 		t.Fatalf("embedded shards without mcproxy: %v", err)
 	}
-	if _, err := LaunchPoP(context.Background(), PoPConfig{Edges: 1, Dir: t.TempDir(), Bins: Binaries{MCProxy: "x"}}); err == nil {
+	if _, err := launchPoP(context.Background(), PoPConfig{Edges: 1, Dir: t.TempDir(), Bins: Binaries{MCProxy: "x"}}); err == nil {
 		t.Fatal("edges without a policy accepted")
 	}
 }

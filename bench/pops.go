@@ -20,7 +20,7 @@ func (m multiTarget) Workers() int {
 	return n * len(m.pops)
 }
 
-func (m multiTarget) Do(ctx context.Context, worker int, c *Client, r *Route) Outcome {
+func (m multiTarget) Do(ctx context.Context, worker int, c *Client, r *Route) outcome {
 	return m.pops[worker%len(m.pops)].Do(ctx, worker/len(m.pops), c, r)
 }
 
@@ -49,7 +49,7 @@ type PopsConfig struct {
 }
 
 // PopResult is one PoP's share of the client.
-type PopResult struct {
+type popResult struct {
 	PoP      string  `json:"pop"`
 	Offered  int64   `json:"offered"`
 	Admitted int64   `json:"admitted"`
@@ -68,7 +68,7 @@ type PopsReport struct {
 	Admitted  float64      `json:"admitted_per_s"`
 	Algorithm string       `json:"algorithm"`
 	Seconds   float64      `json:"seconds"`
-	PoPs      []*PopResult `json:"pops"`
+	PoPs      []*popResult `json:"pops"`
 	// Independent: every PoP stayed within its own bound, and together
 	// they admitted more than one PoP's bound (they share nothing).
 	Independent bool `json:"independent"`
@@ -122,7 +122,7 @@ func RunPops(ctx context.Context, env *Env, cfg PopsConfig) (*PopsReport, error)
 	out := &PopsReport{Limit: api.Rate(), Algorithm: AlgorithmName(cfg.Algorithm), Seconds: rep.Elapsed.Seconds()}
 	windows := int64(rep.Elapsed/cfg.Window) + 2
 	for _, p := range pops {
-		out.PoPs = append(out.PoPs, &PopResult{PoP: p.Describe(), Bound: windows * cfg.Quantity})
+		out.PoPs = append(out.PoPs, &popResult{PoP: p.Describe(), Bound: windows * cfg.Quantity})
 	}
 	var admitted int64
 	for _, r := range rep.Records {

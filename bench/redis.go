@@ -9,7 +9,7 @@ import (
 
 	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/counter"
-	"github.com/poplimit/poplimit/counter/redis"
+	"github.com/poplimit/poplimit/counter/store"
 )
 
 // startRedis starts the Redis Cluster of a StoreRedis PoP in its Dir.
@@ -17,7 +17,7 @@ func (p *PoP) startRedis(ctx context.Context) error {
 	if !procs.RedisInstalled() {
 		return procs.ErrNoRedis
 	}
-	dir := filepath.Join(p.cfg.Dir, p.cfg.Name+"-redis")
+	dir := filepath.Join(p.Config.Dir, p.Config.Name+"-redis")
 	if err := mkdir(dir); err != nil {
 		return err
 	}
@@ -30,7 +30,7 @@ func (p *PoP) startRedis(ctx context.Context) error {
 }
 
 // RedisURL is the --store URL of a StoreRedis PoP ("" otherwise).
-func (p *PoP) RedisURL() string {
+func (p *PoP) redisURL() string {
 	if p.Redis == nil {
 		return ""
 	}
@@ -43,7 +43,7 @@ func (p *PoP) RedisURL() string {
 // proxy: edge's default client speaks to one address).
 func (p *PoP) storeArgs(servers []string) []string {
 	if p.Redis != nil {
-		return []string{"--store", p.RedisURL()}
+		return []string{"--store", p.redisURL()}
 	}
 	var args []string
 	for _, s := range servers {
@@ -72,11 +72,7 @@ func (p *PoP) redisPids() []int {
 // newRedisWorker is in-process worker i, counting in the Redis Cluster of
 // url: its own Store (connections), one counter/redis Limiter per route.
 func newRedisWorker(routes []Route, cfg InprocConfig, i int, url string, timeout time.Duration) (*inprocWorker, error) {
-	addrs, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, err
-	}
-	st, err := redis.New(redis.Config{Addrs: addrs, Timeout: timeout, ServerTime: cfg.RedisServerTime})
+	st, err := store.New(store.Config{Redis: url, Timeout: timeout, RedisServerTime: cfg.RedisServerTime})
 	if err != nil {
 		return nil, err
 	}

@@ -52,7 +52,7 @@ func RunRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin stri
 	}
 	mc := PoPConfig{Name: "memcached", Shards: 3, Proxies: 1, Edges: cfg.Workers, WorkersPerPoP: cfg.Workers, Policy: policy,
 		Store: StoreMemcached, Dir: env.Dir, Bins: env.Bins, Upstream: env.Upstream.URL}
-	mp, err := LaunchPoP(ctx, mc)
+	mp, err := launchPoP(ctx, mc)
 	if err != nil {
 		return nil, err
 	}
@@ -69,13 +69,13 @@ func RunRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin stri
 		target func() (Target, error)
 		pids   func() []int
 	}{
-		{"poplimit-redis", func() (Target, error) { return NewHTTPTarget(rp.EdgeURLs(), cfg.Conns), nil }, rp.Pids},
-		{"poplimit-memcached", func() (Target, error) { return NewHTTPTarget(mp.EdgeURLs(), cfg.Conns), nil }, mp.Pids},
+		{"poplimit-redis", func() (Target, error) { return NewHTTPTarget(rp.EdgeURLs(), cfg.Conns), nil }, rp.allPids},
+		{"poplimit-memcached", func() (Target, error) { return NewHTTPTarget(mp.EdgeURLs(), cfg.Conns), nil }, mp.allPids},
 		{"envoy-ratelimit-redis", func() (Target, error) { return newPeerTarget(peer.Addr, cfg.Conns), nil }, func() []int { return append(rp.redisPids(), peer.Pid()) }},
 		{"poplimit-redis-inproc", inproc(rp, route, cfg.Workers), rp.redisPids},
-		{"poplimit-memcached-inproc", inproc(mp, route, cfg.Workers), func() []int { return mp.Pids()[:len(mp.Shards)+len(mp.Proxies)] }},
+		{"poplimit-memcached-inproc", inproc(mp, route, cfg.Workers), func() []int { return mp.allPids()[:len(mp.Shards)+len(mp.Proxies)] }},
 	}
-	sums := map[string]*LoadRun{}
+	sums := map[string]*loadRun{}
 	total := cfg.Rounds * len(sides)
 	for round := 1; round <= cfg.Rounds; round++ {
 		for si, side := range sides {
@@ -86,7 +86,7 @@ func RunRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin stri
 			}
 			cpu0 := cpuOf(side.pids())
 			done := (round-1)*len(sides) + si
-			run := closedLoop(ctx, target, route, cfg, uint64(round*10+si), func(frac float64) {
+			run := ClosedLoop(ctx, target, route, cfg, uint64(round*10+si), func(frac float64) {
 				if cfg.Progress != nil {
 					cfg.Progress(int(1000*(float64(done)+frac)), 1000*total)
 				}
@@ -213,7 +213,7 @@ func (p *peerTarget) Workers() int { return 1 }
 func (p *peerTarget) Close() { p.client.CloseIdleConnections() }
 
 // Do implements Target.
-func (p *peerTarget) Do(ctx context.Context, _ int, c *Client, _ *Route) Outcome {
+func (p *peerTarget) Do(ctx context.Context, _ int, c *Client, _ *Route) outcome {
 	body := `{"domain":"poplimit","descriptors":[{"entries":[{"key":"user","value":"` + c.ID + `"}]}]}`
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, bytes.NewBufferString(body))
 	if err != nil {

@@ -29,7 +29,7 @@ type Relay struct {
 
 // StartRelay listens on a free loopback port and forwards to target with the
 // given one-way delay.
-func StartRelay(target string, oneWay time.Duration) (*Relay, error) {
+func startRelay(target string, oneWay time.Duration) (*Relay, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("bench: relay listen: %w", err)
@@ -76,11 +76,11 @@ func abort(c net.Conn) {
 }
 
 // Delay returns the current one-way delay.
-func (r *Relay) Delay() time.Duration { return time.Duration(r.delay.Load()) }
+func (r *Relay) currentDelay() time.Duration { return time.Duration(r.delay.Load()) }
 
 // Conns is the number of connections the relay holds open (each relayed
 // connection counts twice: the client's and its own to the target).
-func (r *Relay) Conns() int {
+func (r *Relay) openConns() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.conns)
@@ -183,7 +183,7 @@ func (r *Relay) pipe(dst, src net.Conn) {
 		for {
 			n, err := src.Read(buf)
 			if n > 0 {
-				q <- chunk{due: time.Now().Add(r.Delay()), data: append([]byte(nil), buf[:n]...)}
+				q <- chunk{due: time.Now().Add(r.currentDelay()), data: append([]byte(nil), buf[:n]...)}
 			}
 			if err != nil {
 				return

@@ -14,7 +14,7 @@ import (
 // TestRelayResetMode: in reset mode an open connection and a new one both
 // end with ECONNRESET (not an orderly EOF); off again, data flows.
 func TestRelayResetMode(t *testing.T) {
-	r, err := StartRelay(fixture.EchoServer(t), 0)
+	r, err := startRelay(fixture.EchoServer(t), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

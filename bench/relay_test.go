@@ -24,7 +24,7 @@ func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader) time.Duration {
 }
 
 func TestRelayDelaysBothWays(t *testing.T) {
-	r, err := StartRelay(fixture.EchoServer(t), 25*time.Millisecond)
+	r, err := startRelay(fixture.EchoServer(t), 25*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestRelayDelaysBothWays(t *testing.T) {
 		t.Fatalf("round trip %v shorter than 2×25ms", rtt)
 	}
 	r.SetDelay(0)
-	if r.Delay() != 0 {
+	if r.currentDelay() != 0 {
 		t.Fatal("SetDelay ignored")
 	}
 	// With no delay, data still flows (no upper bound asserted: shared CPU).
@@ -49,7 +49,7 @@ func TestRelayDelaysBothWays(t *testing.T) {
 }
 
 func TestRelayCloseEndsConnections(t *testing.T) {
-	r, err := StartRelay(fixture.EchoServer(t), 0)
+	r, err := startRelay(fixture.EchoServer(t), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestRelayHalfClose(t *testing.T) {
 	target := fixture.EchoServer(t)
 	for _, delay := range []time.Duration{0, 20 * time.Millisecond} {
 		t.Run(delay.String(), func(t *testing.T) {
-			r, err := StartRelay(target, delay)
+			r, err := startRelay(target, delay)
 			if err != nil {
 				t.Fatal(err)
 			}

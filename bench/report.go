@@ -63,7 +63,7 @@ func (t *Table) Text(w io.Writer) {
 }
 
 // Markdown returns the table as GitHub Markdown.
-func (t *Table) Markdown() string {
+func (t *Table) markdown() string {
 	var b strings.Builder
 	b.WriteString("| " + strings.Join(t.Header, " | ") + " |\n|")
 	for range t.Header {
@@ -88,11 +88,11 @@ func (r *Report) Para(format string, args ...any) {
 }
 
 // Heading adds a second-level heading.
-func (r *Report) Heading(s string) { r.parts = append(r.parts, "## "+s) }
+func (r *Report) subheading(s string) { r.parts = append(r.parts, "## "+s) }
 
 // Table adds a table with its title as a bold line.
 func (r *Report) Table(t *Table) {
-	s := t.Markdown()
+	s := t.markdown()
 	if t.Title != "" {
 		s = "**" + t.Title + "**\n\n" + s
 	}
@@ -105,7 +105,7 @@ func (r *Report) Image(alt, rel string) {
 }
 
 // Code adds a fenced code block.
-func (r *Report) Code(s string) {
+func (r *Report) codeBlock(s string) {
 	r.parts = append(r.parts, "```\n"+strings.TrimRight(s, "\n")+"\n```")
 }
 

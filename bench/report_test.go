@@ -27,7 +27,7 @@ func TestTableAndReport(t *testing.T) {
 			t.Errorf("text table lacks %q:\n%s", want, buf.String())
 		}
 	}
-	md := tab.Markdown()
+	md := tab.markdown()
 	if !strings.HasPrefix(md, "| name | value |\n|---|---|\n| a | 1234 |") {
 		t.Errorf("markdown:\n%s", md)
 	}
@@ -73,10 +73,10 @@ func TestCharts(t *testing.T) {
 		a := filepath.Join(dir, "admitted."+ext)
 		c := filepath.Join(dir, "cdf."+ext)
 		tl := filepath.Join(dir, "timeline."+ext)
-		if err := ChartAdmitted(a, AdmittedSeries(rep, chartClients(tr), time.Second), time.Second); err != nil {
+		if err := chartAdmitted(a, admittedSeries(rep, chartClients(tr), time.Second), time.Second); err != nil {
 			t.Fatal(err)
 		}
-		if err := ChartCDF(c, "cdf", []string{"x"}, []*Latency{lat}); err != nil {
+		if err := chartCDF(c, "cdf", []string{"x"}, []*Latency{lat}); err != nil {
 			t.Fatal(err)
 		}
 		spans := []Span{{Label: "fault", From: 100 * time.Millisecond, To: 200 * time.Millisecond}}
@@ -85,12 +85,6 @@ func TestCharts(t *testing.T) {
 		}
 		files = append(files, a, c, tl)
 	}
-	prec := filepath.Join(dir, "precision.png")
-	if err := ChartPrecision(prec, []*AccuracyResult{{Algorithm: "sliding", Trace: "near", Precision: 1, WrongPct: 3},
-		{Algorithm: "sliding", Trace: "near", Precision: 12, WrongPct: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	files = append(files, prec)
 	tr2 := filepath.Join(dir, "tables.md")
 	if err := WriteTablesReport(tr2, "x", "popbench x", []*Table{tab()}, []string{"precision.png"}); err != nil {
 		t.Fatal(err)

@@ -15,15 +15,15 @@ import (
 // proxyConfigPath is the Twemproxy YAML file mcproxy i reads when the PoP
 // has a ProxyPool.
 func (p *PoP) proxyConfigPath(i int) string {
-	return filepath.Join(p.cfg.Dir, fmt.Sprintf("%s-mcproxy-%d.yml", p.cfg.Name, i))
+	return filepath.Join(p.Config.Dir, fmt.Sprintf("%s-mcproxy-%d.yml", p.Config.Name, i))
 }
 
 // writeProxyConfig writes mcproxy i's pool: listen, ProxyPool's lines and
 // every current shard, atomically (a reload never reads half a file).
 func (p *PoP) writeProxyConfig(i int, listen string) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s:\n  listen: %s\n", p.cfg.Name, listen)
-	for _, l := range strings.Split(strings.TrimSpace(p.cfg.ProxyPool), "\n") {
+	fmt.Fprintf(&b, "%s:\n  listen: %s\n", p.Config.Name, listen)
+	for _, l := range strings.Split(strings.TrimSpace(p.Config.ProxyPool), "\n") {
 		fmt.Fprintf(&b, "  %s\n", strings.TrimSpace(l))
 	}
 	b.WriteString("  servers:\n")
@@ -44,8 +44,8 @@ func (p *PoP) writeProxyConfig(i int, listen string) error {
 // reloadProxies rewrites every mcproxy's pool with the current shards and
 // sends it SIGHUP.
 func (p *PoP) reloadProxies() error {
-	if p.cfg.ProxyPool == "" {
-		return fmt.Errorf("bench: PoP %s: mcproxy has no config file (PoPConfig.ProxyPool)", p.cfg.Name)
+	if p.Config.ProxyPool == "" {
+		return fmt.Errorf("bench: PoP %s: mcproxy has no config file (PoPConfig.ProxyPool)", p.Config.Name)
 	}
 	for i, pr := range p.Proxies {
 		if err := p.writeProxyConfig(i, pr.Addr); err != nil {
@@ -78,13 +78,13 @@ func (p *PoP) AddShard(ctx context.Context) (*Shard, error) {
 // back to the shards they lived on before it was added.
 func (p *PoP) RemoveShard(drain time.Duration) error {
 	if len(p.Shards) < 2 {
-		return fmt.Errorf("bench: PoP %s: cannot remove its only shard", p.cfg.Name)
+		return fmt.Errorf("bench: PoP %s: cannot remove its only shard", p.Config.Name)
 	}
 	s := p.Shards[len(p.Shards)-1]
 	p.Shards = p.Shards[:len(p.Shards)-1]
 	err := p.reloadProxies()
 	deadline := time.Now().Add(drain)
-	for time.Now().Before(deadline) && (s.Relay == nil || s.Relay.Conns() > 0) {
+	for time.Now().Before(deadline) && (s.Relay == nil || s.Relay.openConns() > 0) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if s.Relay != nil {
@@ -105,7 +105,7 @@ type PoPResources struct {
 
 // resources reads p's PoPResources; a process that cannot be read (one a
 // scenario is restarting) counts as zero.
-func (p *PoP) resources() PoPResources {
+func (p *PoP) Resources() PoPResources {
 	var out PoPResources
 	for _, pr := range p.Proxies {
 		if r, err := procs.ReadResources(pr.Pid()); err == nil {

@@ -25,13 +25,13 @@ func TestRetryAfterOfABurstAdmitsThroughFourEdges(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("version: 1\napi_key: {header: X-API-Key}\ntiers:\n")
 	modes := []string{"count", "refund"}
-	for _, a := range BurstAlgorithms {
+	for _, a := range burstAlgorithms {
 		for _, m := range modes {
 			fmt.Fprintf(&b, "  %s-%s: {limits: [{name: l, algorithm: %s, quantity: 5, window: 10s, burst: 5, on_reject: %s}]}\n", a, m, a, m)
 		}
 	}
 	b.WriteString("policies:\n")
-	for _, a := range BurstAlgorithms {
+	for _, a := range burstAlgorithms {
 		for _, m := range modes {
 			fmt.Fprintf(&b, "  - {name: %s-%s, routes: [\"GET /%s/%s\"], identity: [api_key], tier: %s-%s}\n", a, m, a, m, a, m)
 		}
@@ -61,7 +61,7 @@ func TestRetryAfterOfABurstAdmitsThroughFourEdges(t *testing.T) {
 		resp.Body.Close()
 		return resp
 	}
-	for _, a := range BurstAlgorithms {
+	for _, a := range burstAlgorithms {
 		for _, m := range modes {
 			t.Run(a+"/"+m, func(t *testing.T) {
 				path := "/" + a + "/" + m

@@ -19,7 +19,7 @@ type Upstream struct {
 }
 
 // StartUpstream listens on a free loopback port.
-func StartUpstream() (*Upstream, error) {
+func startUpstream() (*Upstream, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("bench: upstream listen: %w", err)
@@ -37,7 +37,7 @@ func StartUpstream() (*Upstream, error) {
 }
 
 // Hits returns the number of requests that reached the upstream.
-func (u *Upstream) Hits() int64 { return u.hits.Load() }
+func (u *Upstream) hitCount() int64 { return u.hits.Load() }
 
 // Close stops the server.
 func (u *Upstream) Close() error {

@@ -13,16 +13,16 @@ import (
 var ErrBadWorkload = errors.New("bench: invalid workload")
 
 // Kind classifies a client of a workload.
-type Kind int
+type kind int
 
 const (
 	// Legit clients offer less than their limit on average.
-	Legit Kind = iota
+	Legit kind = iota
 	// Abusive clients offer 2–10× their limit.
 	Abusive
 	// BoundaryAttacker sends a full allowance just before a window ends and
 	// another just after it starts (the fixed-window boundary attack).
-	BoundaryAttacker
+	boundaryAttacker
 	// Stuffer is one source of a credential-stuffing botnet on the login
 	// route.
 	Stuffer
@@ -31,7 +31,7 @@ const (
 var kindNames = [...]string{"legit", "abusive", "boundary", "stuffer"}
 
 // String returns the kind's lower-case name.
-func (k Kind) String() string {
+func (k kind) String() string {
 	if int(k) < len(kindNames) {
 		return kindNames[k]
 	}
@@ -39,14 +39,14 @@ func (k Kind) String() string {
 }
 
 // MarshalText implements encoding.TextMarshaler (JSON shows the name).
-func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+func (k kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
 // Arrivals names an arrival process.
-type Arrivals int
+type arrivals int
 
 const (
 	// Poisson arrivals: exponential gaps at a constant mean rate.
-	Poisson Arrivals = iota
+	Poisson arrivals = iota
 	// Bursty arrivals: an on/off process; during "on" periods the rate is
 	// the mean divided by the on fraction, "off" periods are silent. The
 	// mean rate is the same as Poisson's.
@@ -76,7 +76,7 @@ type Client struct {
 	// ID is the identity (API key or user) the client presents.
 	ID string `json:"id"`
 	// Kind says how it behaves.
-	Kind Kind `json:"kind"`
+	Kind kind `json:"kind"`
 	// Route indexes Trace.Routes.
 	Route int `json:"route"`
 	// Multiple is its mean offered rate divided by its limit's rate.
@@ -101,7 +101,7 @@ type Trace struct {
 }
 
 // OfferedBy returns the number of requests per client.
-func (t *Trace) OfferedBy() []int64 {
+func (t *Trace) offeredBy() []int64 {
 	out := make([]int64, len(t.Clients))
 	for _, r := range t.Requests {
 		out[r.Client]++
@@ -142,7 +142,7 @@ type WorkloadConfig struct {
 	Stuffers      int
 	StuffMultiple float64
 	// Arrivals is the arrival process of legitimate and abusive clients.
-	Arrivals Arrivals
+	Arrivals arrivals
 	// OnFraction is the share of time a Bursty client is on; default 0.25.
 	OnFraction float64
 	// MaxRequests bounds the trace; default 2,000,000.
@@ -204,7 +204,7 @@ func Generate(c WorkloadConfig) (*Trace, error) {
 	}
 	rng := rand.New(rand.NewPCG(c.Seed, 0x9e3779b97f4a7c15))
 	t := &Trace{Seed: c.Seed, Duration: c.Duration, Routes: []Route{c.API, c.Login}}
-	add := func(kind Kind, route int, mult float64) int32 {
+	add := func(kind kind, route int, mult float64) int32 {
 		t.Clients = append(t.Clients, Client{
 			ID: fmt.Sprintf("%s-%03d", kind, len(t.Clients)), Kind: kind, Route: route, Multiple: mult,
 		})
@@ -213,30 +213,30 @@ func Generate(c WorkloadConfig) (*Trace, error) {
 	for i := 0; i < c.Legit; i++ {
 		m := math.Max(c.LegitMin, c.LegitMax/math.Pow(float64(i+1), c.ZipfS))
 		id := add(Legit, 0, m)
-		t.arrive(rng, c.Arrivals, c.OnFraction, id, m*c.API.Rate())
+		t.Arrive(rng, c.Arrivals, c.OnFraction, id, m*c.API.Rate())
 	}
 	for i := 0; i < c.Abusive; i++ {
 		m := c.AbuseMin + rng.Float64()*(c.AbuseMax-c.AbuseMin)
 		id := add(Abusive, 0, m)
-		t.arrive(rng, c.Arrivals, c.OnFraction, id, m*c.API.Rate())
+		t.Arrive(rng, c.Arrivals, c.OnFraction, id, m*c.API.Rate())
 	}
 	for i := 0; i < c.Boundary; i++ {
-		id := add(BoundaryAttacker, 0, 0)
+		id := add(boundaryAttacker, 0, 0)
 		n := t.boundaryAttack(id, c.API, 4)
 		t.Clients[id].Multiple = float64(n) / (c.API.Rate() * c.Duration.Seconds())
 	}
 	for i := 0; i < c.Stuffers; i++ {
 		id := add(Stuffer, 1, c.StuffMultiple)
-		t.arrive(rng, Poisson, 1, id, c.StuffMultiple*c.Login.Rate())
+		t.Arrive(rng, Poisson, 1, id, c.StuffMultiple*c.Login.Rate())
 	}
 	if len(t.Requests) > c.MaxRequests {
 		return nil, fmt.Errorf("%w: %d requests exceed MaxRequests %d", ErrBadWorkload, len(t.Requests), c.MaxRequests)
 	}
-	t.sort()
+	t.Sort()
 	return t, nil
 }
 
-func (t *Trace) sort() {
+func (t *Trace) Sort() {
 	sort.SliceStable(t.Requests, func(i, j int) bool {
 		if t.Requests[i].At != t.Requests[j].At {
 			return t.Requests[i].At < t.Requests[j].At
@@ -246,7 +246,7 @@ func (t *Trace) sort() {
 }
 
 // arrive appends the arrivals of one client at mean rate per second.
-func (t *Trace) arrive(rng *rand.Rand, a Arrivals, onFraction float64, id int32, rate float64) {
+func (t *Trace) Arrive(rng *rand.Rand, a arrivals, onFraction float64, id int32, rate float64) {
 	if rate <= 0 {
 		return
 	}

@@ -34,13 +34,13 @@ func TestGenerateReproducible(t *testing.T) {
 // TestGenerateRates checks every kind offers what it claims, within the
 // statistical tolerance of a long trace.
 func TestGenerateRates(t *testing.T) {
-	for _, arr := range []Arrivals{Poisson, Bursty} {
+	for _, arr := range []arrivals{Poisson, Bursty} {
 		tr, err := Generate(WorkloadConfig{Seed: 3, Duration: 200 * time.Second, Arrivals: arr, Abusive: 3, Stuffers: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
-		offered := tr.OfferedBy()
-		kinds := map[Kind]int{}
+		offered := tr.offeredBy()
+		kinds := map[kind]int{}
 		var sumGot, sumWant float64
 		for i, c := range tr.Clients {
 			kinds[c.Kind]++
@@ -61,7 +61,7 @@ func TestGenerateRates(t *testing.T) {
 					t.Errorf("stuffer on route %d, want login", c.Route)
 				}
 			}
-			if c.Kind == BoundaryAttacker {
+			if c.Kind == boundaryAttacker {
 				continue
 			}
 			sumGot += got
@@ -75,7 +75,7 @@ func TestGenerateRates(t *testing.T) {
 		if math.Abs(sumGot-sumWant) > 0.1*sumWant {
 			t.Errorf("arrivals %v: offered %v in all, want %v±10%%", arr, sumGot, sumWant)
 		}
-		if kinds[Legit] != 20 || kinds[Abusive] != 3 || kinds[BoundaryAttacker] != 1 || kinds[Stuffer] != 2 {
+		if kinds[Legit] != 20 || kinds[Abusive] != 3 || kinds[boundaryAttacker] != 1 || kinds[Stuffer] != 2 {
 			t.Errorf("kinds %v", kinds)
 		}
 	}
@@ -87,7 +87,7 @@ func TestBoundaryAttackAroundEdges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tr.Clients) != 1 || tr.Clients[0].Kind != BoundaryAttacker {
+	if len(tr.Clients) != 1 || tr.Clients[0].Kind != boundaryAttacker {
 		t.Fatalf("clients %+v", tr.Clients)
 	}
 	// Every request is within a tenth of a window of a window edge, and a

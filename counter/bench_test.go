@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/counting"
 	"github.com/poplimit/poplimit/counter/memcached"
-	"golang.org/x/time/rate"
+	"github.com/poplimit/poplimit/counter/memstore"
 )
 
 var benchLimits = []struct {
@@ -120,7 +122,7 @@ func BenchmarkRoundTrips(b *testing.B) {
 						l.Precision = 10
 					}
 					var now time.Time // virtual: TTLs follow it
-					var st counter.Store = counter.NewMemoryStoreClock(func() time.Time { return now })
+					var st counter.Store = memstore.NewClock(func() time.Time { return now })
 					if !batch {
 						st = noBatch{st}
 					}

@@ -72,9 +72,9 @@ type Calendar struct {
 	StartWeekday int
 }
 
-// ErrBadCalendar: a Calendar with an unknown unit, time zone or an out of
+// errBadCalendar: a Calendar with an unknown unit, time zone or an out of
 // range start.
-var ErrBadCalendar = fmt.Errorf("%w: invalid calendar window", ErrBadLimit)
+var errBadCalendar = fmt.Errorf("%w: invalid calendar window", ErrBadLimit)
 
 // location resolves the time zone.
 func (c Calendar) location() (*time.Location, error) {
@@ -83,28 +83,28 @@ func (c Calendar) location() (*time.Location, error) {
 	}
 	loc, err := time.LoadLocation(c.TimeZone)
 	if err != nil {
-		return nil, fmt.Errorf("%w: unknown time zone %q", ErrBadCalendar, c.TimeZone)
+		return nil, fmt.Errorf("%w: unknown time zone %q", errBadCalendar, c.TimeZone)
 	}
 	return loc, nil
 }
 
-// validate checks c (Unit set); the error wraps ErrBadCalendar.
+// validate checks c (Unit set); the error wraps errBadCalendar.
 func (c Calendar) validate() error {
 	switch {
 	case c.Unit < Day || c.Unit > Year:
-		return fmt.Errorf("%w: unknown unit %d", ErrBadCalendar, c.Unit)
+		return fmt.Errorf("%w: unknown unit %d", errBadCalendar, c.Unit)
 	case c.StartDay < 0 || c.StartDay > 31:
-		return fmt.Errorf("%w: start day %d not in [1, 31]", ErrBadCalendar, c.StartDay)
+		return fmt.Errorf("%w: start day %d not in [1, 31]", errBadCalendar, c.StartDay)
 	case c.StartDay > 0 && c.Unit != Month && c.Unit != Year:
-		return fmt.Errorf("%w: a start day is for month and year windows", ErrBadCalendar)
+		return fmt.Errorf("%w: a start day is for month and year windows", errBadCalendar)
 	case c.StartMonth < 0 || c.StartMonth > 12:
-		return fmt.Errorf("%w: start month %d not in [1, 12]", ErrBadCalendar, c.StartMonth)
+		return fmt.Errorf("%w: start month %d not in [1, 12]", errBadCalendar, c.StartMonth)
 	case c.StartMonth > 0 && c.Unit != Year:
-		return fmt.Errorf("%w: a start month is for year windows", ErrBadCalendar)
+		return fmt.Errorf("%w: a start month is for year windows", errBadCalendar)
 	case c.StartWeekday < 0 || c.StartWeekday > 7:
-		return fmt.Errorf("%w: start weekday %d not in [1, 7]", ErrBadCalendar, c.StartWeekday)
+		return fmt.Errorf("%w: start weekday %d not in [1, 7]", errBadCalendar, c.StartWeekday)
 	case c.StartWeekday > 0 && c.Unit != Week:
-		return fmt.Errorf("%w: a start weekday is for week windows", ErrBadCalendar)
+		return fmt.Errorf("%w: a start weekday is for week windows", errBadCalendar)
 	}
 	_, err := c.location()
 	return err

@@ -287,7 +287,7 @@ func TestCalendarValidate(t *testing.T) {
 	if err := fiscal.Validate(); err != nil {
 		t.Errorf("fiscal year: %v", err)
 	}
-	if _, err := counter.NewRemote(fiscal); !errors.Is(err, counter.ErrBadCalendar) {
-		t.Errorf("NewRemote of a calendar window: %v, want ErrBadCalendar", err)
+	if _, err := counter.NewRemote(fiscal); !errors.Is(err, counter.ErrBadLimit) {
+		t.Errorf("NewRemote of a calendar window: %v, want ErrBadLimit", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 )
 
 // slowStore is a Store without Batcher whose every call takes delay: it
@@ -44,13 +45,13 @@ func (s *slowStore) GetMulti(ctx context.Context, keys []string) (map[string][]b
 // window reads the previous window while it counts in the current one: the
 // two calls overlap, and the decision is the same as with one connection.
 func TestSlidingColdWindowReadsConcurrently(t *testing.T) {
-	mem := counter.NewMemoryStore()
+	mem := memstore.New()
 	slow := &slowStore{Store: mem, delay: 20 * time.Millisecond}
 	lim, err := counter.New(slow, counter.Limit{Name: "s", Algorithm: counter.SlidingWindow, Quantity: 10, Window: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := counter.New(counter.NewMemoryStore(), counter.Limit{Name: "s", Algorithm: counter.SlidingWindow, Quantity: 10, Window: time.Second})
+	ref, err := counter.New(memstore.New(), counter.Limit{Name: "s", Algorithm: counter.SlidingWindow, Quantity: 10, Window: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 // Package counter implements the rate algorithms of poplimit (sliding window
 // counter with optional sub-window precision, fixed window, token bucket as
 // GCRA) over a small Store interface, with an in-process Store
-// (MemoryStore), plus allocation-free in-process variants of each
+// (package counter/memstore), plus allocation-free in-process variants of each
 // algorithm (NewLocal).
 //
 // Time is always a parameter: the core methods take now and never read the
@@ -15,7 +15,7 @@
 // Stores: the memcached clients live in counter/memcached (PipeStore,
 // recommended: it pipelines, so every window-algorithm decision is one
 // round trip; Store over gomemcache: a window a worker has not counted in
-// costs a multi-get plus an add); MemoryStore is the in-process one. See
+// costs a multi-get plus an add); counter/memstore is the in-process one. See
 // Limiter for the costs; counter/counting measures them. The token bucket
 // costs gets + cas.
 //
@@ -200,9 +200,9 @@ func (l Limit) Validate() error {
 func (l Limit) validateCalendar() error {
 	switch {
 	case l.Algorithm != FixedWindow:
-		return fmt.Errorf("%w: a calendar window counts fixed windows (algorithm fixed_window)", ErrBadCalendar)
+		return fmt.Errorf("%w: a calendar window counts fixed windows (algorithm fixed_window)", errBadCalendar)
 	case l.Window != 0:
-		return fmt.Errorf("%w: window %v is set by the calendar: leave it zero", ErrBadCalendar, l.Window)
+		return fmt.Errorf("%w: window %v is set by the calendar: leave it zero", errBadCalendar, l.Window)
 	case l.Quantity <= 0:
 		return fmt.Errorf("%w: quantity %d must be positive", ErrBadLimit, l.Quantity)
 	case l.Quantity > 1<<40:

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 )
 
 // A sliding window over a store shared by every worker of a PoP. In
@@ -14,7 +15,7 @@ import (
 //	c := memcached.NewClient(memcached.Config{Servers: []string{"127.0.0.1:22122"}})
 //	store := memcached.NewStore(c)
 func ExampleNew() {
-	store := counter.NewMemoryStore()
+	store := memstore.New()
 	lim, err := counter.New(store, counter.Limit{Name: "api", Quantity: 3, Window: time.Minute})
 	if err != nil {
 		panic(err)

@@ -21,8 +21,5 @@ func (lim *Limiter) Coalesced() int64 { return lim.coalescedDecisions() }
 // CachedKeys returns the number of identities with cached window state.
 func (lim *Limiter) CachedKeys() int { return lim.cachedKeys() }
 
-// Len returns the number of keys with state.
-func (lo *Local) Len() int { return lo.size() }
-
-// Len returns the number of live items.
-func (m *MemoryStore) Len() int { return m.size() }
+// LocalLen returns the number of keys with state of a NewLocal limiter.
+func LocalLen(a Allower) int { return a.(*local).size() }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/counting"
+	"github.com/poplimit/poplimit/counter/memstore"
 )
 
 func TestKey(t *testing.T) {
@@ -71,7 +72,7 @@ func FuzzKey(f *testing.F) {
 	f.Add("user", "zoë", "/v1/pay")
 	f.Add("", "\x00\r\n", "{}|~")
 	f.Add(strings.Repeat("a", 300), "b", "c")
-	lim, err := counter.New(counter.NewMemoryStore(), counter.Limit{Quantity: 5, Window: 250 * ms, Precision: 5})
+	lim, err := counter.New(memstore.New(), counter.Limit{Quantity: 5, Window: 250 * ms, Precision: 5})
 	if err != nil {
 		f.Fatal(err)
 	}

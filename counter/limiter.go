@@ -54,7 +54,7 @@ func (c Config) maxCachedKeys() int {
 // per decision (incr of the current window). The closed sub-windows a
 // sliding window needs are read once per worker (one multi-get, one shard)
 // after they close and kept in a local cache until they slide out. With a
-// Batcher store (memcached.PipeStore, MemoryStore) that read and the create-or-
+// Batcher store (memcached.PipeStore, memstore.Store) that read and the create-or-
 // increment of a window this worker has not counted in go in one round
 // trip, so every decision costs exactly one; without (memcached.Store over
 // gomemcache) they cost a multi-get plus an add (or incr first for keys

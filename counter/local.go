@@ -9,12 +9,8 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// Local enforces one Limit in process memory: the same three algorithms
-// and the same arithmetic as Limiter, without a store. It is safe for
-// concurrent use, allocation-free on the hot path once a key has been seen,
-// and keeps one small entry per key until Sweep drops it (call Sweep from
-// time to time: memory is bounded by the keys active within a window).
-type Local struct {
+// local is NewLocal's limiter.
+type local struct {
 	l      Limit
 	win    window
 	g      gcra
@@ -39,14 +35,19 @@ type localEntry struct {
 	curSlot         int   // slot of sub-window curID − n
 }
 
-var _ Allower = (*Local)(nil)
+var _ Allower = (*local)(nil)
 
-// NewLocal returns an in-process limiter for l.
-func NewLocal(l Limit) (*Local, error) {
+// NewLocal returns an in-process limiter for l: the same three algorithms
+// and the same arithmetic as Limiter, without a store. It is safe for
+// concurrent use, allocation-free on the hot path once a key has been seen,
+// and keeps one small entry per key until its Sweep(now time.Time) method
+// drops the idle ones (call it from time to time: memory is bounded by the
+// keys active within a window).
+func NewLocal(l Limit) (Allower, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
-	lo := &Local{l: l}
+	lo := &local{l: l}
 	switch l.Algorithm {
 	case SlidingWindow, FixedWindow:
 		var err error
@@ -63,13 +64,13 @@ func NewLocal(l Limit) (*Local, error) {
 }
 
 // Limit implements Allower.
-func (lo *Local) Limit() Limit { return lo.l }
+func (lo *local) Limit() Limit { return lo.l }
 
-func (lo *Local) shard(key string) *localShard {
+func (lo *local) shard(key string) *localShard {
 	return &lo.shards[xxhash.Sum64String(key)%localShards]
 }
 
-func (lo *Local) newEntry() *localEntry {
+func (lo *local) newEntry() *localEntry {
 	if lo.l.Algorithm == TokenBucket {
 		return &localEntry{tat: math.MinInt64}
 	}
@@ -84,7 +85,7 @@ func (lo *Local) newEntry() *localEntry {
 }
 
 // AllowN implements Allower; it never returns an error except ErrBadCost.
-func (lo *Local) AllowN(_ context.Context, key string, now time.Time, n int64) (Result, error) {
+func (lo *local) AllowN(_ context.Context, key string, now time.Time, n int64) (Result, error) {
 	if n < 1 {
 		return Result{}, ErrBadCost
 	}
@@ -109,7 +110,7 @@ func (lo *Local) AllowN(_ context.Context, key string, now time.Time, n int64) (
 }
 
 // allowWindow decides for a window algorithm. s.mu held.
-func (lo *Local) allowWindow(e *localEntry, now time.Time, n int64) Result {
+func (lo *local) allowWindow(e *localEntry, now time.Time, n int64) Result {
 	w := lo.win
 	nowNs := now.UnixNano()
 	ms := floorDiv(nowNs, 1e6)
@@ -159,7 +160,7 @@ func (lo *Local) allowWindow(e *localEntry, now time.Time, n int64) Result {
 }
 
 // Undo implements Allower.
-func (lo *Local) Undo(_ context.Context, key string, now time.Time, n int64) error {
+func (lo *local) Undo(_ context.Context, key string, now time.Time, n int64) error {
 	if n < 1 {
 		return ErrBadCost
 	}
@@ -187,7 +188,7 @@ func (lo *Local) Undo(_ context.Context, key string, now time.Time, n int64) err
 
 // Sweep drops the state of keys that no longer affect any decision at now
 // or later (every counted sub-window slid out, or the bucket full again).
-func (lo *Local) Sweep(now time.Time) {
+func (lo *local) Sweep(now time.Time) {
 	t := now.UnixNano()
 	var id int64
 	if lo.l.Algorithm != TokenBucket {
@@ -205,7 +206,7 @@ func (lo *Local) Sweep(now time.Time) {
 	}
 }
 
-func (lo *Local) idle(e *localEntry, t, id int64) bool {
+func (lo *local) idle(e *localEntry, t, id int64) bool {
 	if lo.l.Algorithm == TokenBucket {
 		return e.tat <= t
 	}
@@ -218,7 +219,7 @@ func (lo *Local) idle(e *localEntry, t, id int64) bool {
 }
 
 // size returns the number of keys with state.
-func (lo *Local) size() int {
+func (lo *local) size() int {
 	n := 0
 	for i := range lo.shards {
 		s := &lo.shards[i]

@@ -50,7 +50,8 @@ func TestLocalSweep(t *testing.T) {
 		{Algorithm: counter.TokenBucket, Quantity: 5, Window: time.Minute},
 	} {
 		t.Run(l.String(), func(t *testing.T) {
-			lo, _ := counter.NewLocal(l)
+			a, _ := counter.NewLocal(l)
+			lo := localOf{a}
 			for i := 0; i < 100; i++ {
 				lo.AllowN(ctx, counter.Key("k", string(rune('a'+i%26)), string(rune('a'+i/26))), t0, 1)
 			}
@@ -165,3 +166,9 @@ func TestLimiterCacheBound(t *testing.T) {
 		})
 	}
 }
+
+// localOf is a NewLocal limiter with its Sweep and its key count.
+type localOf struct{ counter.Allower }
+
+func (lo localOf) Sweep(now time.Time) { lo.Allower.(interface{ Sweep(time.Time) }).Sweep(now) }
+func (lo localOf) Len() int            { return counter.LocalLen(lo.Allower) }

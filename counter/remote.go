@@ -25,7 +25,7 @@ func NewRemote(l Limit) (Remote, error) {
 	}
 	if l.Calendar.Unit != NoCalendar {
 		// The store derives window ids from now and a fixed length.
-		return Remote{}, fmt.Errorf("%w: calendar windows need a store that counts through Limiter (not a remote script)", ErrBadCalendar)
+		return Remote{}, fmt.Errorf("%w: calendar windows need a store that counts through Limiter (not a remote script)", errBadCalendar)
 	}
 	r := Remote{l: l, suffix: limitSuffix(l)}
 	if l.Algorithm != TokenBucket {

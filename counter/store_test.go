@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/counting"
 	"github.com/poplimit/poplimit/counter/memcached"
+	"github.com/poplimit/poplimit/counter/memstore"
 )
 
 // TestStoreSemantics runs one suite against every Store: the memory store
@@ -89,34 +89,6 @@ func trim(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
-}
-
-func TestMemoryStoreTTL(t *testing.T) {
-	var mu sync.Mutex
-	now := t0
-	st := counter.NewMemoryStoreClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	if err := st.Add(ctx, "k", []byte("1"), 1500*ms); err != nil {
-		t.Fatal(err)
-	}
-	advance(1999 * ms) // TTL rounds up to 2 s like memcached
-	if _, err := st.Incr(ctx, "k", 1); err != nil {
-		t.Fatalf("alive at 1.999s: %v", err)
-	}
-	advance(ms)
-	if _, err := st.Incr(ctx, "k", 1); !errors.Is(err, counter.ErrNotFound) {
-		t.Fatalf("expired at 2s: %v", err)
-	}
-	if err := st.Add(ctx, "k", []byte("1"), time.Second); err != nil {
-		t.Fatalf("add after expiry: %v", err)
-	}
-	if st.Len() != 1 {
-		t.Fatalf("Len = %d", st.Len())
-	}
-	advance(time.Hour)
-	if st.Len() != 0 {
-		t.Fatalf("Len after expiry = %d", st.Len())
-	}
 }
 
 // TestMemcachedTTL checks a window key really expires in memcached (TTL
@@ -208,7 +180,7 @@ func TestValidate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := counter.New(counter.NewMemoryStore(), tc.l)
+			_, err := counter.New(memstore.New(), tc.l)
 			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
 				t.Fatalf("New(%v) = %v, want %v", tc.l, err, tc.want)
 			}
@@ -222,7 +194,7 @@ func TestValidate(t *testing.T) {
 	if _, err := lo.AllowN(ctx, "k", t0, 0); !errors.Is(err, counter.ErrBadCost) {
 		t.Fatalf("n=0: %v", err)
 	}
-	lim, _ := counter.New(counter.NewMemoryStore(), counter.Limit{Quantity: 1, Window: time.Second})
+	lim, _ := counter.New(memstore.New(), counter.Limit{Quantity: 1, Window: time.Second})
 	if _, err := lim.AllowN(ctx, "bad key", t0, 1); !errors.Is(err, counter.ErrBadKey) {
 		t.Fatalf("bad key: %v", err)
 	}

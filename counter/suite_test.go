@@ -9,6 +9,7 @@ import (
 	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/memcached"
+	"github.com/poplimit/poplimit/counter/memstore"
 )
 
 // t0 is aligned on a day, so on every window length used by the tests.
@@ -77,5 +78,5 @@ var ctx = context.Background()
 // (possibly loaded, race-instrumented) machine, so TTLs must not follow the
 // wall clock. TTL semantics are tested on their own (TestMemoryStoreTTL).
 func frozenMemoryStore() counter.Store {
-	return counter.NewMemoryStoreClock(func() time.Time { return t0 })
+	return memstore.NewClock(func() time.Time { return t0 })
 }

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 )
 
 func health(t *testing.T, l *Limiter) (int, HealthReport) {
@@ -28,7 +28,7 @@ func health(t *testing.T, l *Limiter) (int, HealthReport) {
 // degraded with the reason while the file on disk is invalid and while the
 // breaker is open, ok again once both recover.
 func TestHealthTellsTheTruth(t *testing.T) {
-	l, _ := New(storeConfig(counter.NewMemoryStore()))
+	l, _ := New(storeConfig(memstore.New()))
 	if code, h := health(t, l); code != 503 || h.Status != HealthFailing {
 		t.Errorf("before load: %d %+v", code, h)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/counting"
 	"github.com/poplimit/poplimit/counter/memcached"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/pop"
 )
 
@@ -92,7 +93,7 @@ func (w *nopWriter) WriteHeader(int)             {}
 // the in-process store (no network), all decisions admitted.
 func BenchmarkMiddleware(b *testing.B) {
 	bare := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
-	l := benchLimiter(b, counter.NewMemoryStore(), 1<<30)
+	l := benchLimiter(b, memstore.New(), 1<<30)
 	for _, bc := range []struct {
 		name string
 		h    http.Handler
@@ -128,7 +129,7 @@ func BenchmarkDecide(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			l := benchLimiterCfg(b, counter.NewMemoryStore(), bc.quantity, false, m)
+			l := benchLimiterCfg(b, memstore.New(), bc.quantity, false, m)
 			reqs := requests(1024, 100, 2)
 			now := time.Now()
 			for _, r := range reqs { // block every identity once

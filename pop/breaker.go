@@ -1,13 +1,21 @@
 package pop
 
+// When the store fails: the circuit breaker (evidence of death), the
+// bound on store calls in flight, the local budget a slow or busy store
+// falls back to, and the fail modes of a dead one.
+
 import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // BreakerState is the state of a Breaker.
@@ -238,4 +246,72 @@ func (b *Breaker) Observe(now time.Time, err error) {
 	case BreakerOpen:
 		// A straggler from before the breaker opened: nothing to learn.
 	}
+}
+
+// acquire takes an in-flight slot, waiting at most InFlightWait (default
+// the current store deadline) or until ctx ends.
+func (l *Limiter) acquire(ctx context.Context) bool {
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	default:
+	}
+	wait := l.cfg.InFlightWait
+	if wait <= 0 {
+		wait = l.dl.Current()
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// local decides with the in-process budget of each limit (limit ÷
+// WorkersPerPoP, and ÷ PoPs for a global limit): the local fail mode, and every decision the store could
+// not answer in time while alive. The mitigation cache was consulted
+// before: an identity known to be over its limit never gets here.
+func (l *Limiter) local(ctx context.Context, rs *rules, keys []string, now time.Time, reason Reason) Decision {
+	checks := make([]counter.Check, 0, len(rs.limits))
+	var lims []counter.Limit
+	for i, r := range rs.limits {
+		if r.shadow || r.after {
+			continue // a dry run never rejects; response counting needs the store
+		}
+		checks = append(checks, counter.Check{Allower: r.local, Key: keys[i], Cost: r.cost})
+		lims = append(lims, r.local.Limit())
+	}
+	if len(checks) == 0 {
+		return Decision{Allowed: true, Reason: reason}
+	}
+	_, results, err := counter.AllowAll(ctx, now, 1, checks...)
+	if err != nil {
+		// A local limiter cannot be unreachable: only a bad key gets here.
+		if reason == ReasonFailLocal {
+			return Decision{Allowed: true, Reason: reason}
+		}
+		return Decision{Reason: reason, Status: http.StatusTooManyRequests}
+	}
+	all := make([]LimitResult, len(results))
+	for i, res := range results {
+		all[i] = LimitResult{Limit: lims[i], Result: res}
+	}
+	return verdict(all, len(all), reason)
+}
+
+// fallback applies the policy's fail mode when the store is unavailable.
+func (l *Limiter) fallback(ctx context.Context, p *compiledPolicy, rs *rules, keys []string, now time.Time) Decision {
+	switch p.spec.FailMode {
+	case policy.FailClosed:
+		return Decision{Reason: ReasonFailClosed, Status: http.StatusServiceUnavailable,
+			Binding: LimitResult{Result: counter.Result{RetryAfter: l.cfg.Breaker.openFor()}}}
+	case policy.FailLocal:
+		return l.local(ctx, rs, keys, now, ReasonFailLocal)
+	}
+	return Decision{Allowed: true, Reason: ReasonFailOpen}
 }

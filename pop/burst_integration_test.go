@@ -25,14 +25,14 @@ func envInt(t *testing.T, name string, def int) int {
 	return n
 }
 
-// Done-when 1 of issue 11: with default flags everywhere (4 edges, one
+// TestIntegrationBurstNeverFailsOpen: with default flags everywhere (4 edges, one
 // mcproxy, 3 memcached), 1,000 requests from 256 and from 32 connections
 // at one key limited to 100/minute: fixed window and token bucket admit
 // exactly the allowance (the bucket's includes what it refilled during the
 // burst), sliding window at most one more, zero fail-open decisions, zero
 // 503 on fail-closed routes; then a flood of distinct keys (2,000/s)
 // makes zero fail-open decisions. POPLIMIT_BURST_ROUNDS (default 1) and
-// POPLIMIT_FLOOD_SECONDS (default 3; the issue's figure is 10) set the
+// POPLIMIT_FLOOD_SECONDS (default 3) set the
 // length; `popbench faults --scenarios burst` runs the full form.
 func TestIntegrationBurstNeverFailsOpen(t *testing.T) {
 	edgeBin, mcBin := binaries(t)

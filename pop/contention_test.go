@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 )
 
 // raceLosingStore makes every compare-and-swap and add lose (another
@@ -30,7 +31,7 @@ func (s raceLosingStore) Add(context.Context, string, []byte, time.Duration) err
 // fail_mode open, got every key of the worker admitted.
 func TestBucketContentionRejectsWithoutTrippingBreaker(t *testing.T) {
 	clk := newTestClock(t0)
-	cfg := storeConfig(raceLosingStore{counter.NewMemoryStoreClock(clk.Now)})
+	cfg := storeConfig(raceLosingStore{memstore.NewClock(clk.Now)})
 	cfg.Clock = clk.Now
 	cfg.StoreDeadline = time.Second
 	doc := strings.Replace(policyDoc("open"),

@@ -21,13 +21,11 @@ type DeadlineConfig struct {
 	// (Config.StoreDeadline sets it).
 	Fixed time.Duration
 	// Floor is the shortest deadline; default 250ms. A loopback round
-	// trip through mcproxy takes ~0.1-1 ms, but a host whose cores are
-	// saturated (a burst, a noisy neighbour) schedules the worker hundreds
-	// of milliseconds late, and a timeout on a store that did answer costs
-	// exactness: the local budget decides that request. Measured on a
-	// 2-core host at load average 10-20: a 50 ms floor let a 1,000-request
-	// burst at one key admit 121-125 of 100; a dead store is not waited on
-	// anyway (refused connections fail at once, the breaker opens).
+	// trip through mcproxy is far shorter, but a host whose cores are
+	// saturated schedules the worker hundreds of milliseconds late, and a
+	// timeout on a store that did answer costs exactness (the local budget
+	// decides that request); a dead store is not waited on anyway
+	// (refused connections fail at once, the breaker opens).
 	Floor time.Duration
 	// Ceiling is the longest deadline; default 1s: the most a request
 	// waits on a store that stopped answering, until the breaker opens
@@ -51,9 +49,13 @@ func (c DeadlineConfig) ceiling() time.Duration {
 	return max(time.Second, c.floor())
 }
 
-// longest is the longest deadline a decision can get: Fixed, else
-// Ceiling (the socket timeout a store that ignores contexts needs).
-func (c DeadlineConfig) longest() time.Duration {
+// SocketTimeout is the socket timeout of the store this deadline bounds
+// (counter/store.Config.Timeout): the longest deadline a decision can get,
+// Fixed if set, else the Ceiling (defaults applied, never below the
+// Floor). A client that does not stop when its
+// context ends (gomemcache) then never cuts a call the deadline still
+// allows, nor outlives the longest one.
+func (c DeadlineConfig) SocketTimeout() time.Duration {
 	if c.Fixed > 0 {
 		return c.Fixed
 	}

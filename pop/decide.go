@@ -1,7 +1,10 @@
 package pop
 
-// One decision: identity, policy, mitigation cache, breaker, in-flight
-// slot, leases and the shared count, fail modes.
+// The decision pipeline, top-down (Limiter.Decide): identify
+// (identity.go), the policy (snapshot.go, route.go), the mitigation cache
+// (mitigation.go), then step 4, the count: breaker, in-flight slot,
+// leases, the shared count and its dry-run limits. A dead, slow or busy
+// store hands over to breaker.go; the answer is written by middleware.go.
 
 import (
 	"context"
@@ -11,6 +14,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // Decide decides r at now. It never returns an error: store trouble is
@@ -30,7 +34,7 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 	if s == nil {
 		return Decision{Allowed: true, Reason: ReasonNoPolicy}
 	}
-	ip := s.file.TrustedProxies.ClientIPHops(r, s.file.maxHops())
+	ip := ClientIP(r, s.file.TrustedProxies, s.file.MaxHops())
 	// Per-IP counts key on the client's network (ip_prefix: an IPv6 /64
 	// by default), so rotating addresses within it shares one count.
 	cnet := s.file.ClientNet(ip)
@@ -53,9 +57,9 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 	id := Identity{IP: cnet, Route: pattern}
 	tier := p.spec.DefaultTier
 	if p.needKey {
-		id.APIKey = s.file.APIKey.Extract(r)
+		id.APIKey = APIKey(r, s.file.APIKey)
 		if id.APIKey != "" {
-			rec, keyID, known := s.file.lookupKey(id.APIKey)
+			rec, keyID, known := s.file.LookupKey(id.APIKey)
 			switch {
 			case known && rec.Inactive, !known && s.file.RejectUnknownKeys:
 				// A revoked key (403) or, per policy, an unknown one
@@ -74,7 +78,7 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 				}
 			case len(s.file.Keys) == 0:
 				// No key records: keys are taken as they come.
-				id.KeyID = KeyID(id.APIKey)
+				id.KeyID = policy.KeyID(id.APIKey)
 			default:
 				// Unknown key while records exist: anonymous, so rotating
 				// made-up keys cannot mint fresh identities.
@@ -102,28 +106,28 @@ func (l *Limiter) Decide(ctx context.Context, r *http.Request, now time.Time) De
 // name, then a (label, value) pair per identity part. A missing part is
 // replaced by the client IP (label "anon"), so anonymous traffic is still
 // counted per client.
-func identityParts(dst []string, spec PolicySpec, id Identity) []string {
+func identityParts(dst []string, spec policy.PolicySpec, id Identity) []string {
 	dst = append(dst, spec.Name)
 	ip := ""
 	for _, pt := range spec.Identity {
 		var label, v string
 		switch pt {
-		case PartIP:
+		case policy.PartIP:
 			label = "ip"
-		case PartAPIKey:
+		case policy.PartAPIKey:
 			label, v = "k", id.KeyID
-		case PartUser:
+		case policy.PartUser:
 			label, v = "u", id.User
-		case PartTenant:
+		case policy.PartTenant:
 			label, v = "t", id.Tenant
-		case PartRoute:
+		case policy.PartRoute:
 			label, v = "r", id.Route
 		}
 		if v == "" {
 			if ip == "" {
 				ip = id.IP.String()
 			}
-			if pt != PartIP {
+			if pt != policy.PartIP {
 				label = "anon"
 			}
 			v = ip
@@ -156,7 +160,7 @@ func (l *Limiter) finish(d *Decision, now time.Time, ip netip.Addr, id Identity)
 
 // decide runs mitigation cache → breaker → leases → shared count → fail
 // mode for one identity.
-func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []string, now time.Time) Decision {
+func (l *Limiter) decide(ctx context.Context, p *compiledPolicy, rs *rules, parts []string, now time.Time) Decision {
 	mitKey := counter.Key(parts...)
 	var kbuf [4]string // most rules have few limits: no allocation
 	var keys []string
@@ -192,7 +196,7 @@ func (l *Limiter) decide(ctx context.Context, p *policy, rs *rules, parts []stri
 
 // decideCount runs breaker → leases → shared count → fail mode, the dry
 // run beside, and remembers a rejection (mitigation cache and flags).
-func (l *Limiter) decideCount(ctx context.Context, p *policy, rs *rules, keys []string, mitKey string, fl flags, now time.Time) Decision {
+func (l *Limiter) decideCount(ctx context.Context, p *compiledPolicy, rs *rules, keys []string, mitKey string, fl flags, now time.Time) Decision {
 	if !rs.countsAtAdmission() {
 		return Decision{Allowed: true, Reason: ReasonStore}
 	}
@@ -367,14 +371,56 @@ func verdict(all []LimitResult, consulted int, reason Reason) Decision {
 	return d
 }
 
-// fallback applies the policy's fail mode when the store is unavailable.
-func (l *Limiter) fallback(ctx context.Context, p *policy, rs *rules, keys []string, now time.Time) Decision {
-	switch p.spec.FailMode {
-	case FailClosed:
-		return Decision{Reason: ReasonFailClosed, Status: http.StatusServiceUnavailable,
-			Binding: LimitResult{Result: counter.Result{RetryAfter: l.cfg.Breaker.openFor()}}}
-	case FailLocal:
-		return l.local(ctx, rs, keys, now, ReasonFailLocal)
+// Dry run (shadow mode): a limit, a policy or the whole Limiter
+// (Config.Shadow, edge --shadow) counts and decides as usual, but a
+// request only dry-run limits would reject is admitted. The dry-run
+// limits of a rule are counted together (counter.AllowAll, as if they were
+// the rule), apart from the enforcing ones, with the same mitigation cache
+// logic under their own entries: a dry run's would-be rejections are the
+// rejections the same limits would make enforcing, on the same traffic.
+// They are reported by Decision.Shadow, the poplimit_shadow_rejections_total
+// metric, a rejection event with "shadow": true, and, with the policy
+// file's shadow_header, an X-RateLimit-Shadow response header. Dry-run
+// limits write no RateLimit-* headers and never reject in a fail mode.
+// Promoting a limit to enforcing is a reload: its counts live in the store
+// under the same keys (they derive from the identity, algorithm and
+// window, not from shadow), so it enforces from the count the dry run
+// reached.
+
+// ShadowHeader is the response header naming the dry-run limit that would
+// have rejected the request (policy file: shadow_header: true).
+const ShadowHeader = "X-RateLimit-Shadow"
+
+// shadowPass counts the dry-run limits of rs for an admitted or rejected
+// d and records in d.Shadow the one that would have rejected an admitted
+// request. A store error leaves d alone: a dry run never changes a
+// decision.
+func (l *Limiter) shadowPass(ctx context.Context, p *compiledPolicy, rs *rules, keys []string, mitKey string, fl flags, d *Decision, now time.Time) {
+	if e, ok := p.mit.get(mitKey+flagShadow, now); ok && e.tier == rs.tier {
+		if d.Allowed {
+			d.Shadow = e.binding.Limit.Name
+		}
+		return
 	}
-	return Decision{Allowed: true, Reason: ReasonFailOpen}
+	if fl.shadowUntil.After(now) {
+		if d.Allowed {
+			d.Shadow = fl.shadowLimit
+		}
+		return
+	}
+	sd, err := l.count(ctx, rs, keys, now, true)
+	if err != nil {
+		l.cfg.Metrics.shadowError(p.spec.Name)
+		return
+	}
+	d.ShadowBinding = sd.Binding
+	if sd.Allowed {
+		return
+	}
+	if sd.Binding.Result.RetryAfter > 0 {
+		l.remember(ctx, p, rs, mitKey, flagShadow, sd, now)
+	}
+	if d.Allowed {
+		d.Shadow = sd.Binding.Limit.Name
+	}
 }

@@ -10,9 +10,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // RuleSpec is one named rule of a RuleSet: a compound of limits (all must
@@ -23,11 +25,11 @@ type RuleSpec struct {
 	Name string
 	// Limits are enforced together; at least one. Limit names must be
 	// unique within the rule.
-	Limits []LimitSpec
+	Limits []policy.LimitSpec
 	// FailMode applies when the store cannot be consulted.
-	FailMode FailMode
+	FailMode policy.FailMode
 	// Lease enables token leasing (requests of one unit only).
-	Lease LeaseSpec
+	Lease policy.LeaseSpec
 }
 
 // RuleSet is an immutable set of compiled rules. Build it with
@@ -39,7 +41,7 @@ type RuleSet struct {
 // Rule is one compiled rule: the same limits, mitigation cache, fail mode
 // and leases the HTTP path uses for a policy.
 type Rule struct {
-	p  *policy
+	p  *compiledPolicy
 	rs *rules
 	// variants holds the rule compiled for a cost of hits × LimitSpec.Cost
 	// per request, by hits (hits ≥ 2), built on first use.
@@ -72,7 +74,7 @@ func (s *RuleSet) Len() int {
 // Spec is the definition r was compiled from.
 func (r *Rule) Spec() RuleSpec {
 	t := r.p.spec
-	specs := make([]LimitSpec, len(r.rs.limits))
+	specs := make([]policy.LimitSpec, len(r.rs.limits))
 	for i, l := range r.rs.limits {
 		specs[i] = l.spec
 	}
@@ -104,8 +106,8 @@ func (l *Limiter) CompileRules(specs []RuleSpec, old *RuleSet) (*RuleSet, error)
 				return nil, fmt.Errorf("%w: rule %q limit %q: %w", ErrConfig, spec.Name, ls.Limit.Name, err)
 			}
 		}
-		ps := PolicySpec{Name: spec.Name, FailMode: spec.FailMode, Lease: spec.Lease}
-		f := &File{Tiers: map[string]TierSpec{ruleTier: {Name: ruleTier, Limits: spec.Limits}}}
+		ps := policy.PolicySpec{Name: spec.Name, FailMode: spec.FailMode, Lease: spec.Lease}
+		f := &policy.File{Tiers: map[string]policy.TierSpec{ruleTier: {Name: ruleTier, Limits: spec.Limits}}}
 		fp := fingerprint(ps, f)
 		if o := old.Rule(spec.Name); o != nil && o.p.fingerprint == fp {
 			s.rules[spec.Name] = o
@@ -163,7 +165,7 @@ type Check struct {
 // len(checks); out[i] answers checks[i]). Each check runs the same stages
 // as Decide (mitigation cache, breaker, in-flight slot, leases, shared
 // count, fail mode, metrics under the rule's name as the policy); the
-// checks run concurrently, on long-lived workers (engine_pool.go), so that
+// checks run concurrently, on long-lived workers (checkJob), so that
 // their store calls meet in the store's pipeline (memcached.PipeStore with
 // Multiplex writes them in one batch), except that checks of one identity
 // (same Rule and Parts) run one after another in batch order: each answer
@@ -331,13 +333,88 @@ func (l *Limiter) peekRule(ctx context.Context, r *Rule, parts []string, now tim
 }
 
 func (l *Limiter) peekFallback(r *Rule) Decision {
-	if r.p.spec.FailMode == FailClosed {
+	if r.p.spec.FailMode == policy.FailClosed {
 		return Decision{Reason: ReasonFailClosed, Status: http.StatusServiceUnavailable,
 			Binding: LimitResult{Result: counter.Result{RetryAfter: l.cfg.Breaker.openFor()}}}
 	}
 	reason := ReasonFailOpen
-	if r.p.spec.FailMode == FailLocal {
+	if r.p.spec.FailMode == policy.FailLocal {
 		reason = ReasonFailLocal
 	}
 	return Decision{Allowed: true, Reason: reason}
+}
+
+// The goroutines DecideAll runs its checks on. A check's decision goes
+// deep (engine → counter's coalescing → the store client's call), so a
+// goroutine started for it grows its stack two or three times before it
+// waits on the store, and is gone after: under load that stack copying
+// and the goroutine's start were ~8% of rls's CPU. These workers live on
+// with their grown stacks, each waiting for the next check.
+
+// checkJob is one check of a DecideAll call, run by a worker.
+type checkJob struct {
+	l   *Limiter
+	ctx context.Context
+	c   *Check
+	now time.Time
+	out *Decision
+	wg  *sync.WaitGroup
+	// then is the next check of the same identity, run after this one;
+	// chained marks a job run by an earlier one's worker.
+	then    *checkJob
+	chained bool
+}
+
+func (j *checkJob) run() {
+	wg := j.wg
+	for k := j; k != nil; k = k.then {
+		*k.out = k.l.decideCheck(k.ctx, *k.c, k.now)
+	}
+	wg.Done()
+}
+
+// maxCheckWorkers bounds the workers that stay parked, waiting for a
+// check, in one process (all Limiters share them): a burst needing more
+// runs the extra checks on goroutines that end with them.
+const maxCheckWorkers = 512
+
+// checkWorkers hands checks to parked workers. One set per process: a
+// worker holds no Limiter between jobs, and per-Limiter sets would leave
+// parked goroutines behind every Limiter a program drops.
+var checkWorkers = struct {
+	jobs chan *checkJob // unbuffered: a send succeeds only into a parked worker
+	n    atomic.Int64   // workers alive
+}{jobs: make(chan *checkJob)}
+
+// goCheck runs j on a parked worker, else on a new goroutine that becomes
+// a worker when there is room for one.
+func goCheck(j *checkJob) {
+	select {
+	case checkWorkers.jobs <- j:
+		return
+	default:
+	}
+	if checkWorkers.n.Add(1) > maxCheckWorkers {
+		checkWorkers.n.Add(-1)
+		go j.run()
+		return
+	}
+	go checkWorker(j)
+}
+
+// checkWorker runs j, then every check handed to it, forever (bounded by
+// maxCheckWorkers).
+func checkWorker(j *checkJob) {
+	for {
+		j.run()
+		j = nil // hold nothing of the finished call while parked
+		j = <-checkWorkers.jobs
+	}
+}
+
+// checkBatch is the state of one DecideAll call: one allocation for
+// batches of up to len(jobs) checks.
+type checkBatch struct {
+	wg   sync.WaitGroup
+	jobs [4]checkJob
 }

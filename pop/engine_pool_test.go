@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // TestDecideAllManyChecksOnWorkers: batches larger than the parked
@@ -18,13 +19,13 @@ import (
 func TestDecideAllManyChecksOnWorkers(t *testing.T) {
 	// Room for every check in flight, and time (the race detector is
 	// slow): no check is decided locally.
-	cfg := storeConfig(counter.NewMemoryStore())
+	cfg := storeConfig(memstore.New())
 	cfg.MaxInFlight, cfg.InFlightWait, cfg.Deadline = 4*maxCheckWorkers, time.Minute, DeadlineConfig{Fixed: time.Minute}
 	l, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := l.CompileRules([]RuleSpec{fixedSpec("a", 2, FailOpen)}, nil)
+	rs, err := l.CompileRules([]RuleSpec{fixedSpec("a", 2, policy.FailOpen)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
-func fixedSpec(name string, q int64, fm FailMode) RuleSpec {
-	return RuleSpec{Name: name, FailMode: fm, Limits: []LimitSpec{{Limit: counter.Limit{Name: "l", Algorithm: counter.FixedWindow, Quantity: q, Window: time.Minute}}}}
+func fixedSpec(name string, q int64, fm policy.FailMode) RuleSpec {
+	return RuleSpec{Name: name, FailMode: fm, Limits: []policy.LimitSpec{{Limit: counter.Limit{Name: "l", Algorithm: counter.FixedWindow, Quantity: q, Window: time.Minute}}}}
 }
 
 func newEngine(t *testing.T, store counter.Store, specs ...RuleSpec) (*Limiter, *RuleSet) {
@@ -36,7 +38,7 @@ func decideOne(l *Limiter, c Check, now time.Time) Decision {
 }
 
 func TestDecideAllCountsHitsAndPeeks(t *testing.T) {
-	l, rs := newEngine(t, counter.NewMemoryStore(), fixedSpec("a", 3, FailOpen))
+	l, rs := newEngine(t, memstore.New(), fixedSpec("a", 3, policy.FailOpen))
 	r := rs.Rule("a")
 	now := t0.Add(time.Second)
 	parts := []string{"d", "k", "v"}
@@ -73,7 +75,7 @@ func TestDecideAllCountsHitsAndPeeks(t *testing.T) {
 // before it (checks of zero hits included), in small batches and in
 // batches large enough to find them by map.
 func TestDecideAllSameIdentityInBatchOrder(t *testing.T) {
-	l, rs := newEngine(t, counter.NewMemoryStore(), fixedSpec("a", 3, FailOpen), fixedSpec("b", 3, FailOpen))
+	l, rs := newEngine(t, memstore.New(), fixedSpec("a", 3, policy.FailOpen), fixedSpec("b", 3, policy.FailOpen))
 	a, b := rs.Rule("a"), rs.Rule("b")
 	now := t0.Add(time.Second)
 	for _, filler := range []int{0, 20} { // 20: above maxScanned
@@ -111,9 +113,9 @@ func TestDecideAllSameIdentityInBatchOrder(t *testing.T) {
 // result in ShadowBinding (a check of zero hits too) and names the limit
 // that would have rejected, for requests of one hit and of several.
 func TestDecideAllDryRunRule(t *testing.T) {
-	spec := fixedSpec("s", 3, FailOpen)
+	spec := fixedSpec("s", 3, policy.FailOpen)
 	spec.Limits[0].Shadow = true
-	l, rs := newEngine(t, counter.NewMemoryStore(), spec)
+	l, rs := newEngine(t, memstore.New(), spec)
 	r := rs.Rule("s")
 	now := t0.Add(time.Second)
 	for i, s := range []struct {
@@ -135,7 +137,7 @@ func TestDecideAllDryRunRule(t *testing.T) {
 func TestDecideAllBatchAndFailModes(t *testing.T) {
 	clock := newTestClock(t0)
 	store := newFlakyStore(clock.Now)
-	l, rs := newEngine(t, store, fixedSpec("open", 1, FailOpen), fixedSpec("closed", 1, FailClosed), fixedSpec("local", 1, FailLocal))
+	l, rs := newEngine(t, store, fixedSpec("open", 1, policy.FailOpen), fixedSpec("closed", 1, policy.FailClosed), fixedSpec("local", 1, policy.FailLocal))
 	now := t0.Add(time.Second)
 	checks := []Check{
 		{Rule: rs.Rule("open"), Parts: []string{"x"}, Hits: 1},
@@ -167,8 +169,8 @@ func TestDecideAllBatchAndFailModes(t *testing.T) {
 }
 
 func TestCompileRulesReusesUnchangedRules(t *testing.T) {
-	l, rs := newEngine(t, counter.NewMemoryStore(), fixedSpec("a", 3, FailOpen), fixedSpec("b", 3, FailOpen))
-	next, err := l.CompileRules([]RuleSpec{fixedSpec("a", 3, FailOpen), fixedSpec("b", 4, FailOpen)}, rs)
+	l, rs := newEngine(t, memstore.New(), fixedSpec("a", 3, policy.FailOpen), fixedSpec("b", 3, policy.FailOpen))
+	next, err := l.CompileRules([]RuleSpec{fixedSpec("a", 3, policy.FailOpen), fixedSpec("b", 4, policy.FailOpen)}, rs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,8 +183,8 @@ func TestCompileRulesReusesUnchangedRules(t *testing.T) {
 	for _, bad := range [][]RuleSpec{
 		{{Name: ""}},
 		{{Name: "x"}},
-		{fixedSpec("a", 1, FailOpen), fixedSpec("a", 2, FailOpen)},
-		{fixedSpec("a", -1, FailOpen)},
+		{fixedSpec("a", 1, policy.FailOpen), fixedSpec("a", 2, policy.FailOpen)},
+		{fixedSpec("a", -1, policy.FailOpen)},
 	} {
 		if _, err := l.CompileRules(bad, rs); !errors.Is(err, ErrConfig) {
 			t.Fatalf("%+v: err %v, want ErrConfig", bad, err)

@@ -1,5 +1,7 @@
 package pop
 
+// Rejection events for the security team's SIEM.
+
 import (
 	"bufio"
 	"context"

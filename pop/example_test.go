@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/pop"
 )
 
 // A limiter in front of a handler: 2 requests per second per client IP,
 // the store in process (cmd/edge uses memcached through mcproxy).
 func ExampleLimiter_Middleware() {
-	store := counter.NewMemoryStore()
+	store := memstore.New()
 	l, err := pop.New(pop.Config{
 		NewShared: func(lim counter.Limit) (counter.Allower, error) { return counter.New(store, lim) },
 		NewLocal:  func(lim counter.Limit) (counter.Allower, error) { return counter.NewLocal(lim) },
@@ -50,7 +51,8 @@ policies:
 }
 
 // The library in a few lines: Open counts in the PoP's memcached through
-// the host's mcproxy (Memcached: "127.0.0.1:7411"); here "" counts in
+// the host's mcproxy (Store: store.Config{Memcached:
+// []string{"127.0.0.1:7411"}}); here the zero store.Config counts in
 // process. The policy: 2 requests per second per client IP.
 func ExampleOpen() {
 	serve(os.Stdout, pop.Options{})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // fieldStep is one decision at t0+at and the fields it must carry.
@@ -79,7 +80,7 @@ func TestHeadersTrue(t *testing.T) {
 				lr := LimitResult{Limit: tb.limit, Result: res}
 				d := Decision{Allowed: res.Allowed, Binding: lr, All: []LimitResult{lr}}
 				h := http.Header{}
-				WriteHeaders(h, d, HeadersBoth)
+				WriteHeaders(h, d, policy.HeadersBoth)
 				got := fieldStep{s.at, res.Allowed, h.Get("Ratelimit-Limit"), h.Get("Ratelimit-Remaining"), h.Get("Ratelimit-Reset"),
 					h.Get("Ratelimit-Policy"), h.Get("Ratelimit")}
 				if got != s {
@@ -103,18 +104,18 @@ func TestProblemBody(t *testing.T) {
 	tests := []struct {
 		name   string
 		d      Decision
-		f      BodyFormat
+		f      policy.BodyFormat
 		status int
 		ctype  string
 		body   map[string]any
 	}{
-		{"problem quota", quota, BodyProblem, 429, "application/problem+json", map[string]any{
+		{"problem quota", quota, policy.BodyProblem, 429, "application/problem+json", map[string]any{
 			"type": ProblemQuotaExceeded, "title": titleQuotaExceeded, "status": 429.0,
 			"violated-policies": []any{"daily"}, "retry_after": 2.0}},
-		{"problem fail closed", closed, BodyProblem, 503, "application/problem+json", map[string]any{
+		{"problem fail closed", closed, policy.BodyProblem, 503, "application/problem+json", map[string]any{
 			"type": ProblemReducedCapacity, "title": titleReducedCapacity, "status": 503.0, "retry_after": 1.0}},
-		{"json quota", quota, BodyJSON, 429, "application/json", map[string]any{"error": "rate_limit_exceeded", "retry_after": 2.0}},
-		{"json fail closed", closed, BodyJSON, 503, "application/json", map[string]any{"error": "rate_limiter_unavailable", "retry_after": 1.0}},
+		{"json quota", quota, policy.BodyJSON, 429, "application/json", map[string]any{"error": "rate_limit_exceeded", "retry_after": 2.0}},
+		{"json fail closed", closed, policy.BodyJSON, 503, "application/json", map[string]any{"error": "rate_limiter_unavailable", "retry_after": 1.0}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,14 +148,14 @@ func jsonEqual(a, b any) bool {
 
 // TestRejectionBodyPolicy: the policy file selects the body.
 func TestRejectionBodyPolicy(t *testing.T) {
-	f, err := Parse("f.yml", []byte(minimalPolicy+"rejection_body: problem\n"))
+	f, err := policy.Parse("f.yml", []byte(minimalPolicy+"rejection_body: problem\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.RejectionBody != BodyProblem {
+	if f.RejectionBody != policy.BodyProblem {
 		t.Errorf("rejection_body: %v", f.RejectionBody)
 	}
-	if _, err := Parse("f.yml", []byte(minimalPolicy+"rejection_body: xml\n")); err == nil {
+	if _, err := policy.Parse("f.yml", []byte(minimalPolicy+"rejection_body: xml\n")); err == nil {
 		t.Error("rejection_body: xml accepted")
 	}
 }

@@ -1,5 +1,7 @@
 package pop
 
+// The forwarding headers the edge sends upstream.
+
 import (
 	"context"
 	"errors"
@@ -11,6 +13,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // ForwardConfig configures Limiter.Forwarder. Zero means default.
@@ -142,17 +146,17 @@ func forwardStatus(ctx context.Context, err error) int {
 // the peer appended, and its X-Forwarded-Proto/-Host are kept. An
 // unparsable peer address removes the chains.
 func (l *Limiter) SetForwarded(out http.Header, in *http.Request) {
-	var trusted TrustedProxies
-	maxHops := DefaultMaxForwardedHops
+	var trusted policy.TrustedProxies
+	maxHops := policy.DefaultMaxForwardedHops
 	if s := l.snap.Load(); s != nil {
-		trusted, maxHops = s.file.TrustedProxies, s.file.maxHops()
+		trusted, maxHops = s.file.TrustedProxies, s.file.MaxHops()
 	}
 	peer := parseHostAddr(in.RemoteAddr)
 	proto := "http"
 	if in.TLS != nil {
 		proto = "https"
 	}
-	trust := peer.IsValid() && trusted.contains(peer)
+	trust := peer.IsValid() && trusted.Contains(peer)
 	setOrKeep := func(name, v string) {
 		if trust {
 			if prior := in.Header.Get(name); prior != "" {

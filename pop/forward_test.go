@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 )
 
 const forwardDoc = `version: 1
@@ -28,7 +28,7 @@ func forwardSetup(t *testing.T, clause string, cfg ForwardConfig, upstream http.
 	t.Helper()
 	up := httptest.NewServer(upstream)
 	t.Cleanup(up.Close)
-	l := newTestLimiter(t, storeConfig(counter.NewMemoryStore()), fmt.Sprintf(forwardDoc, clause))
+	l := newTestLimiter(t, storeConfig(memstore.New()), fmt.Sprintf(forwardDoc, clause))
 	u, _ := url.Parse(up.URL)
 	fw, err := l.Forwarder(u, cfg)
 	if err != nil {
@@ -161,7 +161,7 @@ func TestForwardStatus(t *testing.T) {
 	if got := forwardStatus(t.Context(), &http.MaxBytesError{Limit: 1}); got != http.StatusRequestEntityTooLarge {
 		t.Errorf("body: %d", got)
 	}
-	l, _ := New(storeConfig(counter.NewMemoryStore()))
+	l, _ := New(storeConfig(memstore.New()))
 	for _, u := range []string{"", "ftp://x", "http://"} {
 		pu, _ := url.Parse(u)
 		if _, err := l.Forwarder(pu, ForwardConfig{}); !errors.Is(err, ErrConfig) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/pop"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // BenchmarkClientIPHops: the client address of a request from a trusted
@@ -19,7 +20,7 @@ import (
 // (an attacker's header, just under net/http's 1 MB default). With the hop
 // cap the two cost about the same.
 func BenchmarkClientIPHops(b *testing.B) {
-	trusted := pop.TrustedProxies{netip.MustParsePrefix("10.0.0.0/8")}
+	trusted := policy.TrustedProxies{netip.MustParsePrefix("10.0.0.0/8")}
 	chain := func(net string) string {
 		var long strings.Builder
 		for i := 0; i < 60000; i++ {
@@ -45,7 +46,7 @@ func BenchmarkClientIPHops(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if !trusted.ClientIP(r).IsValid() {
+				if !pop.ClientIP(r, trusted, 0).IsValid() {
 					b.Fatal("no client address")
 				}
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/pop"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // downAllower is a global limit whose store always fails.
@@ -28,7 +29,7 @@ func (d downAllower) Undo(context.Context, string, time.Time, int64) error { ret
 func TestGlobalLocalBudgetIsAShareOfEveryPoP(t *testing.T) {
 	l, err := pop.New(pop.Config{
 		WorkersPerPoP: 2, PoPs: 4,
-		NewGlobal: func(lim counter.Limit, _ pop.FailMode) (counter.Allower, error) { return downAllower{lim}, nil },
+		NewGlobal: func(lim counter.Limit, _ policy.FailMode) (counter.Allower, error) { return downAllower{lim}, nil },
 		Logger:    slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/pop"
 	"github.com/poplimit/poplimit/pop/global"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 const globalPolicy = `version: 1
@@ -30,13 +32,13 @@ func TestScopeGlobalParses(t *testing.T) {
 		{"sliding global", "{quantity: 5, window: 1m, scope: global}", "fixed_window"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := pop.Parse("x.yml", []byte("version: 1\ntiers:\n  t:\n    limits: ["+tc.limit+"]\npolicies:\n  - {name: a, routes: [\"GET /\"], identity: [ip], tier: t}\n"))
+			_, err := policy.Parse("x.yml", []byte("version: 1\ntiers:\n  t:\n    limits: ["+tc.limit+"]\npolicies:\n  - {name: a, routes: [\"GET /\"], identity: [ip], tier: t}\n"))
 			if !errors.Is(err, pop.ErrInvalidPolicy) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "scope") {
 				t.Fatalf("err %v, want a scope error mentioning %q", err, tc.want)
 			}
 		})
 	}
-	f, err := pop.Parse("x.yml", []byte(globalPolicy))
+	f, err := policy.Parse("x.yml", []byte(globalPolicy))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,19 +60,19 @@ func TestScopeGlobalNeedsAGlobalStore(t *testing.T) {
 // A request hits a per-PoP limit (8) and a global one (5) at once: the
 // global limit binds across two PoPs, and its health reaches Health.
 func TestScopeGlobalCompound(t *testing.T) {
-	home := counter.NewMemoryStore()
+	home := memstore.New()
 	now := time.UnixMilli((time.Now().UnixMilli()/60000)*60000 + 1000)
 	var homes []*global.Home
 	var pops []*pop.Limiter
 	for i := 0; i < 2; i++ {
-		local := counter.NewMemoryStore()
+		local := memstore.New()
 		h, err := global.NewHome(global.Config{Local: local, Home: home, PoPs: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
 		l, err := pop.New(pop.Config{
 			NewShared: func(lim counter.Limit) (counter.Allower, error) { return counter.New(local, lim) },
-			NewGlobal: func(lim counter.Limit, _ pop.FailMode) (counter.Allower, error) {
+			NewGlobal: func(lim counter.Limit, _ policy.FailMode) (counter.Allower, error) {
 				return h.New(lim, global.FallbackShare)
 			},
 			HealthReasons: h.HealthReasons,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 )
 
 var errDown = errors.New("test: store down")
@@ -29,7 +30,7 @@ type flakyStore struct {
 }
 
 func newFlakyStore(clock func() time.Time) *flakyStore {
-	return &flakyStore{Store: counter.NewMemoryStoreClock(clock), keys: map[string]bool{}}
+	return &flakyStore{Store: memstore.NewClock(clock), keys: map[string]bool{}}
 }
 
 func (f *flakyStore) enter(ctx context.Context, keys ...string) error {

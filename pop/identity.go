@@ -1,25 +1,16 @@
 package pop
 
+// Step 1 of a decision, identify: the client IP behind trusted proxies
+// and the API key, as the policy file says to find them.
+
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/textproto"
 	"strings"
-)
 
-// Part names one identity component a policy can key on.
-type Part string
-
-// Identity parts.
-const (
-	PartIP     Part = "ip"      // client IP, trusted-proxy aware
-	PartAPIKey Part = "api_key" // API key (only its digest is ever stored or logged)
-	PartUser   Part = "user"    // user id header
-	PartTenant Part = "tenant"  // tenant from the API key's record
-	PartRoute  Part = "route"   // method + path pattern of the matched route
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // Identity is what pop extracted from one request. APIKey is the clear key:
@@ -37,26 +28,9 @@ type Identity struct {
 	Route  string
 }
 
-// KeyID returns the digest used in place of an API key everywhere outside
-// the request: the first 12 bytes of its SHA-256, hex encoded.
-func KeyID(apiKey string) string {
-	if apiKey == "" {
-		return ""
-	}
-	sum := sha256.Sum256([]byte(apiKey))
-	return hex.EncodeToString(sum[:12])
-}
-
-// APIKeySource says where an API key may be found; the first non-empty
-// source wins in the order Header, Bearer, Query.
-type APIKeySource struct {
-	Header string // request header, e.g. "X-API-Key"
-	Bearer bool   // "Authorization: Bearer <key>"
-	Query  string // query parameter name
-}
-
-// Extract returns the API key of r, or "".
-func (s APIKeySource) Extract(r *http.Request) string {
+// APIKey returns the API key of r found where s says, or "": the first
+// non-empty of s.Header, s.Bearer, s.Query.
+func APIKey(r *http.Request, s policy.APIKeySource) string {
 	if s.Header != "" {
 		if v := strings.TrimSpace(headerGet(r.Header, s.Header)); v != "" {
 			return v
@@ -89,55 +63,31 @@ func headerGet(h http.Header, name string) string {
 	return ""
 }
 
-// TrustedProxies is a set of CIDRs whose forwarding headers are believed.
-// The zero value trusts nobody: the client IP is the connection's peer.
-type TrustedProxies []netip.Prefix
-
-func (t TrustedProxies) contains(a netip.Addr) bool {
-	a = a.Unmap()
-	for _, p := range t {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
-// DefaultMaxForwardedHops is how many forwarding hops ClientIP examines
-// when no other bound is given (File.MaxForwardedHops zero).
-const DefaultMaxForwardedHops = 16
-
 // maxHopBytes bounds one hop (an X-Forwarded-For entry or a Forwarded
 // element): a longer one is unparsable and ends the trusted chain, so the
 // cost of a hop is bounded too.
 const maxHopBytes = 256
 
-// ClientIP returns the client address of r, examining at most
-// DefaultMaxForwardedHops hops (ClientIPHops).
-func (t TrustedProxies) ClientIP(r *http.Request) netip.Addr {
-	return t.ClientIPHops(r, DefaultMaxForwardedHops)
-}
-
-// ClientIPHops returns the client address of r. X-Forwarded-For and
+// ClientIP returns the client address of r. X-Forwarded-For and
 // Forwarded are honoured only when the peer is a trusted proxy; the chain
 // is walked from the right and the first untrusted hop is the client (so a
 // client cannot spoof its address by prepending entries). Forwarded (RFC
 // 7239) wins over X-Forwarded-For when both are present.
 //
-// At most maxHops hops are examined (≤ 0: DefaultMaxForwardedHops), each
+// At most maxHops hops are examined (≤ 0: policy.DefaultMaxForwardedHops), each
 // at most 256 bytes: when every examined hop is trusted, the leftmost one
 // examined is the client (a trusted proxy's address, never one a client
 // chose). The work is therefore bounded whatever the header's size: the
 // header is scanned backwards and only the hops examined are read. An
 // unparsable hop ends the chain (the last address vouched for is the
 // client). The zero Addr is returned when RemoteAddr does not parse.
-func (t TrustedProxies) ClientIPHops(r *http.Request, maxHops int) netip.Addr {
+func ClientIP(r *http.Request, t policy.TrustedProxies, maxHops int) netip.Addr {
 	peer := parseHostAddr(r.RemoteAddr)
-	if !peer.IsValid() || len(t) == 0 || !t.contains(peer) {
+	if !peer.IsValid() || len(t) == 0 || !t.Contains(peer) {
 		return peer
 	}
 	if maxHops <= 0 {
-		maxHops = DefaultMaxForwardedHops
+		maxHops = policy.DefaultMaxForwardedHops
 	}
 	lines, fwd := r.Header["Forwarded"], true
 	if len(lines) == 0 {
@@ -161,7 +111,7 @@ func (t TrustedProxies) ClientIPHops(r *http.Request, maxHops int) netip.Addr {
 			return client
 		}
 		client = a.Unmap()
-		if !t.contains(a) {
+		if !t.Contains(a) {
 			return client
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/memcached"
 	"github.com/poplimit/poplimit/pop"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // onePoP starts 3 memcached shards and one mcproxy in front of them.
@@ -80,7 +81,7 @@ func TestIntegrationPoPSharesOneCount(t *testing.T) {
 	edgeBin, mcBin := binaries(t)
 	px, _ := onePoP(t, mcBin, 3)
 	const limit = 200
-	policy := writePolicy(t, t.TempDir(), strings.ReplaceAll(algoPolicy, "LIMIT", strconv.Itoa(limit)))
+	policyPath := writePolicy(t, t.TempDir(), strings.ReplaceAll(algoPolicy, "LIMIT", strconv.Itoa(limit)))
 	up := upstream(t)
 	var workers []string
 	var edges []*edgeProc
@@ -90,7 +91,7 @@ func TestIntegrationPoPSharesOneCount(t *testing.T) {
 		// Half the workers use each memcached client: both must count in
 		// the same items.
 		client := []string{"pipe", "gomemcache"}[i%2]
-		e := startEdge(t, edgeBin, up, px.addr, policy, "--workers-per-pop", "4", "--store-deadline", "1s", "--store-client", client)
+		e := startEdge(t, edgeBin, up, px.addr, policyPath, "--workers-per-pop", "4", "--store-deadline", "1s", "--store-client", client)
 		edges = append(edges, e)
 		workers = append(workers, e.addr)
 	}
@@ -132,13 +133,13 @@ func TestIntegrationPoPSharesOneCount(t *testing.T) {
 func TestIntegrationTwoPoPsIndependent(t *testing.T) {
 	edgeBin, mcBin := binaries(t)
 	const limit = 50
-	policy := writePolicy(t, t.TempDir(), strings.ReplaceAll(algoPolicy, "LIMIT", strconv.Itoa(limit)))
+	policyPath := writePolicy(t, t.TempDir(), strings.ReplaceAll(algoPolicy, "LIMIT", strconv.Itoa(limit)))
 	up := upstream(t)
 	var pops [2][]string
 	for p := range pops {
 		px, _ := onePoP(t, mcBin, 2)
 		for i := 0; i < 2; i++ {
-			pops[p] = append(pops[p], startEdge(t, edgeBin, up, px.addr, policy, "--workers-per-pop", "2", "--store-deadline", "1s").addr)
+			pops[p] = append(pops[p], startEdge(t, edgeBin, up, px.addr, policyPath, "--workers-per-pop", "2", "--store-deadline", "1s").addr)
 		}
 	}
 	key := fmt.Sprintf("roamer-%d", rand.Uint64())
@@ -248,8 +249,8 @@ policies:
 func TestIntegrationFailModesProxyKilled(t *testing.T) {
 	edgeBin, mcBin := binaries(t)
 	px, shards := onePoP(t, mcBin, 3)
-	policy := writePolicy(t, t.TempDir(), failDoc)
-	e := startEdge(t, edgeBin, upstream(t), px.addr, policy,
+	policyPath := writePolicy(t, t.TempDir(), failDoc)
+	e := startEdge(t, edgeBin, upstream(t), px.addr, policyPath,
 		"--workers-per-pop", "4", "--store-deadline", "50ms", "--breaker-failures", "3", "--breaker-open", "5s")
 	base := "http://" + e.addr
 	for _, r := range []string{"/open", "/closed", "/local"} {
@@ -328,11 +329,11 @@ func TestIntegrationTierChangeReachesAllWorkers(t *testing.T) {
 	edgeBin, mcBin := binaries(t)
 	px, _ := onePoP(t, mcBin, 3)
 	dir := t.TempDir()
-	policy := writePolicy(t, dir, strings.Replace(tierDoc, "TIER", "free", 1))
+	policyPath := writePolicy(t, dir, strings.Replace(tierDoc, "TIER", "free", 1))
 	up := upstream(t)
 	var workers []*edgeProc
 	for i := 0; i < 4; i++ {
-		workers = append(workers, startEdge(t, edgeBin, up, px.addr, policy, "--workers-per-pop", "4", "--store-deadline", "1s"))
+		workers = append(workers, startEdge(t, edgeBin, up, px.addr, policyPath, "--workers-per-pop", "4", "--store-deadline", "1s"))
 	}
 	// Spend the free tier.
 	for _, w := range workers {
@@ -390,9 +391,9 @@ func TestIntegrationTierChangeReachesAllWorkers(t *testing.T) {
 func TestIntegrationEdgeStandalone(t *testing.T) {
 	edgeBin, _ := binaries(t)
 	dir := t.TempDir()
-	policy := writePolicy(t, dir, strings.ReplaceAll(algoPolicy, "LIMIT", "3"))
+	policyPath := writePolicy(t, dir, strings.ReplaceAll(algoPolicy, "LIMIT", "3"))
 	events := dir + "/events.jsonl"
-	e := startEdge(t, edgeBin, upstream(t), "", policy, "--events", events)
+	e := startEdge(t, edgeBin, upstream(t), "", policyPath, "--events", events)
 	codes := map[int]int{}
 	for i := 0; i < 5; i++ {
 		code, _ := get(t, "http://"+e.addr+"/fw", "standalone-secret")
@@ -415,7 +416,7 @@ func TestIntegrationEdgeStandalone(t *testing.T) {
 		return strings.Count(string(b), "\n") == 2
 	})
 	b, _ := os.ReadFile(events)
-	if strings.Contains(string(b), "standalone-secret") || !strings.Contains(string(b), pop.KeyID("standalone-secret")) {
+	if strings.Contains(string(b), "standalone-secret") || !strings.Contains(string(b), policy.KeyID("standalone-secret")) {
 		t.Errorf("events must carry the key digest, never the key: %s", b)
 	}
 }

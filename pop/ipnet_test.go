@@ -2,10 +2,9 @@ package pop
 
 import (
 	"fmt"
-	"net/netip"
 	"testing"
 
-	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 )
 
 // ipDoc: a per-IP limit of 3 and a pre-filter of 5 per network; %s is
@@ -41,7 +40,7 @@ func TestIPv6RotationSharesOneCount(t *testing.T) {
 	for i := 1; i <= 10; i++ {
 		rotating = append(rotating, fmt.Sprintf("[2001:db8:1:2:%x::%x]:443", i*7, i))
 	}
-	l := newTestLimiter(t, storeConfig(counter.NewMemoryStore()), fmt.Sprintf(ipDoc, ""))
+	l := newTestLimiter(t, storeConfig(memstore.New()), fmt.Sprintf(ipDoc, ""))
 	if n, reasons := allowed(l, rotating); n != 3 || reasons[ReasonPrefilter] != 5 {
 		t.Errorf("10 addresses of one /64: %d admitted (reasons %v), want 3 and 5 pre-filtered", n, reasons)
 	}
@@ -52,26 +51,11 @@ func TestIPv6RotationSharesOneCount(t *testing.T) {
 	if n, _ := allowed(l, []string{"192.0.2.1:1", "192.0.2.2:1", "192.0.2.3:1", "192.0.2.4:1"}); n != 4 {
 		t.Errorf("IPv4 neighbours: %d admitted, want 4", n)
 	}
-	l = newTestLimiter(t, storeConfig(counter.NewMemoryStore()), fmt.Sprintf(ipDoc, "ip_prefix: {ipv4: 24, ipv6: 128}"))
+	l = newTestLimiter(t, storeConfig(memstore.New()), fmt.Sprintf(ipDoc, "ip_prefix: {ipv4: 24, ipv6: 128}"))
 	if n, _ := allowed(l, rotating); n != 10 {
 		t.Errorf("ipv6: 128: %d of 10 addresses admitted, want all", n)
 	}
 	if n, _ := allowed(l, []string{"192.0.2.1:1", "192.0.2.2:1", "192.0.2.3:1", "192.0.2.4:1"}); n != 3 {
 		t.Errorf("ipv4: 24: %d of one /24's 4 addresses admitted, want 3", n)
-	}
-}
-
-func TestClientNet(t *testing.T) {
-	f := &File{}
-	for in, want := range map[string]string{
-		"2001:db8:1:2:3:4:5:6": "2001:db8:1:2::",
-		"192.0.2.77":           "192.0.2.77",
-	} {
-		if got := f.ClientNet(netip.MustParseAddr(in)); got.String() != want {
-			t.Errorf("ClientNet(%s) = %s, want %s", in, got, want)
-		}
-	}
-	if f.ClientNet(netip.Addr{}).IsValid() {
-		t.Error("zero address became valid")
 	}
 }

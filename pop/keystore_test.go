@@ -7,7 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 const keyDoc = `
@@ -27,16 +28,13 @@ policies:
 // an inactive key 403 and an unknown one anonymous or 401 per the file,
 // and the middleware writes neither with Retry-After.
 func TestDigestKeys(t *testing.T) {
-	l := newTestLimiter(t, storeConfig(counter.NewMemoryStore()), keyDoc)
-	f, err := Parse("keys.yml", []byte(keyDoc))
+	l := newTestLimiter(t, storeConfig(memstore.New()), keyDoc)
+	f, err := policy.Parse("keys.yml", []byte(keyDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.KeyDigests = true
-	f.Keys = map[string]KeyRecord{
-		KeyDigest("good"):    {Tenant: "t1", Tier: "pro"},
-		KeyDigest("revoked"): {Tenant: "t1", Tier: "pro", Inactive: true},
-	}
+	f.Keys = map[string]policy.KeyRecord{policy.KeyDigest("good"): {Tenant: "t1", Tier: "pro"}, policy.KeyDigest("revoked"): {Tenant: "t1", Tier: "pro", Inactive: true}}
 	if err := l.LoadPolicy(f); err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,8 @@
 package pop
 
+// Token leases: a worker reserves a batch of a hot key's shared count in
+// one store call and serves it locally.
+
 import (
 	"context"
 	"math"
@@ -9,6 +12,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 const leaseShards = 16
@@ -34,7 +38,7 @@ type leaser struct {
 	// Count token bucket (so that a refused batch takes no debt), a
 	// otherwise.
 	batchA   counter.Allower
-	maxBatch int64 // at most allowance/cost (see allowanceOf)
+	maxBatch int64 // at most allowance/cost (see policy.Allowance)
 	horizon  time.Duration
 	perShard int
 	shards   [leaseShards]leaseShard
@@ -68,7 +72,7 @@ func newLeaser(a counter.Allower, cost, maxBatch int64, horizon time.Duration, m
 	// granted (and a window in Count mode would then be undone for
 	// nothing): cap it at what one window or bucket can hold.
 	cost = max(1, cost)
-	if lim := max(1, allowanceOf(a.Limit())/cost); maxBatch > lim {
+	if lim := max(1, policy.Allowance(a.Limit())/cost); maxBatch > lim {
 		maxBatch = lim
 	}
 	l := &leaser{a: a, cost: cost, batchA: a, maxBatch: maxBatch, horizon: horizon, perShard: per}
@@ -131,15 +135,6 @@ func (s *leaseShard) evict(now time.Time, per int) {
 	if found && len(s.m) >= 2*per {
 		delete(s.m, soonest)
 	}
-}
-
-// allowanceOf is the most units one window (or a full token bucket) of lim
-// can grant at once.
-func allowanceOf(lim counter.Limit) int64 {
-	if lim.Algorithm == counter.TokenBucket && lim.Burst > 0 {
-		return lim.Burst
-	}
-	return lim.Quantity
 }
 
 // batch sizes the next reservation for n units at now: the arrivals

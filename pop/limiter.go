@@ -1,28 +1,33 @@
 package pop
 
+// The Limiter: its Config, construction, and installing a policy.
+
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // Config configures a Limiter. Zero means default.
 type Config struct {
 	// NewShared builds the PoP-wide limiter of one limit, usually
 	// counter.New over a memcached store reached through mcproxy. Default:
-	// counter.New over one in-process counter.MemoryStore (this process
+	// counter.New over one in-process memstore.Store (this process
 	// only: nothing is shared with other workers).
 	NewShared func(counter.Limit) (counter.Allower, error)
 	// Store is the PoP-wide store concurrency limits and mitigation flags
 	// use directly (the one NewShared counts in). Default: the in-process
-	// MemoryStore of the default NewShared, or, when NewShared is set, a
-	// MemoryStore of this process only.
+	// memstore.Store of the default NewShared, or, when NewShared is set, a
+	// memstore.Store of this process only.
 	Store counter.Store
 	// Shadow makes every limit a dry run (edge --shadow): it counts and
 	// decides as usual, but a request it would reject is admitted and
@@ -35,7 +40,7 @@ type Config struct {
 	// pop/global), given the policy's fail mode for when the global store
 	// is unreachable. Default nil: a policy with a global limit is
 	// rejected.
-	NewGlobal func(counter.Limit, FailMode) (counter.Allower, error)
+	NewGlobal func(counter.Limit, policy.FailMode) (counter.Allower, error)
 	// PoPs is the number of PoPs sharing each global limit; default 1. A
 	// global limit's in-process budget (a decision the store did not
 	// answer in time, the local fail mode) is its limit ÷ (WorkersPerPoP ×
@@ -99,7 +104,7 @@ func (c Config) maxInFlight() int {
 }
 
 // localShares is how many in-process budgets share ls's limit.
-func (c Config) localShares(ls LimitSpec) int {
+func (c Config) localShares(ls policy.LimitSpec) int {
 	if ls.Global && c.PoPs > 1 {
 		return c.workers() * c.PoPs
 	}
@@ -153,13 +158,13 @@ type Limiter struct {
 func New(cfg Config) (*Limiter, error) {
 	if cfg.NewShared == nil {
 		if cfg.Store == nil {
-			cfg.Store = counter.NewMemoryStore()
+			cfg.Store = memstore.New()
 		}
 		store := cfg.Store
 		cfg.NewShared = func(l counter.Limit) (counter.Allower, error) { return counter.New(store, l) }
 	}
 	if cfg.Store == nil {
-		cfg.Store = counter.NewMemoryStore()
+		cfg.Store = memstore.New()
 	}
 	if cfg.NewLocal == nil {
 		cfg.NewLocal = func(l counter.Limit) (counter.Allower, error) { return counter.NewLocal(l) }
@@ -186,7 +191,7 @@ func New(cfg Config) (*Limiter, error) {
 
 // sharedAllower builds the PoP-wide allower of ls: NewShared, or NewGlobal
 // for a global limit.
-func (l *Limiter) sharedAllower(ls LimitSpec, fm FailMode) (counter.Allower, error) {
+func (l *Limiter) sharedAllower(ls policy.LimitSpec, fm policy.FailMode) (counter.Allower, error) {
 	if !ls.Global {
 		return l.cfg.NewShared(sharedLimit(ls.Limit))
 	}
@@ -264,23 +269,39 @@ func (l *Limiter) Breaker() *Breaker { return l.breaker }
 // LoadFile parses, validates and installs a policy file. On error the
 // current snapshot stays in place and the error says why.
 func (l *Limiter) LoadFile(path string) error {
-	f, err := ParseFile(path)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return l.loaded(path, fmt.Errorf("pop: read policy: %w", err))
+	}
+	f, err := policy.Parse(path, data)
 	if err != nil {
 		return l.loaded(path, err)
 	}
 	return l.install(f)
 }
 
+// LoadPolicy installs f, a File built by a policy source (pop/pgpolicy)
+// rather than parsed from YAML: f must not be modified afterwards. On
+// error the current snapshot stays in place. A source validates what it
+// builds (policy.Parse of a generated document does); LoadPolicy compiles it
+// as LoadBytes does.
+func (l *Limiter) LoadPolicy(f *policy.File) error {
+	if f == nil {
+		return l.loaded("", ErrNoPolicy)
+	}
+	return l.install(f)
+}
+
 // LoadBytes is LoadFile for an in-memory document labelled name.
 func (l *Limiter) LoadBytes(name string, data []byte) error {
-	f, err := Parse(name, data)
+	f, err := policy.Parse(name, data)
 	if err != nil {
 		return l.loaded(name, err)
 	}
 	return l.install(f)
 }
 
-func (l *Limiter) install(f *File) error {
+func (l *Limiter) install(f *policy.File) error {
 	l.loadMu.Lock()
 	defer l.loadMu.Unlock()
 	s, err := l.compile(f, l.snap.Load(), l.clock())
@@ -318,9 +339,9 @@ func (l *Limiter) LastLoadError() error {
 func (l *Limiter) Loaded() bool { return l.snap.Load() != nil }
 
 // Headers is the header mode of the current policy file.
-func (l *Limiter) Headers() HeaderMode {
+func (l *Limiter) Headers() policy.HeaderMode {
 	if s := l.snap.Load(); s != nil {
 		return s.file.Headers
 	}
-	return HeadersBoth
+	return policy.HeadersBoth
 }

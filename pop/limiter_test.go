@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // compoundPolicy: 10/s AND 50/min on the API key, tier from the key record.
@@ -387,7 +388,7 @@ func TestMiddlewareHeadersAndBody(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	cfg.Events.Run(ctx) // drains and flushes
-	if cfg.Events.Written() != 1 || strings.Contains(sink.String(), "secret") || !strings.Contains(sink.String(), KeyID("secret-free-key")) {
+	if cfg.Events.Written() != 1 || strings.Contains(sink.String(), "secret") || !strings.Contains(sink.String(), policy.KeyID("secret-free-key")) {
 		t.Fatalf("events: %d written: %s", cfg.Events.Written(), sink.String())
 	}
 	var out bytes.Buffer
@@ -406,12 +407,12 @@ func TestHeaderModes(t *testing.T) {
 		Result: counter.Result{Allowed: true, Limit: 100, Remaining: 41, Reset: 400 * time.Millisecond},
 	}}
 	tests := []struct {
-		mode HeaderMode
+		mode policy.HeaderMode
 		want map[string]string
 	}{
-		{HeadersSeed, map[string]string{"RateLimit-Limit": "100", "RateLimit-Remaining": "41", "RateLimit-Reset": "1", "RateLimit": ""}},
-		{HeadersDraft11, map[string]string{"RateLimit-Policy": `"burst";q=100;w=1`, "RateLimit": `"burst";r=41;t=1`, "RateLimit-Limit": ""}},
-		{HeadersNone, map[string]string{"RateLimit": "", "RateLimit-Limit": ""}},
+		{policy.HeadersSeed, map[string]string{"RateLimit-Limit": "100", "RateLimit-Remaining": "41", "RateLimit-Reset": "1", "RateLimit": ""}},
+		{policy.HeadersDraft11, map[string]string{"RateLimit-Policy": `"burst";q=100;w=1`, "RateLimit": `"burst";r=41;t=1`, "RateLimit-Limit": ""}},
+		{policy.HeadersNone, map[string]string{"RateLimit": "", "RateLimit-Limit": ""}},
 	}
 	for _, tc := range tests {
 		h := http.Header{}

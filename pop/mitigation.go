@@ -1,5 +1,10 @@
 package pop
 
+// Step 3, the mitigation cache: an identity known to be over a limit is
+// rejected locally until its estimate falls back, with zero store
+// operations; flags shared through the store carry mitigation timeouts
+// to every worker of the PoP.
+
 import (
 	"context"
 	"errors"
@@ -11,6 +16,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 const mitShards = 32
@@ -166,7 +172,7 @@ type flags struct {
 }
 
 // readFlags reads the identity's shared flags.
-func (l *Limiter) readFlags(ctx context.Context, p *policy, rs *rules, mitKey string, now time.Time) flags {
+func (l *Limiter) readFlags(ctx context.Context, p *compiledPolicy, rs *rules, mitKey string, now time.Time) flags {
 	var fl flags
 	if e, ok := p.mit.get(mitKey+flagShadow, now); ok && e.tier == rs.tier {
 		fl.shadowUntil, fl.shadowLimit = time.Unix(0, e.until), e.binding.Limit.Name
@@ -207,7 +213,7 @@ func (l *Limiter) readFlags(ctx context.Context, p *policy, rs *rules, mitKey st
 func flagDecision(lim counter.Limit, now, until time.Time) Decision {
 	ra := until.Sub(now)
 	return Decision{Reason: ReasonMitigated, Binding: LimitResult{Limit: lim,
-		Result: counter.Result{Limit: allowanceOf(lim), Reset: ra, RetryAfter: ra}}}
+		Result: counter.Result{Limit: policy.Allowance(lim), Reset: ra, RetryAfter: ra}}}
 }
 
 // remember keeps rejection d of the identity at mitKey (suffix "" for the
@@ -215,7 +221,7 @@ func flagDecision(lim counter.Limit, now, until time.Time) Decision {
 // cache until it ends, and for the binding limit's mitigation_timeout
 // when that is longer; a timeout is also raised as the shared flag. It
 // returns d with the Retry-After of that timeout.
-func (l *Limiter) remember(ctx context.Context, p *policy, rs *rules, mitKey, suffix string, d Decision, now time.Time) Decision {
+func (l *Limiter) remember(ctx context.Context, p *compiledPolicy, rs *rules, mitKey, suffix string, d Decision, now time.Time) Decision {
 	until := now.Add(d.Binding.Result.RetryAfter)
 	r := rs.rule(d.Binding.Limit.Name)
 	shared := r != nil && r.spec.MitigationTimeout > 0
@@ -240,7 +246,7 @@ func (l *Limiter) remember(ctx context.Context, p *policy, rs *rules, mitKey, su
 
 // raiseFlag stores the flag key (limit name, until) with a TTL reaching
 // until, or lengthens a shorter one already there.
-func (l *Limiter) raiseFlag(ctx context.Context, p *policy, key, limit string, now, until time.Time) {
+func (l *Limiter) raiseFlag(ctx context.Context, p *compiledPolicy, key, limit string, now, until time.Time) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.dl.Current())
 	defer cancel()
 	val := []byte(strconv.FormatInt(until.UnixNano(), 10) + " " + limit)

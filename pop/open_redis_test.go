@@ -7,10 +7,11 @@ import (
 	"testing"
 
 	"github.com/poplimit/poplimit/bench/fixture"
+	"github.com/poplimit/poplimit/counter/store"
 	"github.com/poplimit/poplimit/pop"
 )
 
-// TestOpenRedis runs ExampleOpen's service with Options.Store on a real
+// TestOpenRedis runs ExampleOpen's service with Options.Store.Redis on a real
 // Redis Cluster: the same answers as in process and on memcached, with the
 // worker's clock and with the shard's.
 func TestOpenRedis(t *testing.T) {
@@ -22,7 +23,7 @@ func TestOpenRedis(t *testing.T) {
 			_, _ = c.Cli(context.Background(), a, "flushall")
 		}
 		var out strings.Builder
-		serve(&out, pop.Options{Store: "redis://" + strings.Join(c.Addrs(), ","), StoreServerTime: serverTime})
+		serve(&out, pop.Options{Store: store.Config{Redis: "redis://" + strings.Join(c.Addrs(), ","), RedisServerTime: serverTime}})
 		if out.String() != want {
 			t.Fatalf("server time %v, through Redis:\n%s\nwant:\n%s", serverTime, out.String(), want)
 		}
@@ -30,7 +31,7 @@ func TestOpenRedis(t *testing.T) {
 }
 
 func TestOpenRedisBadURL(t *testing.T) {
-	l, err := pop.Open(context.Background(), pop.Options{PolicyDoc: []byte(exampleDoc), Store: "redis://nohost"})
+	l, err := pop.Open(context.Background(), pop.Options{PolicyDoc: []byte(exampleDoc), Store: store.Config{Redis: "redis://nohost"}})
 	if err == nil || l != nil || !errors.Is(err, pop.ErrConfig) {
 		t.Fatalf("Open = %v, %v; want ErrConfig", l, err)
 	}

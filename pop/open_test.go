@@ -8,6 +8,7 @@ import (
 
 	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/store"
 	"github.com/poplimit/poplimit/pop"
 )
 
@@ -21,16 +22,16 @@ func TestOpenMemcached(t *testing.T) {
 		name string
 		o    pop.Options
 	}{
-		{"gomemcache", pop.Options{Memcached: addr}},
-		{"pipe", pop.Options{Memcached: addr, Client: pop.ClientPipe}},
-		{"pipe-mux", pop.Options{Memcached: addr, Client: pop.ClientPipe, Multiplex: 2}},
-		{"mcproxy", pop.Options{}}, // Memcached: set below
+		{"gomemcache", pop.Options{Store: store.Config{Memcached: []string{addr}, Client: store.Gomemcache}}},
+		{"pipe", pop.Options{Store: store.Config{Memcached: []string{addr}, Multiplex: -1}}},
+		{"pipe-mux", pop.Options{Store: store.Config{Memcached: []string{addr}, Multiplex: 2}}},
+		{"mcproxy", pop.Options{}}, // Store.Memcached: set below
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.o
 			if tc.name == "mcproxy" {
 				_, mcBin := binaries(t)
-				o.Memcached = startMcproxy(t, mcBin, "", fixture.Memcached(t, 2)).addr
+				o.Store.Memcached = []string{startMcproxy(t, mcBin, "", fixture.Memcached(t, 2)).addr}
 			} else {
 				fixture.Flush(t, addr)
 			}
@@ -52,10 +53,9 @@ func TestOpenErrors(t *testing.T) {
 	}{
 		{"no policy", pop.Options{}, pop.ErrConfig},
 		{"NewShared given", pop.Options{PolicyDoc: []byte(exampleDoc), Config: pop.Config{NewShared: shared}}, pop.ErrConfig},
-		{"unknown client", pop.Options{PolicyDoc: []byte(exampleDoc), Client: "redis"}, pop.ErrConfig},
-		{"pipe without an address", pop.Options{PolicyDoc: []byte(exampleDoc), Client: pop.ClientPipe}, pop.ErrConfig},
-		{"multiplex on gomemcache", pop.Options{PolicyDoc: []byte(exampleDoc), Memcached: "127.0.0.1:1", Multiplex: 2}, pop.ErrConfig},
-		{"negative timeout", pop.Options{PolicyDoc: []byte(exampleDoc), Timeout: -1}, pop.ErrConfig},
+		{"unknown client", pop.Options{PolicyDoc: []byte(exampleDoc), Store: store.Config{Client: "redis"}}, pop.ErrConfig},
+		{"pipe with two addresses", pop.Options{PolicyDoc: []byte(exampleDoc), Store: store.Config{Memcached: []string{"127.0.0.1:1", "127.0.0.1:2"}}}, pop.ErrConfig},
+		{"negative timeout", pop.Options{PolicyDoc: []byte(exampleDoc), Store: store.Config{Timeout: -1}}, pop.ErrConfig},
 		{"bad config", pop.Options{PolicyDoc: []byte(exampleDoc), Config: pop.Config{MaxInFlight: -1}}, pop.ErrConfig},
 		{"invalid policy", pop.Options{Policy: "bad.yml", PolicyDoc: []byte("version: 9\n")}, pop.ErrInvalidPolicy},
 		{"missing file", pop.Options{Policy: "testdata/no-such-policy.yml"}, nil},

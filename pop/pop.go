@@ -10,16 +10,27 @@
 // breaker, with a per-policy fail mode (open, closed, local) → optional token
 // leases served locally.
 //
-// Policies and tiers come from a YAML file (see testdata/policies/example.yml)
-// and are swapped atomically on reload (file watch, SIGHUP, admin endpoint);
-// in-flight requests finish under the snapshot they started with.
+// Policies and tiers come from a YAML file (see testdata/policies/example.yml),
+// parsed and validated by package pop/policy, and are swapped atomically on
+// reload (file watch, SIGHUP, admin endpoint); in-flight requests finish
+// under the snapshot they started with.
+//
+// Reading order, one decision top-down (Limiter.Decide, decide.go):
+// identity.go (identify) → snapshot.go, route.go (the policy snapshot and
+// the route matched) → mitigation.go (the mitigation cache) → decide.go
+// (the count; breaker.go when the store is dead, slow or busy; lease.go
+// for local token leases; finish.go for what is settled after the
+// response) → middleware.go (the answer: headers and rejection bodies).
+// Around it: limiter.go (Config, New, loading a policy), open.go (Open),
+// engine.go (the same engine without HTTP, for pop/rls), metrics.go,
+// events.go, admin.go, forward.go.
 //
 // pop never speaks the memcached protocol itself: Open builds the usual
 // shared limiters (counter.New over a memcached.Store or
 // memcached.PipeStore aimed at the host's mcproxy) and loads the policy in
 // one call; New takes them from the caller through Config.NewShared, for
-// any other counter.Store. pop imports counter and counter/memcached; the
-// file watchers and signals of a daemon live beside it, in
+// any other counter.Store. pop imports counter, counter/memcached and
+// pop/policy; the file watchers and signals of a daemon live beside it, in
 // cmd/internal/daemon.
 package pop
 
@@ -29,12 +40,14 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // Sentinel errors, tested with errors.Is.
 var (
-	// ErrInvalidPolicy wraps every policy file validation error.
-	ErrInvalidPolicy = errors.New("pop: invalid policy")
+	// ErrInvalidPolicy wraps every policy file validation error: it is
+	// policy.ErrInvalidPolicy, for callers of Open and LoadFile.
+	ErrInvalidPolicy = policy.ErrInvalidPolicy
 	// ErrNoPolicy is returned when a Limiter is used before a snapshot was
 	// loaded.
 	ErrNoPolicy = errors.New("pop: no policy loaded")
@@ -66,8 +79,32 @@ const (
 	// is 499 (client closed request).
 	ReasonCanceled Reason = "canceled"
 	// ReasonConcurrency: a concurrency limit had every slot of the
-	// identity in flight (concurrency.go); 429.
+	// identity in flight (finish.go); 429.
 	ReasonConcurrency Reason = "concurrency"
+)
+
+// Reasons of the key checks a policy source with key states enables.
+const (
+	// ReasonKeyInactive: the request's API key has a record marked
+	// inactive (revoked). Rejected with 403: not a quota answer.
+	ReasonKeyInactive Reason = "key_inactive"
+	// ReasonKeyUnknown: the request's API key has no record while the
+	// file says unknown keys are refused (File.RejectUnknownKeys): 401.
+	ReasonKeyUnknown Reason = "key_unknown"
+)
+
+// Reasons of decisions taken by the local budget while the store is alive.
+const (
+	// ReasonStoreSlow: the store answered other calls within the breaker
+	// window but this decision ran out of its deadline (a burst made the
+	// store slow, it is not dead). Decided by the conservative local
+	// budget (limit ÷ WorkersPerPoP per worker), whatever the fail mode:
+	// never a fail-open, never a 503.
+	ReasonStoreSlow Reason = "store_slow"
+	// ReasonStoreBusy: MaxInFlight decisions were already waiting on the
+	// store and no slot freed within InFlightWait. Decided by the local
+	// budget like ReasonStoreSlow.
+	ReasonStoreBusy Reason = "store_busy"
 )
 
 // LimitResult is the answer of one limit of a compound rule.
@@ -97,7 +134,7 @@ type Decision struct {
 	All []LimitResult
 
 	// Shadow names the dry-run limit that would have rejected this
-	// admitted request ("" when none would have): shadow.go.
+	// admitted request ("" when none would have): decide.go, shadowPass.
 	Shadow string
 	// ShadowBinding is the dry-run limits' closest result, as Binding is
 	// the enforcing ones'. Zero when the rule has none or the store was

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // TestRetryAfterOfABurstAdmitsOnEveryWorker: four workers share one store;
@@ -55,7 +57,7 @@ policies:
 					t.Fatalf("request 301 admitted: %+v", d)
 				}
 				rec := httptest.NewRecorder()
-				WriteHeaders(rec.Header(), d, HeadersBoth)
+				WriteHeaders(rec.Header(), d, policy.HeadersBoth)
 				WriteRejection(rec, d)
 				ra := rec.Header().Get("Retry-After")
 				if reset := rec.Header().Get("Ratelimit-Reset"); reset != ra {

@@ -1,5 +1,8 @@
 package pop
 
+// Step 2, the route: the canonical path of a request and the policy route
+// it matches, memoised per snapshot.
+
 import (
 	"net/http"
 	"net/url"
@@ -151,26 +154,6 @@ func unhex(c byte) byte {
 		return c - 'a' + 10
 	}
 	return c - 'A' + 10
-}
-
-// patternHasUpper reports upper-case letters in the path of a ServeMux
-// pattern "[METHOD ][HOST]/PATH", outside {wildcards}.
-func patternHasUpper(pat string) bool {
-	if i := strings.IndexByte(pat, '/'); i >= 0 {
-		pat = pat[i:]
-	}
-	depth := 0
-	for i := 0; i < len(pat); i++ {
-		switch c := pat[i]; {
-		case c == '{':
-			depth++
-		case c == '}':
-			depth--
-		case depth == 0 && c >= 'A' && c <= 'Z':
-			return true
-		}
-	}
-	return false
 }
 
 // unmatchedRoute is the Identity.Route of a request decided by the default

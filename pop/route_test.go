@@ -6,14 +6,14 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 )
 
 // TestRouteCacheAgreesWithMux: the memoised route lookup answers what the
 // uncached match (normalise, then ask the ServeMux) answers, on first sight
 // and from the cache, and stays bounded.
 func TestRouteCacheAgreesWithMux(t *testing.T) {
-	l, err := New(storeConfig(counter.NewMemoryStore()))
+	l, err := New(storeConfig(memstore.New()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,8 @@
 package pop
 
+// Step 2, the policy snapshot: a policy.File compiled into immutable
+// rules and published atomically; lookups never lock.
+
 import (
 	"fmt"
 	"hash/fnv"
@@ -8,26 +11,27 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // snapshot is an immutable compiled policy file. Lookups never lock.
 type snapshot struct {
-	file      *File
+	file      *policy.File
 	mux       *http.ServeMux
-	rc        routeCache         // memoised mux lookups
-	routes    map[string]*policy // by ServeMux pattern
-	policies  map[string]*policy // by name
-	prefilter counter.Allower    // nil when the file has none
-	unmatched *policy            // the default policy, nil when none
+	rc        routeCache                 // memoised mux lookups
+	routes    map[string]*compiledPolicy // by ServeMux pattern
+	policies  map[string]*compiledPolicy // by name
+	prefilter counter.Allower            // nil when the file has none
+	unmatched *compiledPolicy            // the default policy, nil when none
 	loadedAt  time.Time
 }
 
-// policy is one compiled policy. It is reused as a whole by the next
+// compiledPolicy is one compiled policy. It is reused as a whole by the next
 // snapshot when its fingerprint (definition and every tier it can pick) is
 // unchanged, keeping its mitigation cache and leases; otherwise it is
 // rebuilt and its cache starts empty.
-type policy struct {
-	spec        PolicySpec
+type compiledPolicy struct {
+	spec        policy.PolicySpec
 	fingerprint uint64
 	tiers       map[string]*rules
 	mit         *mitigationCache
@@ -41,7 +45,7 @@ type rules struct {
 	// policyField is the draft-11 RateLimit-Policy value of the shared
 	// limits, built once.
 	policyField string
-	// conc are the concurrency limits (concurrency.go), taken after the
+	// conc are the concurrency limits (finish.go), taken after the
 	// rate limits admitted.
 	conc []*concRule
 	// shadow: some limit is a dry run; flagged: some limit has a
@@ -52,7 +56,7 @@ type rules struct {
 
 // rule is one limit, with the allowers that enforce it.
 type rule struct {
-	spec LimitSpec
+	spec policy.LimitSpec
 	// distinct: another limit of the rule has the same algorithm and
 	// window, so this one's key carries its name (counter derives store
 	// keys from identity + algorithm + window).
@@ -64,7 +68,7 @@ type rule struct {
 	// (LimitSpec.Cost, at least 1): counter.Check.Cost.
 	cost int64
 	// shadow: a dry run (the limit's, its policy's or Config.Shadow);
-	// after: counted once the response is known (response_count.go).
+	// after: counted once the response is known (finish.go).
 	shadow, after bool
 }
 
@@ -92,11 +96,11 @@ func localLimit(l counter.Limit, workers int) counter.Limit {
 }
 
 // compile builds a snapshot from f, reusing unchanged policies of old.
-func (l *Limiter) compile(f *File, old *snapshot, now time.Time) (s *snapshot, err error) {
-	s = &snapshot{file: f, mux: newRouteMux(), routes: map[string]*policy{}, policies: map[string]*policy{}, loadedAt: now}
+func (l *Limiter) compile(f *policy.File, old *snapshot, now time.Time) (s *snapshot, err error) {
+	s = &snapshot{file: f, mux: newRouteMux(), routes: map[string]*compiledPolicy{}, policies: map[string]*compiledPolicy{}, loadedAt: now}
 	defer func() {
 		if r := recover(); r != nil { // conflicting ServeMux patterns
-			err = &ValidationError{File: f.Name, Field: "policies.routes", Msg: fmt.Sprint(r)}
+			err = &policy.ValidationError{File: f.Name, Field: "policies.routes", Msg: fmt.Sprint(r)}
 		}
 	}()
 	if f.Prefilter != nil {
@@ -109,7 +113,7 @@ func (l *Limiter) compile(f *File, old *snapshot, now time.Time) (s *snapshot, e
 	}
 	for _, ps := range f.Policies {
 		fp := fingerprint(ps, f)
-		var p *policy
+		var p *compiledPolicy
 		if old != nil {
 			if op := old.policies[ps.Name]; op != nil && op.fingerprint == fp {
 				p = op
@@ -136,11 +140,11 @@ func (l *Limiter) compile(f *File, old *snapshot, now time.Time) (s *snapshot, e
 	return s, nil
 }
 
-func (l *Limiter) compilePolicy(ps PolicySpec, f *File, fp uint64) (*policy, error) {
-	p := &policy{spec: ps, fingerprint: fp, tiers: map[string]*rules{}, mit: newMitigationCache(l.cfg.mitigationEntries())}
+func (l *Limiter) compilePolicy(ps policy.PolicySpec, f *policy.File, fp uint64) (*compiledPolicy, error) {
+	p := &compiledPolicy{spec: ps, fingerprint: fp, tiers: map[string]*rules{}, mit: newMitigationCache(l.cfg.mitigationEntries())}
 	p.needKey = ps.TierSource == "api_key"
 	for _, part := range ps.Identity {
-		if part == PartAPIKey || part == PartTenant {
+		if part == policy.PartAPIKey || part == policy.PartTenant {
 			p.needKey = true
 		}
 	}
@@ -181,7 +185,7 @@ func (l *Limiter) compilePolicy(ps PolicySpec, f *File, fp uint64) (*policy, err
 				if mb <= 0 {
 					// Default: a quarter of each worker's share of the
 					// allowance (newLeaser caps it at allowance ÷ cost).
-					mb = max(1, allowanceOf(ls.Limit)/(4*int64(l.cfg.workers())))
+					mb = max(1, policy.Allowance(ls.Limit)/(4*int64(l.cfg.workers())))
 				}
 				h := ps.Lease.Horizon
 				if h <= 0 {
@@ -221,7 +225,7 @@ func (l *Limiter) compilePolicy(ps PolicySpec, f *File, fp uint64) (*policy, err
 }
 
 // fingerprint hashes a policy's definition and every tier it may use.
-func fingerprint(ps PolicySpec, f *File) uint64 {
+func fingerprint(ps policy.PolicySpec, f *policy.File) uint64 {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%#v\n", ps)
 	var names []string

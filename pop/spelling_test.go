@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 )
 
 // spellingDoc: two limited policies and a default policy for the rest.
@@ -59,7 +59,7 @@ func encodeAll(s string) string {
 // default policy.
 func TestSpellingsAreLimited(t *testing.T) {
 	for _, ci := range []bool{false, true} {
-		l := newTestLimiter(t, storeConfig(counter.NewMemoryStore()), fmt.Sprintf(spellingDoc, "default_policy: rest", ci))
+		l := newTestLimiter(t, storeConfig(memstore.New()), fmt.Sprintf(spellingDoc, "default_policy: rest", ci))
 		for _, base := range []struct{ path, policy string }{{"/api/widgets", "widgets"}, {"/api/items/7", "items"}} {
 			for i, sp := range spellings(base.path) {
 				want := base.policy
@@ -107,7 +107,7 @@ func TestSpellingsAreLimited(t *testing.T) {
 func TestUnmatchedUnlimitedWarns(t *testing.T) {
 	for _, clause := range []string{"unmatched: unlimited", ""} {
 		var log bytes.Buffer
-		cfg := storeConfig(counter.NewMemoryStore())
+		cfg := storeConfig(memstore.New())
 		cfg.Logger = slog.New(slog.NewTextHandler(&log, nil))
 		l := newTestLimiter(t, cfg, fmt.Sprintf(strings.Replace(spellingDoc, "  - {name: rest, identity: [ip], tier: d}\n", "", 1), clause, false))
 		if !strings.Contains(log.String(), "level=WARN") || !strings.Contains(log.String(), "match no route are not limited") {
@@ -125,7 +125,7 @@ func TestUnmatchedUnlimitedWarns(t *testing.T) {
 // TestMiddlewareForwardsCanonicalPath: the handler behind the middleware
 // sees the path that was matched.
 func TestMiddlewareForwardsCanonicalPath(t *testing.T) {
-	l := newTestLimiter(t, storeConfig(counter.NewMemoryStore()), fmt.Sprintf(spellingDoc, "default_policy: rest", true))
+	l := newTestLimiter(t, storeConfig(memstore.New()), fmt.Sprintf(spellingDoc, "default_policy: rest", true))
 	var got string
 	h := l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = r.URL.EscapedPath() + " " + r.URL.Path

@@ -174,52 +174,8 @@ func (c *Classifier) Add(i int, st Step, t0, t1 time.Time) {
 		}
 		return
 	}
-	// A descriptor that diverges the counts of its identity does so for
-	// the later descriptors of the same identity in this request too (the
-	// peer counts a request's descriptors in order).
-	within := make([]string, len(req.Descriptors))
-	for j := range req.Descriptors {
-		for _, e := range Deliberates {
-			if e.Diverges == nil || !e.Diverges(st, j) {
-				continue
-			}
-			for k := j + 1; k < len(req.Descriptors); k++ {
-				if within[k] == "" && identity(req, k) == identity(req, j) {
-					within[k] = e.Name
-				}
-			}
-		}
-	}
 	diffs := Compare(st.RLS, st.Peer)
-	explained := make([]string, len(diffs)) // by whom, "" for none
-	firstDesc := ""
-	allDesc := true
-	for k, d := range diffs {
-		if d.Desc >= 0 {
-			if t, ok := c.tainted[identity(req, d.Desc)]; ok {
-				explained[k] = t.name
-			} else if d.Desc < len(within) {
-				explained[k] = within[d.Desc]
-			}
-		}
-		for _, e := range Deliberates {
-			if explained[k] == "" && e.Explains != nil && e.Explains(st, d) {
-				explained[k] = e.Name
-			}
-		}
-		if d.Desc >= 0 && d.Field == "code" {
-			if explained[k] == "" {
-				allDesc = false
-			} else if firstDesc == "" {
-				firstDesc = explained[k]
-			}
-		}
-	}
-	for k, d := range diffs { // overall_code follows the descriptors' codes
-		if d.Field == "overall_code" && explained[k] == "" && allDesc && firstDesc != "" {
-			explained[k] = firstDesc
-		}
-	}
+	explained := c.explain(st, diffs)
 	var unexplained []Diff
 	by := ""
 	for k, d := range diffs {
@@ -257,6 +213,67 @@ func (c *Classifier) Add(i int, st Step, t0, t1 time.Time) {
 			}
 		}
 	}
+}
+
+// divergedWithin names, per descriptor of st's request, the deliberate
+// difference an earlier descriptor of the same identity in the request
+// diverged the counts by ("" for none).
+func divergedWithin(st Step) []string {
+	req := st.Req
+	// A descriptor that diverges the counts of its identity does so for
+	// the later descriptors of the same identity in this request too (the
+	// peer counts a request's descriptors in order).
+	within := make([]string, len(req.Descriptors))
+	for j := range req.Descriptors {
+		for _, e := range Deliberates {
+			if e.Diverges == nil || !e.Diverges(st, j) {
+				continue
+			}
+			for k := j + 1; k < len(req.Descriptors); k++ {
+				if within[k] == "" && identity(req, k) == identity(req, j) {
+					within[k] = e.Name
+				}
+			}
+		}
+	}
+	return within
+}
+
+// explain names, per difference, the deliberate difference or the taint
+// that explains it ("" for none).
+func (c *Classifier) explain(st Step, diffs []Diff) []string {
+	req := st.Req
+	within := divergedWithin(st)
+	explained := make([]string, len(diffs)) // by whom, "" for none
+	firstDesc := ""
+	allDesc := true
+	for k, d := range diffs {
+		if d.Desc >= 0 {
+			if t, ok := c.tainted[identity(req, d.Desc)]; ok {
+				explained[k] = t.name
+			} else if d.Desc < len(within) {
+				explained[k] = within[d.Desc]
+			}
+		}
+		for _, e := range Deliberates {
+			if explained[k] == "" && e.Explains != nil && e.Explains(st, d) {
+				explained[k] = e.Name
+			}
+		}
+		if d.Desc >= 0 && d.Field == "code" {
+			if explained[k] == "" {
+				allDesc = false
+			} else if firstDesc == "" {
+				firstDesc = explained[k]
+			}
+		}
+	}
+	for k, d := range diffs { // overall_code follows the descriptors' codes
+		if d.Field == "overall_code" && explained[k] == "" && allDesc && firstDesc != "" {
+			explained[k] = firstDesc
+		}
+	}
+	return explained
 }
 
 // pace waits, when now is within PaceMargin of the end of its window of

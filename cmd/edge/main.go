@@ -19,7 +19,8 @@
 // default to loopback. Limits with scope: global count across PoPs through
 // --global-memcached (the home region's store; --pops, --global-overdraft,
 // --global-horizon, --global-wait; package pop/global, flags in
-// cmd/internal/globalflags).
+// cmd/internal/globalflags). The store, store-deadline and breaker flags
+// are cmd/internal/storeflags', shared with rls.
 // This file only wires flags to packages pop and counter.
 package main
 
@@ -41,13 +42,21 @@ import (
 
 	"github.com/poplimit/poplimit/cmd/internal/daemon"
 	"github.com/poplimit/poplimit/cmd/internal/globalflags"
-	"github.com/poplimit/poplimit/cmd/internal/storeflag"
+	"github.com/poplimit/poplimit/cmd/internal/storeflags"
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/pop"
 )
 
 func main() {
-	app := &cli.App{
+	if err := newApp().Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "edge:", err)
+		os.Exit(1)
+	}
+}
+
+// newApp is the command: its flags, wired by run.
+func newApp() *cli.App {
+	return &cli.App{
 		Name:    "edge",
 		Version: daemon.Version(),
 		Usage:   "poplimit edge worker: rate-limiting reverse proxy sharing one count per PoP through memcached",
@@ -69,22 +78,12 @@ func main() {
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:7480", Usage: "address of the proxied HTTP listener (7480: clear of 8080, taken by envoyproxy/ratelimit and most dev servers)"},
 			&cli.StringFlag{Name: "upstream", Required: true, Usage: "upstream base `URL`, e.g. http://127.0.0.1:9000"},
-			&cli.StringSliceFlag{Name: "memcached", Usage: "memcached or mcproxy `ADDR` (host:port); repeatable; empty = in-process store"},
-			&cli.StringFlag{Name: "policy", Usage: "policy YAML `FILE` (this or --policy-source is required: edge has no built-in policy, so it never enforces example limits by accident; reference pop/POLICY.md, example testdata/policies/example.yml)"},
+			&cli.StringFlag{Name: "policy", Usage: "policy YAML `FILE` (this or --policy-source is required: edge has no built-in policy, so it never enforces example limits by accident; reference pop/policy/POLICY.md, example testdata/policies/example.yml)"},
 			&cli.StringFlag{Name: "policy-source", Usage: "policy from PostgreSQL, `postgres://...` (pop/pgpolicy: tiers and keys pushed by NOTIFY; instead of --policy; schema by popctl migrate)"},
 			&cli.StringFlag{Name: "policy-cache", Usage: "with --policy-source: snapshot cache `FILE`, written after each load and served at start while PostgreSQL is down"},
 			&cli.DurationFlag{Name: "policy-resync", Value: 30 * time.Second, Usage: "with --policy-source: period of the full re-read"},
 			&cli.StringFlag{Name: "admin", Value: "127.0.0.1:7481", Usage: "admin listener address (/metrics, /healthz, POST /reload); empty disables (7481: not Prometheus's 9090 or an exporter's 9091-9100)"},
 			&cli.IntFlag{Name: "workers-per-pop", Value: 1, Usage: "number of edge workers in the PoP: the local fail mode enforces limit ÷ this"},
-			&cli.DurationFlag{Name: "store-deadline", Value: 0, Usage: "fixed deadline of one decision's store calls; 0 = adaptive: 4x the recent p99 store latency, clamped to [--store-deadline-floor, --store-deadline-ceiling] (a burst on a healthy store raises it instead of timing out)"},
-			&cli.DurationFlag{Name: "store-deadline-floor", Value: 250 * time.Millisecond, Usage: "shortest adaptive store deadline: a loopback round trip is ~1ms, but a host with saturated cores schedules a worker hundreds of ms late, and a timeout on a store that answers costs exactness (the local budget decides); a dead store is not waited on (refused fails at once, the breaker opens)"},
-			&cli.DurationFlag{Name: "store-deadline-ceiling", Value: time.Second, Usage: "longest adaptive store deadline (also the memcached socket timeout): the most a request waits on a store that stopped answering, until the breaker opens"},
-			&cli.IntFlag{Name: "store-in-flight", Value: 256, Usage: "decisions waiting on the store at once in this worker; beyond it a decision waits up to one deadline for a slot, then is decided by the local budget (reason store_busy)"},
-			&cli.IntFlag{Name: "breaker-failures", Value: 5, Usage: "consecutive hard store failures (refused, reset, EOF, server error; not timeouts) that open the circuit breaker"},
-			&cli.DurationFlag{Name: "breaker-window", Value: 2 * time.Second, Usage: "failing store calls (timeouts included) with no success at all for this long open the breaker; timeouts while other calls succeed never do"},
-			&cli.DurationFlag{Name: "breaker-open", Value: 500 * time.Millisecond, Usage: "how long the breaker stays open before a half-open probe"},
-			&cli.StringFlag{Name: "store-client", Value: "pipe", Usage: "memcached client: 'pipe' (memcached.PipeStore, as rls: pipelined, one round trip per sliding-window decision, concurrent decisions' calls written together; one --memcached address, normally mcproxy) or 'gomemcache' (memcached.Store over bradfitz/gomemcache, two round trips per sliding-window decision; several --memcached addresses are hashed by gomemcache)"},
-			&cli.IntFlag{Name: "store-multiplex", Value: 1, Usage: "with --store-client pipe: number of connections shared by all requests (concurrent store calls are written together, replies read in order: fewer syscalls; one connection batches best); 0 = one pooled connection per call"},
 			&cli.StringFlag{Name: "events", Usage: "write rejection events as JSON lines to `FILE` ('-' for stderr); empty disables"},
 			// The upstream exchange (pop.ForwardConfig): 504 when a timeout expires, 413 over the body limit.
 			&cli.DurationFlag{Name: "upstream-dial-timeout", Value: 5 * time.Second, Usage: "connecting to the upstream (504 on expiry; 5s: a LAN upstream connects in milliseconds, 5s rides out two lost SYNs)"},
@@ -101,12 +100,8 @@ func main() {
 			&cli.StringFlag{Name: "reload-token", EnvVars: []string{"EDGE_RELOAD_TOKEN"}, Usage: "POST /reload requires 'Authorization: Bearer TOKEN' (env EDGE_RELOAD_TOKEN); empty = no token"},
 			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof under /debug/pprof/ on the admin listener"},
 			&cli.BoolFlag{Name: "shadow", Usage: "dry run: every limit counts and decides, but would-be rejections are admitted and reported (poplimit_shadow_rejections_total, events with \"shadow\": true, X-RateLimit-Shadow with the policy's shadow_header); enforce by restarting without it, or per limit/policy with shadow: in the policy file and a reload"},
-		}, append(storeflag.RedisFlags(), globalflags.Flags()...)...),
+		}, append(storeflags.Flags(), globalflags.Flags()...)...),
 		Action: run,
-	}
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "edge:", err)
-		os.Exit(1)
 	}
 }
 
@@ -119,13 +114,11 @@ func run(c *cli.Context) error {
 	if err != nil || upstream.Host == "" {
 		return fmt.Errorf("--upstream %q: not an absolute URL", c.String("upstream"))
 	}
-	dcfg := pop.DeadlineConfig{Fixed: c.Duration("store-deadline"), Floor: c.Duration("store-deadline-floor"), Ceiling: c.Duration("store-deadline-ceiling")}
-	shared, err := storeflag.FromFlags(c, socketTimeout(dcfg))
+	cfg, shared, err := storeflags.Open(c)
 	if err != nil {
 		return err
 	}
 	defer shared.Close()
-	store, newShared := shared.Store, shared.NewShared
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics, err := pop.NewMetrics(reg)
@@ -140,28 +133,17 @@ func run(c *cli.Context) error {
 	// or any early return below would wait forever.
 	defer func() { stop(); eventsDone() }()
 
-	newGlobal, healthReasons, err := globalflags.Wire(c, store, c.Int("workers-per-pop"), reg)
+	newGlobal, healthReasons, err := globalflags.Wire(c, cfg.Store, c.Int("workers-per-pop"), reg)
 	if err != nil {
 		return err
 	}
 	var src policySource
-	healthReasons = src.healthReasons(healthReasons)
-	limiter, err := pop.New(pop.Config{
-		NewShared:     newShared,
-		Store:         store,
-		Shadow:        c.Bool("shadow"),
-		NewGlobal:     newGlobal,
-		HealthReasons: healthReasons,
-		NewLocal:      func(l counter.Limit) (counter.Allower, error) { return counter.NewLocal(l) },
-		Deadline:      dcfg,
-		MaxInFlight:   c.Int("store-in-flight"),
-		WorkersPerPoP: c.Int("workers-per-pop"),
-		PoPs:          c.Int("pops"),
-		Breaker:       pop.BreakerConfig{Failures: c.Int("breaker-failures"), Window: c.Duration("breaker-window"), OpenFor: c.Duration("breaker-open")},
-		Metrics:       metrics,
-		Events:        events,
-		Logger:        logger,
-	})
+	cfg.HealthReasons = src.healthReasons(healthReasons)
+	cfg.Shadow, cfg.NewGlobal = c.Bool("shadow"), newGlobal
+	cfg.NewLocal = func(l counter.Limit) (counter.Allower, error) { return counter.NewLocal(l) }
+	cfg.WorkersPerPoP, cfg.PoPs = c.Int("workers-per-pop"), c.Int("pops")
+	cfg.Metrics, cfg.Events, cfg.Logger = metrics, events, logger
+	limiter, err := pop.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -209,15 +191,6 @@ func run(c *cli.Context) error {
 		count := acceptErrors.WithLabelValues(name)
 		return pop.WatchAccept(ln, pop.AcceptWatch{Logger: logger, Count: func(error) { count.Inc() }})
 	}})
-}
-
-// socketTimeout is the memcached socket timeout of a deadline config: the
-// fixed deadline, else the adaptive deadline's ceiling.
-func socketTimeout(d pop.DeadlineConfig) time.Duration {
-	if d.Fixed > 0 {
-		return d.Fixed
-	}
-	return max(d.Ceiling, d.Floor)
 }
 
 // startEvents starts the rejection events writer of --events (path "" is
@@ -292,11 +265,4 @@ func adminMux(c *cli.Context, logger *slog.Logger, reg *prometheus.Registry, lim
 		daemon.MountPprof(mux, logger)
 	}
 	return mux
-}
-
-// newStore is storeflag.New (kept for the tests): the shared count's store, in-process without
-// addresses, else the named memcached client with timeout as its socket
-// timeout (multiplex: memcached.PipeConfig.Multiplex).
-func newStore(client string, addrs []string, timeout time.Duration, multiplex int) (counter.Store, error) {
-	return storeflag.New(client, addrs, timeout, multiplex)
 }

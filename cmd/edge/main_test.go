@@ -9,52 +9,9 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/bench/fixture"
-	"github.com/poplimit/poplimit/counter"
-	"github.com/poplimit/poplimit/counter/memcached"
 )
 
 func TestMain(m *testing.M) { os.Exit(fixture.Main(m)) }
-
-func TestNewStore(t *testing.T) {
-	for _, tc := range []struct {
-		client string
-		mux    int
-		addrs  []string
-		want   string // %T of the store, "" for an error
-	}{
-		{"pipe", 0, []string{"127.0.0.1:1"}, "*memcached.PipeStore"},
-		{"pipe", 2, []string{"127.0.0.1:1"}, "*memcached.PipeStore"},
-		{"pipe", -1, []string{"127.0.0.1:1"}, ""},
-		{"gomemcache", 2, []string{"127.0.0.1:1"}, "*memcached.Store"},
-		{"gomemcache", 2, []string{"127.0.0.1:1", "127.0.0.1:2"}, "*memcached.Store"},
-		{"pipe", 2, nil, "*counter.MemoryStore"},
-		{"gomemcache", 2, nil, "*counter.MemoryStore"},
-		{"pipe", 2, []string{"127.0.0.1:1", "127.0.0.1:2"}, ""},
-		{"redis", 2, []string{"127.0.0.1:1"}, ""},
-		{"redis", 2, nil, ""},
-	} {
-		st, err := newStore(tc.client, tc.addrs, 20*time.Millisecond, tc.mux)
-		got := ""
-		if err == nil {
-			got = typeName(st)
-		}
-		if got != tc.want {
-			t.Errorf("newStore(%q, %v) = %s (err %v), want %q", tc.client, tc.addrs, got, err, tc.want)
-		}
-	}
-}
-
-func typeName(s counter.Store) string {
-	switch s.(type) {
-	case *memcached.PipeStore:
-		return "*memcached.PipeStore"
-	case *memcached.Store:
-		return "*memcached.Store"
-	case *counter.MemoryStore:
-		return "*counter.MemoryStore"
-	}
-	return "other"
-}
 
 // TestStartupErrorExits runs the built binary with a startup error and
 // --events: it must exit (with an error) instead of waiting for the event

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/poplimit/poplimit/bench/accuracy"
 	"os"
 	"path/filepath"
 
@@ -40,20 +41,20 @@ func accuracyCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("--skew: %w", err)
 			}
-			var traces []bench.AccuracyTraceConfig
+			var traces []accuracy.AccuracyTraceConfig
 			for _, arg := range list(c.String("trace")) {
-				path, err := bench.FindAccuracyTrace(".", arg)
+				path, err := accuracy.FindAccuracyTrace(".", arg)
 				if err != nil {
 					return fmt.Errorf("--trace: %w", err)
 				}
-				tc, err := bench.LoadAccuracyTrace(path)
+				tc, err := accuracy.LoadAccuracyTrace(path)
 				if err != nil {
 					return fmt.Errorf("--trace %s: %w", path, err)
 				}
 				traces = append(traces, tc)
 			}
-			rep, err := runScenario(c, false, "replay", func(env *bench.Env, prog func(int, int)) (*bench.AccuracyReport, error) {
-				return bench.RunAccuracy(c.Context, env, bench.AccuracySuiteConfig{
+			rep, err := runScenario(c, false, "replay", func(env *bench.Env, prog func(int, int)) (*accuracy.AccuracyReport, error) {
+				return accuracy.RunAccuracy(c.Context, env, accuracy.AccuracySuiteConfig{
 					TraceConfigs: traces, Precisions: precs, Algorithms: algs, Skews: skews,
 					Sources: c.Int("sources"), Duration: c.Duration("duration"), Seed: c.Uint64("seed"),
 					Quantity: c.Int64("quantity"), Window: c.Duration("window"), Workers: c.Int("workers"),
@@ -69,7 +70,7 @@ func accuracyCommand() *cli.Command {
 					return err
 				}
 				name := "accuracy-precision" + bench.ChartExt(c.String("chart-format"))
-				if err := bench.ChartPrecision(filepath.Join(c.String("out"), name), rep.Rows); err != nil {
+				if err := accuracy.ChartPrecision(filepath.Join(c.String("out"), name), rep.Rows); err != nil {
 					return err
 				}
 				charts = append(charts, name)

@@ -2,12 +2,11 @@ package main
 
 import (
 	"fmt"
+	"github.com/poplimit/poplimit/bench/openloop"
 	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
-
-	"github.com/poplimit/poplimit/bench"
 )
 
 const openLoadDescription = `Without --rate: closed loop (--conns clients, each sending its next request
@@ -45,7 +44,7 @@ mcproxy: gRPC ShouldRateLimit, one descriptor).
 
 // runOpenLoad is "popbench load --rate".
 func runOpenLoad(c *cli.Context) error {
-	cfg := bench.OpenLoopConfig{Workers: c.Int("conns"), MaxWorkers: c.Int("max-senders"), Keys: c.Uint64("keys"), ZipfS: c.Float64("zipf"),
+	cfg := openloop.OpenLoopConfig{Workers: c.Int("conns"), MaxWorkers: c.Int("max-senders"), Keys: c.Uint64("keys"), ZipfS: c.Float64("zipf"),
 		McproxyBin: c.String("mcproxy"), RLSBin: c.String("rls-bin"),
 		CapacityPath: c.String("capacity-path"), Progress: logOut(c)}
 	if c.IsSet("duration") {
@@ -67,7 +66,7 @@ func runOpenLoad(c *cli.Context) error {
 	if p := c.String("paths"); p != "all" && p != "" {
 		cfg.Paths = strings.Split(p, ",")
 	}
-	rep, err := bench.RunOpenLoop(c.Context, cfg)
+	rep, err := openloop.RunOpenLoop(c.Context, cfg)
 	if err != nil {
 		return err
 	}

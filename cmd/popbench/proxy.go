@@ -4,13 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/poplimit/poplimit/bench/proxycmp"
 	"io"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
-
-	"github.com/poplimit/poplimit/bench"
 )
 
 // proxyCommand is "popbench proxy": load on one memcached-protocol address,
@@ -75,7 +74,7 @@ func runProxyCommand(c *cli.Context) error {
 			return errors.New("popbench proxy: --addr and --compare are exclusive")
 		}
 		var progress io.Writer = c.App.ErrWriter
-		rep, err := bench.RunProxyCompare(c.Context, bench.ProxyCompareConfig{
+		rep, err := proxycmp.RunProxyCompare(c.Context, proxycmp.ProxyCompareConfig{
 			Mixes: mixes, Conns: c.Int("conns"), Duration: c.Duration("duration"),
 			Rounds: c.Int("rounds"), Keys: c.Int("keys"), Hash: c.String("hash"),
 			McproxyBin: c.String("mcproxy"), McproxyFlags: c.Bool("mcproxy-flags"),
@@ -93,9 +92,9 @@ func runProxyCommand(c *cli.Context) error {
 	if c.String("addr") == "" {
 		return errors.New("popbench proxy: --addr HOST:PORT or --compare is required")
 	}
-	var results []*bench.ProxyLoadResult
+	var results []*proxycmp.ProxyLoadResult
 	for _, mix := range mixes {
-		res, err := bench.RunProxyLoad(c.Context, bench.ProxyLoadConfig{
+		res, err := proxycmp.RunProxyLoad(c.Context, proxycmp.ProxyLoadConfig{
 			Addr: c.String("addr"), Mix: mix, Conns: c.Int("conns"), Duration: c.Duration("duration"),
 			Keys: c.Int("keys"), Seed: c.Uint64("seed"), NoPreload: c.Bool("no-preload"),
 		})
@@ -133,7 +132,7 @@ func proxyWriteJSON(w io.Writer, v any) error {
 // runIdleConns is "popbench proxy --idle-conns N".
 func runIdleConns(c *cli.Context, n int, out io.Writer) error {
 	var progress io.Writer = c.App.ErrWriter
-	rep, err := bench.RunIdleConns(c.Context, bench.IdleConnsConfig{
+	rep, err := proxycmp.RunIdleConns(c.Context, proxycmp.IdleConnsConfig{
 		Conns: n, McproxyBin: c.String("mcproxy"), McproxyArgs: c.StringSlice("mcproxy-arg"),
 		Dir: c.String("dir"), Progress: progress,
 	})

@@ -1,27 +1,15 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
+	"github.com/poplimit/poplimit/bench/rlsbench"
 	"os"
-	"path/filepath"
 	"runtime/pprof"
-	"slices"
-	"strings"
-	"text/tabwriter"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/urfave/cli/v2"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/poplimit/poplimit/bench"
-	"github.com/poplimit/poplimit/bench/fixture/procs"
-	"github.com/poplimit/poplimit/pop/rls/conformance"
 )
 
 // rlsCommand is "popbench rls": gRPC load on anything that speaks
@@ -108,193 +96,36 @@ one is printed with its seed, step, request and both answers, and the command fa
 	}
 }
 
-// selectedSuites are the suites of --conformance that --suite and
-// --peer-suites select.
-func selectedSuites(c *cli.Context) ([]conformance.Suite, error) {
-	all, err := conformance.LoadFile(c.String("conformance"))
-	if err != nil {
-		return nil, err
-	}
-	only := c.StringSlice("suite")
-	var out []conformance.Suite
-	for _, s := range all {
-		if (len(only) > 0 && !slices.Contains(only, s.Name)) || (c.Bool("peer-suites") && s.RLSOnly) {
-			continue
-		}
-		out = append(out, s)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no suite selected")
-	}
-	return out, nil
-}
-
 func rlsConformance(c *cli.Context) error {
-	suites, err := selectedSuites(c)
-	if err != nil {
-		return err
+	var target string // Conformance fails without exactly one, unless writing the config
+	if t := c.StringSlice("target"); len(t) == 1 {
+		target = t[0]
 	}
-	run := c.String("run")
-	if run == "" {
-		run = conformance.NewRun()
-	}
-	w := c.App.Writer
-	if dir := c.String("write-config"); dir != "" {
-		for _, s := range suites {
-			if err := s.WriteConfig(dir, run); err != nil {
-				return err
-			}
-			fmt.Fprintf(w, "suite %s: %s\n", s.Name, strings.Join(s.Settings.Env(), " "))
-		}
-		fmt.Fprintf(w, "run token %s; config in %s\n", run, dir)
-		return nil
-	}
-	targets := c.StringSlice("target")
-	if len(targets) != 1 {
-		return errors.New("--conformance needs one --target (or --write-config)")
-	}
-	cc, err := grpc.NewClient(targets[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	defer cc.Close()
-	client := rlv3.NewRateLimitServiceClient(cc)
-	failed := 0
-	for _, s := range suites {
-		ctx, cancel := context.WithTimeout(c.Context, 2*time.Minute)
-		bad, err := conformance.Replay(ctx, client, s, run, time.Now, true)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("suite %s: %w", s.Name, err)
-		}
-		steps := 0
-		for _, st := range s.Steps {
-			steps += max(st.Repeat, 1)
-		}
-		fmt.Fprintf(w, "%-32s %3d answers, %d mismatches\n", s.Name, steps, len(bad))
-		for _, m := range bad {
-			fmt.Fprintln(w, "  ", m)
-		}
-		failed += len(bad)
-	}
-	if failed > 0 {
-		return fmt.Errorf("%d answers differ from the suites", failed)
-	}
-	return nil
+	return rlsbench.Conformance(c.Context, rlsbench.ConformanceConfig{
+		File: c.String("conformance"), Suites: c.StringSlice("suite"), PeerSuites: c.Bool("peer-suites"),
+		Run: c.String("run"), WriteConfig: c.String("write-config"), Target: target,
+	}, c.App.Writer)
 }
 
 // rlsLoad runs the load on --target, or on a launched PoP (and the peer).
 func rlsLoad(c *cli.Context) error {
-	cfg := bench.RLSLoadConfig{Clients: c.Int("clients"), Conns: c.Int("conns"), Duration: c.Duration("duration"),
-		Descriptors: c.Int("descriptors"), Keys: c.Uint64("keys"), ZipfS: c.Float64("zipf")}
-	var results []*bench.RLSResult
-	if t := c.StringSlice("target"); len(t) > 0 {
-		cfg.Targets = t
-		r, err := bench.RunRLSLoad(c.Context, cfg)
-		if err != nil {
-			return err
-		}
-		results = append(results, r)
-		return printRLS(c, results)
-	}
-	dir := c.String("dir")
-	if dir == "" {
-		d, err := os.MkdirTemp("", "popbench-rls-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
-	launched, peer, err := launchRLS(c, dir)
-	if launched != nil {
-		defer launched.Close()
-	}
-	if peer != nil {
-		defer peer.Kill()
-	}
+	rs, err := rlsbench.Run(c.Context, rlsbench.Config{
+		Load: rlsbench.LoadConfig{Targets: c.StringSlice("target"), Clients: c.Int("clients"), Conns: c.Int("conns"),
+			Duration: c.Duration("duration"), Descriptors: c.Int("descriptors"), Keys: c.Uint64("keys"), ZipfS: c.Float64("zipf")},
+		Dir: c.String("dir"), RLS: c.Int("rls"), RLSBin: c.String("rls-bin"), RLSArgs: c.StringSlice("rls-arg"),
+		Store: bench.StoreKind(c.String("store")), Peer: c.String("peer"), Rounds: c.Int("rounds"), Limit: c.Int("limit"),
+	})
 	if err != nil {
 		return err
 	}
-	rounds := 1
-	if peer != nil {
-		rounds = max(c.Int("rounds"), 1)
+	w := c.App.Writer
+	if c.Bool("json") {
+		e := json.NewEncoder(w)
+		e.SetIndent("", "  ")
+		return e.Encode(rs)
 	}
-	for range rounds {
-		cfg.Targets, cfg.Pids = launched.GRPCAddrs(), launched.PidGroups()
-		r, err := bench.RunRLSLoad(c.Context, cfg)
-		if err != nil {
-			return err
-		}
-		over, peerStore := "mcproxy", "memcache"
-		if launched.Redis != nil {
-			over, peerStore = "Redis Cluster", "Redis Cluster"
-		}
-		r.Target = fmt.Sprintf("rls ×%d over %s", len(launched.RLS), over)
-		results = append(results, r)
-		if peer == nil {
-			continue
-		}
-		stores := launched.PidGroups() // the peer is charged with the same store processes
-		cfg.Targets, cfg.Pids = []string{peer.Addr}, map[string][]int{"memcached": stores["memcached"], "redis": stores["redis"], "ratelimit": {peer.Pid()}}
-		if r, err = bench.RunRLSLoad(c.Context, cfg); err != nil {
-			return err
-		}
-		r.Target = "envoyproxy/ratelimit (" + peerStore + ")"
-		results = append(results, r)
-	}
-	return printRLS(c, results)
-}
-
-// launchRLS starts 3 memcached + mcproxy (--store redis: a Redis Cluster
-// of 3 masters + 3 replicas) + --rls rls processes with the bench config,
-// and with --peer envoyproxy/ratelimit over the same memcached (or
-// cluster).
-func launchRLS(c *cli.Context, dir string) (*bench.RLSPoP, *procs.Proc, error) {
-	kind := bench.StoreKind(c.String("store"))
-	if kind != bench.StoreMemcached && kind != bench.StoreRedis {
-		return nil, nil, fmt.Errorf("--store %q: want memcached or redis", kind)
-	}
-	bin := c.String("rls-bin")
-	if bin == "" {
-		bins, err := procs.Build(c.Context, dir, "rls", "mcproxy")
-		if err != nil {
-			return nil, nil, err
-		}
-		bin = bins["rls"]
-	}
-	mcproxy := filepath.Join(filepath.Dir(bin), "mcproxy")
-	if _, err := os.Stat(mcproxy); err != nil {
-		bins, err := procs.Build(c.Context, dir, "mcproxy")
-		if err != nil {
-			return nil, nil, err
-		}
-		mcproxy = bins["mcproxy"]
-	}
-	// envoyproxy/ratelimit's layout: RUNTIME_ROOT/ratelimit/config.
-	confDir := filepath.Join(dir, "runtime", "ratelimit", "config")
-	if err := bench.WriteRLSConfig(confDir, "bench.yaml", bench.RLSBenchConfig(c.Int("limit"))); err != nil {
-		return nil, nil, err
-	}
-	p, err := bench.LaunchRLSPoP(c.Context, bench.RLSPoPConfig{
-		PoP: bench.PoPConfig{Name: "rls", Dir: dir, Store: kind, Bins: bench.Binaries{MCProxy: mcproxy}},
-		RLS: c.Int("rls"), Bin: bin, ConfigDir: confDir, Args: c.StringSlice("rls-arg"),
-	})
-	if err != nil || c.String("peer") == "" {
-		return p, nil, err
-	}
-	if p.Redis != nil {
-		peer, err := bench.StartPeerRLS(c.Context, c.String("peer"), filepath.Join(dir, "runtime"), filepath.Join(dir, "peer.log"),
-			bench.PeerRedisEnv(p.Redis.Addrs())...)
-		return p, peer, err
-	}
-	var shards []string
-	for _, s := range p.Shards {
-		shards = append(shards, s.Addr)
-	}
-	peer, err := bench.StartPeerRLS(c.Context, c.String("peer"), filepath.Join(dir, "runtime"), filepath.Join(dir, "peer.log"),
-		"BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT="+strings.Join(shards, ","))
-	return p, peer, err
+	rlsbench.WriteTable(w, rs)
+	return nil
 }
 
 // startCPUProfile profiles this process into file until stop.
@@ -308,35 +139,4 @@ func startCPUProfile(file string) (stop func(), err error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
-}
-
-func printRLS(c *cli.Context, rs []*bench.RLSResult) error {
-	w := c.App.Writer
-	if c.Bool("json") {
-		e := json.NewEncoder(w)
-		e.SetIndent("", "  ")
-		return e.Encode(rs)
-	}
-	printRLSTable(w, rs)
-	return nil
-}
-
-func printRLSTable(w io.Writer, rs []*bench.RLSResult) {
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "target\tserver processes\trequests/s\tdecisions/s\tp50 ms\tp99 ms\tp999 ms\tserver µs/dec\tclient µs/dec\terrors\tcodes")
-	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%d\t%v\n", r.Target, r.ProcessList(), r.PerSec, r.DecisionsPerSec,
-			r.Latency.P50, r.Latency.P99, r.Latency.P999, r.ServerCPU.CPUUS(), r.Generator.CPUUS(), r.Errors, r.Codes)
-	}
-	tw.Flush()
-	// With --peer the rounds alternate rls, peer: their ratios, round by
-	// round (the same machine's load at nearly the same time).
-	for i := 0; i+1 < len(rs); i += 2 {
-		a, b := rs[i], rs[i+1]
-		if !strings.HasPrefix(b.Target, "envoyproxy/ratelimit") || b.DecisionsPerSec == 0 || a.Latency.P99 == 0 {
-			return
-		}
-		fmt.Fprintf(w, "round %d: %s / %s: %.2f× the decisions/s, p99 %.2f× (%.1f against %.1f ms)\n", i/2+1, a.Target, b.Target,
-			a.DecisionsPerSec/b.DecisionsPerSec, a.Latency.P99/b.Latency.P99, a.Latency.P99, b.Latency.P99)
-	}
 }

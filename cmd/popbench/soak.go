@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/poplimit/poplimit/bench/soak"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -32,8 +33,8 @@ func soakCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			res, err := runScenario(c, true, "soak", func(env *bench.Env, prog func(int, int)) (*bench.SoakResult, error) {
-				return bench.RunSoak(c.Context, env, bench.SoakConfig{
+			res, err := runScenario(c, true, "soak", func(env *bench.Env, prog func(int, int)) (*soak.SoakResult, error) {
+				return soak.RunSoak(c.Context, env, soak.SoakConfig{
 					Duration: c.Duration("duration"), Rate: c.Float64("rate"), CapacityRun: c.Duration("capacity-run"),
 					Warmup: c.Duration("warmup"), Interval: c.Duration("interval"), Conns: c.Int("conns"), Keys: c.Uint64("keys"),
 					Edges: c.Int("edges"), Algorithm: alg, Tolerance: c.Float64("tolerance"), Seed: c.Uint64("seed"), Progress: prog,

@@ -15,7 +15,9 @@
 // The config directory is reloaded when a file in it changes and on
 // SIGHUP; an invalid file keeps the previous config (logged with file,
 // line and reason; /healthcheck stays OK, poplimit_rls_config_loads_total
-// counts the error). This file only wires flags to package pop/rls.
+// counts the error). The store, store-deadline and breaker flags are
+// cmd/internal/storeflags', shared with edge. This file only wires flags
+// to package pop/rls.
 package main
 
 import (
@@ -39,13 +41,21 @@ import (
 
 	"github.com/poplimit/poplimit/cmd/internal/daemon"
 	"github.com/poplimit/poplimit/cmd/internal/globalflags"
-	"github.com/poplimit/poplimit/cmd/internal/storeflag"
+	"github.com/poplimit/poplimit/cmd/internal/storeflags"
 	"github.com/poplimit/poplimit/pop"
 	"github.com/poplimit/poplimit/pop/rls"
 )
 
 func main() {
-	app := &cli.App{
+	if err := newApp().Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "rls:", err)
+		os.Exit(1)
+	}
+}
+
+// newApp is the command: its flags, wired by run.
+func newApp() *cli.App {
+	return &cli.App{
 		Name:    "rls",
 		Version: daemon.Version(),
 		Usage:   "Envoy rate limit service (envoyproxy/ratelimit's API and config) over poplimit's PoP-shared counts",
@@ -59,16 +69,7 @@ func main() {
 			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof under /debug/pprof/ on the --http listener"},
 			&cli.StringFlag{Name: "http", Value: "127.0.0.1:7490", Usage: "HTTP listener (/json, /healthcheck, /metrics); empty disables (7490: not envoyproxy/ratelimit's 8080)"},
 			&cli.StringFlag{Name: "config-dir", Usage: "directory of the YAML config files (default: $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY)"},
-			&cli.StringSliceFlag{Name: "memcached", Usage: "memcached or mcproxy `ADDR`; repeatable with --store-client gomemcache; empty = in-process store"},
-			&cli.StringFlag{Name: "store-client", Value: "pipe", Usage: "'pipe' (memcached.PipeStore, pipelined: all descriptors of one request in one write; one --memcached, normally mcproxy) or 'gomemcache'"},
-			&cli.IntFlag{Name: "store-multiplex", Value: 1, Usage: "with --store-client pipe: connections shared by all requests (concurrent store calls are written together: one connection batches best, 0.95 read+write system calls per decision against 1.5 with 4); 0 = one pooled connection per call"},
 			&cli.IntFlag{Name: "workers-per-pop", Value: 1, Usage: "rls processes in the PoP: the local fail mode enforces limit ÷ this"},
-			&cli.DurationFlag{Name: "store-deadline", Usage: "fixed deadline of one decision's store calls; 0 = adaptive within [--store-deadline-floor, --store-deadline-ceiling]"},
-			&cli.DurationFlag{Name: "store-deadline-floor", Value: 250 * time.Millisecond, Usage: "shortest adaptive store deadline (250ms, as edge's: a saturated host schedules a process hundreds of ms late, and a timeout on a store that answers costs exactness)"},
-			&cli.DurationFlag{Name: "store-deadline-ceiling", Value: time.Second, Usage: "longest adaptive store deadline (also the memcached socket timeout; 1s, as edge's: the most a call waits on a store that stopped answering, until the breaker opens)"},
-			&cli.IntFlag{Name: "breaker-failures", Value: 5, Usage: "consecutive hard store failures that open the circuit breaker"},
-			&cli.DurationFlag{Name: "breaker-window", Value: 2 * time.Second, Usage: "failing store calls with no success for this long open the breaker"},
-			&cli.DurationFlag{Name: "breaker-open", Value: 500 * time.Millisecond, Usage: "how long the breaker stays open before a half-open probe"},
 			&cli.BoolFlag{Name: "shadow-mode", EnvVars: []string{"SHADOW_MODE"}, Usage: "global shadow mode: decide and count, always answer OK"},
 			&cli.BoolFlag{Name: "response-headers", EnvVars: []string{"LIMIT_RESPONSE_HEADERS_ENABLED"}, Usage: "add RateLimit-Limit/-Remaining/-Reset to response_headers_to_add"},
 			&cli.StringFlag{Name: "header-limit", Value: "RateLimit-Limit", EnvVars: []string{"LIMIT_LIMIT_HEADER"}},
@@ -80,12 +81,8 @@ func main() {
 			&cli.Float64Flag{Name: "near-limit-ratio", Value: 0.8, EnvVars: []string{"NEAR_LIMIT_RATIO"}, Usage: "share of a limit above which admissions count as near_limit"},
 			&cli.IntFlag{Name: "max-descriptors", Value: 256, Usage: "descriptors per request; more is INVALID_ARGUMENT"},
 			&cli.IntFlag{Name: "gc-heap-floor-mib", Value: daemon.DefaultHeapFloorMiB, Usage: "the garbage collector's heap goal is at least this many MiB (memory ≤ max(floor, 2 × live heap)): with rls's few MB of live heap, Go's default goal (4 MB) makes the collector run ten times a second under load; 0 = Go's default; ignored when GOGC is set"},
-		}, append(grpcFlags(), append(storeflag.RedisFlags(), globalflags.Flags()...)...)...),
+		}, append(grpcFlags(), append(storeflags.Flags(), globalflags.Flags()...)...)...),
 		Action: run,
-	}
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "rls:", err)
-		os.Exit(1)
 	}
 }
 
@@ -121,13 +118,11 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	dcfg := pop.DeadlineConfig{Fixed: c.Duration("store-deadline"), Floor: c.Duration("store-deadline-floor"), Ceiling: c.Duration("store-deadline-ceiling")}
-	shared, err := storeflag.FromFlags(c, max(dcfg.Fixed, dcfg.Ceiling, dcfg.Floor))
+	cfg, shared, err := storeflags.Open(c)
 	if err != nil {
 		return err
 	}
 	defer shared.Close()
-	store := shared.Store
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics, err := pop.NewMetrics(reg)
@@ -138,21 +133,13 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	newGlobal, healthReasons, err := globalflags.Wire(c, store, c.Int("workers-per-pop"), reg)
+	cfg.NewGlobal, cfg.HealthReasons, err = globalflags.Wire(c, cfg.Store, c.Int("workers-per-pop"), reg)
 	if err != nil {
 		return err
 	}
-	limiter, err := pop.New(pop.Config{
-		NewShared:     shared.NewShared,
-		NewGlobal:     newGlobal,
-		HealthReasons: healthReasons,
-		Deadline:      dcfg,
-		WorkersPerPoP: c.Int("workers-per-pop"),
-		PoPs:          c.Int("pops"),
-		Breaker:       pop.BreakerConfig{Failures: c.Int("breaker-failures"), Window: c.Duration("breaker-window"), OpenFor: c.Duration("breaker-open")},
-		Metrics:       metrics,
-		Logger:        logger,
-	})
+	cfg.WorkersPerPoP, cfg.PoPs = c.Int("workers-per-pop"), c.Int("pops")
+	cfg.Metrics, cfg.Logger = metrics, logger
+	limiter, err := pop.New(cfg)
 	if err != nil {
 		return err
 	}

@@ -7,11 +7,12 @@ import (
 
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/counter/counting"
+	"github.com/poplimit/poplimit/counter/memstore"
 )
 
 // Round trips per decision, for benchmarks and dashboards.
 func ExampleStore() {
-	cs := counting.New(counter.NewMemoryStore())
+	cs := counting.New(memstore.New())
 	lim, _ := counter.New(cs, counter.Limit{Algorithm: counter.FixedWindow, Quantity: 100, Window: time.Minute})
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := 0; i < 10; i++ {

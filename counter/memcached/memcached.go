@@ -3,7 +3,11 @@
 // gives it poplimit's timeouts and pool size), and PipeStore, which speaks
 // the text protocol itself so that it pipelines and implements
 // counter.Batcher (one round trip per window decision); its multiplexed
-// mode (PipeConfig.Multiplex) is in pipemux.go.
+// mode (PipeConfig.Multiplex) is in pipemux.go; its reply reader,
+// ReadValues, in reply.go. Package counter/store builds either (or an
+// in-process or Redis store) from one Config with poplimit's defaults:
+// that is how pop.Open and the daemons get theirs; these constructors are
+// for the finer knobs (Wire, MuxInFlight, MaxIdleConns).
 //
 // Both return counter's sentinels (counter.ErrNotFound, ErrNotStored,
 // ErrCASConflict) for memcached's answers, and retry once on a fresh

@@ -2,7 +2,6 @@ package memcached
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -112,10 +111,6 @@ func (p *PipeStore) closeIdle() {
 	}
 }
 
-// errProto is a reply the protocol did not expect: the connection is
-// dropped.
-var errProto = errors.New("memcached: protocol error")
-
 // do runs fn on a pooled connection with the call's deadline; the
 // connection goes back to the pool only when fn succeeded or failed with a
 // Store sentinel (the stream is then still in sync). When fn fails on a
@@ -195,105 +190,21 @@ func (p *PipeStore) call(ctx context.Context, write func(*bufio.Writer), read fu
 	})
 }
 
-func (pc *pipeConn) line() ([]byte, error) {
-	l, err := pc.r.ReadSlice('\n')
-	if errors.Is(err, bufio.ErrBufferFull) {
-		return nil, fmt.Errorf("%w: reply line longer than %d bytes", errProto, pc.r.Size())
-	}
-	if err != nil {
-		return nil, err
-	}
-	if !bytes.HasSuffix(l, []byte("\r\n")) {
-		return nil, errProto
-	}
-	return l[:len(l)-2], nil
-}
+// storeReply reads the reply of add/cas (readStoreReply).
+func (pc *pipeConn) storeReply() error { return readStoreReply(pc.r) }
 
-// storeReply reads the reply of add/cas.
-func (pc *pipeConn) storeReply() error {
-	l, err := pc.line()
-	if err != nil {
-		return err
-	}
-	switch string(l) {
-	case "STORED":
-		return nil
-	case "NOT_STORED":
-		return counter.ErrNotStored
-	case "EXISTS":
-		return counter.ErrCASConflict
-	case "NOT_FOUND":
-		return counter.ErrNotFound
-	}
-	return fmt.Errorf("%w: %q", errProto, l)
-}
+// numReply reads the reply of incr/decr (readNumReply).
+func (pc *pipeConn) numReply() (uint64, error) { return readNumReply(pc.r) }
 
-// numReply reads the reply of incr/decr.
-func (pc *pipeConn) numReply() (uint64, error) {
-	l, err := pc.line()
-	if err != nil {
-		return 0, err
-	}
-	if string(l) == "NOT_FOUND" {
-		return 0, counter.ErrNotFound
-	}
-	v, err := strconv.ParseUint(string(bytes.TrimSpace(l)), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %q", errProto, l)
-	}
-	return v, nil
-}
-
-// values reads VALUE lines up to END; cas receives the cas id of gets.
+// values reads the reply of get (cas nil) or gets into out (ReadValues);
+// cas receives the cas id of gets.
 func (pc *pipeConn) values(out map[string][]byte, cas *uint64) error {
-	for {
-		l, err := pc.line()
-		if err != nil {
-			return err
-		}
-		if string(l) == "END" {
-			return nil
-		}
-		// memcached separates fields with ASCII spaces only: a legal key
-		// may hold bytes bytes.Fields would take for Unicode spaces.
-		f := bytes.FieldsFunc(l, func(r rune) bool { return r == ' ' })
-		if len(f) < 4 || string(f[0]) != "VALUE" {
-			return fmt.Errorf("%w: %q", errProto, l)
-		}
-		n, err := strconv.Atoi(string(f[3]))
-		if err != nil || n < 0 || n > 1<<20 {
-			return fmt.Errorf("%w: %q", errProto, l)
-		}
+	return ReadValues(pc.r, cas != nil, func(key string, data []byte, id uint64) {
+		out[key] = data
 		if cas != nil {
-			if len(f) < 5 {
-				return fmt.Errorf("%w: %q", errProto, l)
-			}
-			if *cas, err = strconv.ParseUint(string(f[4]), 10, 64); err != nil {
-				return fmt.Errorf("%w: %q", errProto, l)
-			}
+			*cas = id
 		}
-		key := string(f[1])
-		buf := make([]byte, n+2)
-		if _, err := readFull(pc.r, buf); err != nil {
-			return err
-		}
-		if !bytes.HasSuffix(buf, []byte("\r\n")) {
-			return errProto
-		}
-		out[key] = buf[:n]
-	}
-}
-
-func readFull(r *bufio.Reader, b []byte) (int, error) {
-	n := 0
-	for n < len(b) {
-		m, err := r.Read(b[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
+	})
 }
 
 func writeStore(w *bufio.Writer, verb, key string, value []byte, ttl time.Duration, cas uint64) {

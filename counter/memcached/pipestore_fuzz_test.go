@@ -35,7 +35,7 @@ func FuzzPipeRoundTrip(f *testing.F) {
 			t.Fatalf("incr reply %d read as %d, %v", num, v, err)
 		}
 		known := func(err error) bool {
-			return err == nil || errors.Is(err, errProto) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+			return err == nil || errors.Is(err, ErrProtocol) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 				errors.Is(err, counter.ErrNotFound) || errors.Is(err, counter.ErrNotStored) || errors.Is(err, counter.ErrCASConflict)
 		}
 		for _, in := range []string{line, line + "\r\n"} {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/counter/redis"
 )
 
@@ -256,7 +257,7 @@ func TestPeekAgreesWithMemory(t *testing.T) {
 	} {
 		t.Run(l.String(), func(t *testing.T) {
 			a := allower(t, st, l)
-			ref, err := counter.New(counter.NewMemoryStore(), l)
+			ref, err := counter.New(memstore.New(), l)
 			if err != nil {
 				t.Fatal(err)
 			}

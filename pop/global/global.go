@@ -33,9 +33,18 @@
 //     waiting, which every waiting request shares (one claim in flight
 //     covers them all; see waitq) and whose grant is handed to the
 //     waiting requests first. It is rejected only once the window's count
-//     is known to be used up (Retry-After: the window's end); a claim that
-//     fails, or a wait that runs out, hands it to the Fallback. A key new
-//     to a worker thus costs its first request one home round trip;
+//     is known to be used up (Retry-After: the window's end) and no claim
+//     of the PoP's workers is in flight for it (a count in the PoP's
+//     store: their grants may still reach the pool, which it retries
+//     until its wait runs out); a claim that
+//     fails hands it to the Fallback. A wait that runs out while the home
+//     store is up admits it on the claim it waits for (it stays queued: a
+//     grant pays its units, or the pool once the queue is woken), within
+//     the room this worker knows the window has, (limit − the home count
+//     it last read) ÷ (PoPs × Workers) units lent and unpaid at a time;
+//     past that room the pool, then the Fallback without its share,
+//     decides. A key new to a worker thus costs its first request one home
+//     round trip;
 //   - before a window ends (2 refill latencies + 100ms ahead) the next
 //     window's pool is claimed for every key active in it (prefetch), so
 //     steady traffic does not wait at a boundary;
@@ -58,8 +67,10 @@
 // Config.PoPs and credited = what the home store granted the PoP in that
 // window, and records it as a debt that the next successful claim of the
 // same window adds to the home counter; FallbackOpen admits; FallbackClosed
-// rejects. A request whose wait for a claim runs out (Config.Wait) is
-// decided the same way, without marking the store down. Claims are
+// rejects. A request whose wait for a claim runs out (Config.Wait) while
+// the store is up is lent its units under FallbackShare and FallbackOpen
+// (see above) and rejected under FallbackClosed: a slow home store never
+// gives a PoP its share on top of its grants. Claims are
 // retried every Config.RetryEvery per worker and key;
 // the first success marks the store up again, without restart.
 //
@@ -67,20 +78,24 @@
 //
 // Every unit admitted from a pool or handed to a waiting request was
 // granted by the home counter of its window or, while the home store is
-// down (a claim failed, or a request's wait ran out: the PoP counts as
-// down in that window), by the share. With P PoPs, D =
+// down (a claim failed: the PoP counts as down in that window), by the
+// share, or was lent to a request whose wait ran out and paid by a later
+// grant or the pool; lent units left unpaid (their claims fell short or
+// failed) are at most the lending room, S per PoP. With P PoPs, D =
 // Config.Overdraft, S = limit ÷ P, L the limit, the units admitted in one
 // window w (each PoP reading its own clock) satisfy
 //
-//	admitted(w) ≤ L + P·D + Σ_{p down in w} S + Σ_p rate_p·|skew_p|
+//	admitted(w) ≤ L + P·D + Σ_{p down or unpaid in w} S + Σ_p rate_p·|skew_p|
 //
 // where the skew term counts the tokens a PoP whose clock is off by skew_p
 // spends in a neighbouring window (windows are epoch-aligned on each PoP's
-// clock). With the home store reachable and D = 0 (the default) that is
-// admitted(w) ≤ L + Σ_p rate_p·|skew_p|: the tokens outstanding in pools
-// are part of L, never in excess of it. A worker killed mid-refill loses
-// the claimed batch (under-admission) and blocks refills of its key for at
-// most LockTTL; it never over-admits. Under-admission in a window whose
+// clock). With the home store answering within the wait and D = 0 (the
+// default) that is admitted(w) ≤ L + Σ_p rate_p·|skew_p|: the tokens
+// outstanding in pools are part of L, never in excess of it; answering
+// later, the excess is the lent units whose claims fell short. A worker killed mid-refill loses
+// the claimed batch (under-admission), blocks refills of its key for at
+// most LockTTL and leaves its claim counted in flight (refusals of that
+// window then wait out their wait); it never over-admits. Under-admission in a window whose
 // demand exceeds L is at most the tokens left in pools when it ends,
 // Σ_p rate_p·(Horizon + 1.5·latency).
 //
@@ -336,7 +351,8 @@ var _ counter.Allower = (*Allower)(nil)
 func (a *Allower) Limit() counter.Limit { return a.lim }
 
 // key is identity + "g<win>.<id>" + kind: p pool, c credited, l lock, d
-// debt, o overdraft (PoP store); h the global count (home store).
+// debt, o overdraft, f claims in flight (PoP store); h the global count
+// (home store).
 func (a *Allower) key(identity string, win int64, kind byte) string {
 	return identity + a.suffix + strconv.FormatInt(win, 36) + string(kind)
 }
@@ -414,9 +430,7 @@ func (a *Allower) empty(ctx context.Context, key string, ks *keyState, win int64
 	joins := 0
 	for {
 		if ks.isExhausted(win) {
-			res.RetryAfter = res.Reset
-			a.m.decisions(pathExhausted).Inc()
-			return res, nil
+			return a.usedUp(ctx, key, win, n, deadline, res), nil
 		}
 		down := a.h.down.Load()
 		if down {
@@ -462,6 +476,11 @@ func (a *Allower) empty(ctx context.Context, key string, ks *keyState, win int64
 		case <-ctx.Done():
 		}
 		t.Stop()
+		if timedOut && a.lend(ks, win, w) {
+			res.Allowed = true
+			a.m.decisions(pathTimeout).Inc()
+			return res, nil
+		}
 		if a.leave(key, ks, win, w, now) {
 			res.Allowed = true
 			a.m.decisions(pathWaited).Inc()
@@ -490,6 +509,20 @@ func (a *Allower) empty(ctx context.Context, key string, ks *keyState, win int64
 	}
 }
 
+// usedUp decides a request of a window whose count is used up: the
+// tokens claims in flight at the PoP still credit (lastTokens), else a
+// rejection until the window ends.
+func (a *Allower) usedUp(ctx context.Context, key string, win, n int64, deadline time.Time, res counter.Result) counter.Result {
+	if ok, left := a.lastTokens(ctx, key, win, n, deadline); ok {
+		res.Allowed, res.Remaining = true, left
+		a.m.decisions(pathWaited).Inc()
+		return res
+	}
+	res.RetryAfter = res.Reset
+	a.m.decisions(pathExhausted).Inc()
+	return res
+}
+
 // deadlineMargin is how long before its context's deadline a waiting
 // request stops waiting, for the Fallback's store calls.
 const deadlineMargin = 10 * time.Millisecond
@@ -502,9 +535,11 @@ func minTime(a, b time.Time) time.Time {
 }
 
 // timedOut is the Fallback's decision for a request whose wait ran out
-// with its claim still in flight: FallbackShare credits the PoP's share
-// (once per window, as when the home store is down) and takes from the
-// pool.
+// with its claim still in flight and that lend did not admit:
+// FallbackShare takes from the pool, after crediting the PoP's share
+// (once per window) only if the home store is down, so that a slow but
+// answering home store never lets a PoP admit its share on top of its
+// grants.
 func (a *Allower) timedOut(ctx context.Context, key string, ks *keyState, win, n int64, res counter.Result) (counter.Result, error) {
 	switch a.fb {
 	case FallbackOpen:
@@ -516,12 +551,14 @@ func (a *Allower) timedOut(ctx context.Context, key string, ks *keyState, win, n
 		return a.reject(ks, win, res, pathTimeout), nil
 	}
 	ck, pk := a.key(key, win, 'c'), a.key(key, win, 'p')
-	vals, err := a.h.cfg.Local.GetMulti(ctx, []string{ck})
-	a.m.localOps.Inc()
-	if err != nil {
-		return counter.Result{}, err
+	if a.h.down.Load() {
+		vals, err := a.h.cfg.Local.GetMulti(ctx, []string{ck})
+		a.m.localOps.Inc()
+		if err != nil {
+			return counter.Result{}, err
+		}
+		a.selfCredit(ctx, key, ks, win, number(vals[ck]))
 	}
-	a.selfCredit(ctx, key, ks, win, number(vals[ck]))
 	v, err := a.h.cfg.Local.Decr(ctx, pk, uint64(n))
 	a.m.localOps.Inc()
 	if err == nil && int64(v)-poolBase >= 0 {

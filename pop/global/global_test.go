@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/pop/global"
 )
 
@@ -47,7 +48,7 @@ func newPoPs(t *testing.T, home counter.Store, pops int, cfg global.Config, fb g
 	var as []*global.Allower
 	for i := 0; i < pops; i++ {
 		c := cfg
-		c.Local, c.Home, c.PoPs = counter.NewMemoryStore(), home, pops
+		c.Local, c.Home, c.PoPs = memstore.New(), home, pops
 		h, err := global.NewHome(c)
 		if err != nil {
 			t.Fatal(err)
@@ -94,7 +95,7 @@ func driveFrom(t *testing.T, from time.Time, hs []*global.Home, as []*global.All
 }
 
 func TestGlobalLimitAcrossPoPsIsExact(t *testing.T) {
-	home := counter.NewMemoryStore()
+	home := memstore.New()
 	hs, as := newPoPs(t, home, 3, global.Config{}, global.FallbackShare)
 	got := drive(t, hs, as, []int{7, 2, 1}, 40) // 400 offered for 100
 	total := got[0] + got[1] + got[2]
@@ -116,8 +117,8 @@ func TestGlobalLimitAcrossPoPsIsExact(t *testing.T) {
 }
 
 func TestConcurrentWorkersNeverOverAdmit(t *testing.T) {
-	home := counter.NewMemoryStore()
-	local := counter.NewMemoryStore()
+	home := memstore.New()
+	local := memstore.New()
 	var hs []*global.Home
 	var as []*global.Allower
 	for w := 0; w < 4; w++ { // 4 workers of one PoP share the local store
@@ -160,7 +161,7 @@ func TestConcurrentWorkersNeverOverAdmit(t *testing.T) {
 }
 
 func TestHomeDownFallsBackToShareAndRecovers(t *testing.T) {
-	home := &flaky{Store: counter.NewMemoryStore()}
+	home := &flaky{Store: memstore.New()}
 	home.down.Store(true)
 	hs, as := newPoPs(t, home, 4, global.Config{RetryEvery: 50 * time.Millisecond}, global.FallbackShare)
 	got := drive(t, hs, as, []int{10, 10, 0, 0}, 5)
@@ -193,7 +194,7 @@ func TestFallbackOpenAndClosed(t *testing.T) {
 		want bool
 	}{{global.FallbackOpen, true}, {global.FallbackClosed, false}} {
 		t.Run(tc.fb.String(), func(t *testing.T) {
-			home := &flaky{Store: counter.NewMemoryStore()}
+			home := &flaky{Store: memstore.New()}
 			home.down.Store(true)
 			hs, as := newPoPs(t, home, 1, global.Config{}, tc.fb)
 			drive(t, hs, as, []int{1}, 1) // the first refill fails: down
@@ -217,7 +218,7 @@ func (g *gated) Incr(ctx context.Context, k string, d uint64) (uint64, error) {
 }
 
 func TestOverdraftAdmitsWhilePoolIsEmpty(t *testing.T) {
-	home := &gated{Store: counter.NewMemoryStore(), open: make(chan struct{})}
+	home := &gated{Store: memstore.New(), open: make(chan struct{})}
 	// The refill waits on the gate: the overdraft admits at once, then
 	// requests wait (10ms) and FallbackClosed rejects them.
 	hs, as := newPoPs(t, home, 1, global.Config{Overdraft: 3, Wait: 10 * time.Millisecond}, global.FallbackClosed)
@@ -240,7 +241,7 @@ func TestOverdraftAdmitsWhilePoolIsEmpty(t *testing.T) {
 }
 
 func TestUndoReturnsToThePool(t *testing.T) {
-	hs, as := newPoPs(t, counter.NewMemoryStore(), 1, global.Config{}, global.FallbackShare)
+	hs, as := newPoPs(t, memstore.New(), 1, global.Config{}, global.FallbackShare)
 	ctx := context.Background()
 	as[0].AllowN(ctx, "r{u}", base, 1)
 	hs[0].Wait()
@@ -259,7 +260,7 @@ func TestUndoReturnsToThePool(t *testing.T) {
 }
 
 func TestBadConfigAndLimits(t *testing.T) {
-	m := counter.NewMemoryStore()
+	m := memstore.New()
 	if _, err := global.NewHome(global.Config{Local: m}); !errors.Is(err, global.ErrConfig) {
 		t.Errorf("no home store: %v", err)
 	}
@@ -294,11 +295,11 @@ func TestClockSkewStaysWithinTheBound(t *testing.T) {
 	lim := counter.Limit{Name: "s", Algorithm: counter.FixedWindow, Quantity: 100, Window: 10 * time.Second}
 	start := time.UnixMilli((time.Now().UnixMilli()/10000 + 1) * 10000) // a window boundary
 	for _, skew := range []time.Duration{0, 100 * time.Millisecond, time.Second} {
-		home := counter.NewMemoryStore()
+		home := memstore.New()
 		var hs []*global.Home
 		var as []*global.Allower
 		for p := 0; p < 2; p++ {
-			h, err := global.NewHome(global.Config{Local: counter.NewMemoryStore(), Home: home, PoPs: 2})
+			h, err := global.NewHome(global.Config{Local: memstore.New(), Home: home, PoPs: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -350,7 +351,7 @@ func TestMetricsCountClaims(t *testing.T) {
 	if _, err := global.NewMetrics(reg); err == nil {
 		t.Error("a second registration in one registry succeeded")
 	}
-	hs, as := newPoPs(t, counter.NewMemoryStore(), 1, global.Config{Metrics: m}, global.FallbackShare)
+	hs, as := newPoPs(t, memstore.New(), 1, global.Config{Metrics: m}, global.FallbackShare)
 	drive(t, hs, as, []int{5}, 5)
 	got := map[string]float64{}
 	mfs, err := reg.Gather()

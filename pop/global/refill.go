@@ -294,10 +294,9 @@ func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, r
 	if number(vals[dk]) > 0 {
 		debt = a.takeDebt(ctx, dk)
 	}
-	hctx, hcancel := context.WithTimeout(ctx, a.h.cfg.HomeTimeout)
-	c, err := a.claim(hctx, a.key(key, win, 'h'), uint64(ask+debt))
-	hcancel()
+	c, landed, err := a.claimInFlight(ctx, key, win, uint64(ask+debt))
 	if err != nil {
+		landed()
 		a.returnDebt(ctx, dk, debt)
 		a.claimFailed(ctx, key, ks, win, now, credited, err)
 		return demand, true
@@ -305,6 +304,7 @@ func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, r
 	a.h.setDown(false, nil)
 	grant := a.granted(ks, win, int64(c), ask, debt)
 	a.deliver(ctx, key, ks, win, grant)
+	landed()
 	a.h.observe(a.h.clock().Sub(start))
 	if grant < ask {
 		// The window's global count is used up: keep the lock until the
@@ -369,6 +369,59 @@ func (a *Allower) claimFailed(ctx context.Context, key string, ks *keyState, win
 	ks.mu.Unlock()
 	if a.fb == FallbackShare {
 		a.selfCredit(ctx, key, ks, win, credited)
+	}
+}
+
+// claimInFlight is claim on key's home count of win, counted in the PoP's
+// claims in flight for win (kind 'f', see lastTokens) until landed is
+// called: after the grant is credited, or the claim failed.
+func (a *Allower) claimInFlight(ctx context.Context, key string, win int64, delta uint64) (c uint64, landed func(), err error) {
+	fk := a.key(key, win, 'f')
+	_, ferr := incrCreate(ctx, a.h.cfg.Local, fk, 1, 0, a.ttl())
+	a.m.localOps.Inc()
+	landed = func() {
+		if ferr == nil {
+			_, _ = a.h.cfg.Local.Decr(ctx, fk, 1)
+			a.m.localOps.Inc()
+		}
+	}
+	hctx, hcancel := context.WithTimeout(ctx, a.h.cfg.HomeTimeout)
+	defer hcancel()
+	c, err = a.claim(hctx, a.key(key, win, 'h'), delta)
+	return c, landed, err
+}
+
+// lastTokens is the last look at the pool of a request about to be
+// refused because win is used up: while claims of the PoP's workers are
+// in flight for win (their grants may still be credited to the pool),
+// it retries the pool until deadline; it reports whether it took n units
+// and the pool's tokens left.
+func (a *Allower) lastTokens(ctx context.Context, key string, win, n int64, deadline time.Time) (bool, int64) {
+	local := a.h.cfg.Local
+	pk, fk := a.key(key, win, 'p'), a.key(key, win, 'f')
+	poll := max(2*time.Millisecond, a.h.latency()/4)
+	for {
+		vals, err := local.GetMulti(ctx, []string{fk})
+		a.m.localOps.Inc()
+		if err != nil || number(vals[fk]) <= 0 || !a.h.clock().Add(poll).Before(deadline) {
+			return false, 0
+		}
+		t := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, 0
+		case <-t.C:
+		}
+		v, err := local.Decr(ctx, pk, uint64(n))
+		a.m.localOps.Inc()
+		if err == nil && int64(v)-poolBase >= 0 {
+			return true, int64(v) - poolBase
+		}
+		if err == nil {
+			_, _ = local.Incr(ctx, pk, uint64(n))
+			a.m.localOps.Inc()
+		}
 	}
 }
 

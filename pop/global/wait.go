@@ -19,6 +19,7 @@ type waitq struct {
 	queue   []*waiter // oldest first
 	queued  int64     // units of the queue
 	covered int64     // units of waiting demand asked by the claims in flight
+	lent    int64     // units of the queue's lent requests (see lend)
 	claims  int       // claims for the waiting demand in flight
 	first   time.Time // when the oldest of them was sent (Home clock)
 	next    time.Time // earliest send of the next one (Home clock)
@@ -30,6 +31,7 @@ type waiter struct {
 	n       int64
 	done    chan struct{} // closed once granted or woken
 	granted bool          // its n units were handed to it
+	lent    bool          // admitted when its wait ran out: a grant, or the pool, pays its units
 }
 
 const (
@@ -55,6 +57,9 @@ func (q *waitq) serveLocked(units int64) int64 {
 		q.queue = q.queue[1:]
 		q.queued -= w.n
 		units -= w.n
+		if w.lent {
+			q.lent -= w.n
+		}
 		w.granted = true
 		close(w.done)
 	}
@@ -62,12 +67,64 @@ func (q *waitq) serveLocked(units int64) int64 {
 }
 
 // wakeAllLocked empties the queue: every request looks at the pool and
-// the window's state again.
-func (q *waitq) wakeAllLocked() {
+// the window's state again. It returns the units of the lent requests
+// (admitted already), which the pool owes.
+func (q *waitq) wakeAllLocked() (lent int64) {
 	for _, w := range q.queue {
+		if w.lent {
+			lent += w.n
+		}
 		close(w.done)
 	}
-	q.queue, q.queued = nil, 0
+	q.queue, q.queued, q.lent = nil, 0, 0
+	return lent
+}
+
+// lend admits w, whose wait ran out with its claim still in flight, on
+// that claim: w stays queued, so a grant (or, once the queue is woken,
+// the pool) pays its units. It does so under FallbackShare and
+// FallbackOpen while the home store is up, as long as the units lent and
+// not yet paid stay within this worker's part of the room it knows the
+// window has, (limit − the home count it last read) ÷ (PoPs × Workers);
+// otherwise (or once w was granted or woken) it reports false.
+func (a *Allower) lend(ks *keyState, win int64, w *waiter) bool {
+	if a.fb == FallbackClosed || a.h.down.Load() {
+		return false
+	}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	select {
+	case <-w.done:
+		return false // granted (the caller sees it) or woken
+	default:
+	}
+	q := ks.waits[win]
+	room := (a.lim.Quantity - ks.knownLocked(win)) / int64(a.h.cfg.PoPs*a.h.cfg.Workers)
+	if q == nil || ks.exhausted == win+1 || q.lent+w.n > room {
+		return false
+	}
+	q.lent += w.n
+	w.lent = true
+	return true
+}
+
+// payLent takes units of lent requests that no grant paid from the pool
+// of key's window (what the pool lacks is over-admission, within the
+// lending cap).
+func (a *Allower) payLent(key string, win, units int64) {
+	a.h.wg.Add(1)
+	go func() {
+		defer a.h.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), a.h.cfg.LockTTL)
+		defer cancel()
+		pk := a.key(key, win, 'p')
+		v, err := a.h.cfg.Local.Decr(ctx, pk, uint64(units))
+		a.m.localOps.Inc()
+		if short := poolBase - int64(v); err == nil && short > 0 {
+			_, _ = a.h.cfg.Local.Incr(ctx, pk, uint64(min(short, units)))
+			a.m.localOps.Inc()
+		}
+	}()
 }
 
 // join queues a request of n units for win and starts the claim it needs;
@@ -142,7 +199,9 @@ func (a *Allower) settleLocked(key string, ks *keyState, win int64, q *waitq, wa
 	case ks.exhausted == win+1 && ks.sent[win] > 0:
 		// wait for the grants in flight
 	case wake || ks.exhausted == win+1 || (a.h.down.Load() && !busy):
-		q.wakeAllLocked()
+		if lent := q.wakeAllLocked(); lent > 0 {
+			a.payLent(key, win, lent)
+		}
 	default:
 		a.kickLocked(key, ks, win, q, time.Time{})
 	}
@@ -216,10 +275,9 @@ func (a *Allower) claimDemand(key string, ks *keyState, win, d int64, now time.T
 	}
 	dk := a.key(key, win, 'd')
 	debt := a.takeDebt(ctx, dk)
-	hctx, hcancel := context.WithTimeout(ctx, a.h.cfg.HomeTimeout)
-	c, err := a.claim(hctx, a.key(key, win, 'h'), uint64(d+debt))
-	hcancel()
+	c, landed, err := a.claimInFlight(ctx, key, win, uint64(d+debt))
 	if err != nil {
+		landed()
 		a.returnDebt(ctx, dk, debt)
 		vals, _ := a.h.cfg.Local.GetMulti(ctx, []string{a.key(key, win, 'c')})
 		a.m.localOps.Inc()
@@ -229,6 +287,7 @@ func (a *Allower) claimDemand(key string, ks *keyState, win, d int64, now time.T
 		a.h.setDown(false, nil)
 		grant := a.granted(ks, win, int64(c), d, debt)
 		a.deliver(ctx, key, ks, win, grant)
+		landed()
 		a.h.observe(a.h.clock().Sub(start))
 		if grant < d {
 			ks.mu.Lock()

@@ -186,7 +186,7 @@ func TestColdBurstAcrossTwoPoPsAdmitsTheLimit(t *testing.T) {
 		r.wait()
 		n := admitted.Load()
 		falseRefusals := r.counterSum(t, "poplimit_global_false_refusals_total")
-		t.Logf("round %d: admitted %d of 1,200 for a limit of 200; false refusals %v", round, n, falseRefusals)
+		t.Logf("round %d: admitted %d of 1,200 for a limit of 200; false refusals %v; timeouts %v waited %v", round, n, falseRefusals, r.pathSum(t, "timeout"), r.pathSum(t, "waited"))
 		if n > minute.Quantity || n < minute.Quantity*97/100 {
 			t.Errorf("round %d: admitted %d, want 200 ± 3%% and at most 200", round, n)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/poplimit/poplimit/pop"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // ErrNotFound reports an admin operation on a tier or key that does not
@@ -27,7 +28,7 @@ func ListTiers(ctx context.Context, pool *pgxpool.Pool) ([]TierRow, error) {
 
 // SetTier creates tier t.TierName or replaces its main limit, route, fail
 // mode and extensions, in one transaction; the row must validate as the
-// workers would (pop.Parse), so a typo cannot reach them. Its extra limits
+// workers would (policy.Parse), so a typo cannot reach them. Its extra limits
 // (rate_limit_policy_limits) are left as they are.
 func SetTier(ctx context.Context, pool *pgxpool.Pool, t TierRow) error {
 	t.Algorithm, t.OnReject, t.Scope = or(t.Algorithm, "sliding_window"), or(t.OnReject, "count"), or(t.Scope, "api_key")
@@ -66,7 +67,7 @@ func IssueKey(ctx context.Context, pool *pgxpool.Pool, key, tenant, tier string)
 			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO client_api_keys (api_key, tenant_id, policy_id, is_active) VALUES ($1, NULLIF($2, '')::uuid, $3::uuid, true)
-			ON CONFLICT (api_key) DO UPDATE SET tenant_id = NULLIF($2, '')::uuid, policy_id = $3::uuid, is_active = true`, pop.KeyDigest(key), tenant, id)
+			ON CONFLICT (api_key) DO UPDATE SET tenant_id = NULLIF($2, '')::uuid, policy_id = $3::uuid, is_active = true`, policy.KeyDigest(key), tenant, id)
 		return err
 	})
 }
@@ -75,9 +76,9 @@ func IssueKey(ctx context.Context, pool *pgxpool.Pool, key, tenant, tier string)
 // transaction. ErrNotFound when no such key is stored.
 func SetKeyActive(ctx context.Context, pool *pgxpool.Pool, key string, active bool) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE client_api_keys SET is_active = $2 WHERE api_key = $1`, pop.KeyDigest(key), active)
+		tag, err := tx.Exec(ctx, `UPDATE client_api_keys SET is_active = $2 WHERE api_key = $1`, policy.KeyDigest(key), active)
 		if err == nil && tag.RowsAffected() == 0 {
-			err = fmt.Errorf("%w: key %s", ErrNotFound, pop.KeyID(key))
+			err = fmt.Errorf("%w: key %s", ErrNotFound, policy.KeyID(key))
 		}
 		return err
 	})

@@ -9,7 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/poplimit/poplimit/pop"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // TierRow is one rate_limit_policies row (design columns, then the
@@ -128,7 +128,7 @@ func policyName(route string) string {
 			b = append(b, '_')
 		}
 	}
-	return string(b) + "_" + pop.KeyDigest(route)[:8]
+	return string(b) + "_" + policy.KeyDigest(route)[:8]
 }
 
 // document is the policy document of tiers (already validated ones, or one
@@ -173,18 +173,18 @@ func document(tiers []TierRow, st Settings) ([]byte, error) {
 	return yaml.Marshal(d)
 }
 
-// compileFile parses the document of tiers into a pop.File.
-func compileFile(name string, tiers []TierRow, st Settings) (*pop.File, error) {
+// compileFile parses the document of tiers into a policy.File.
+func compileFile(name string, tiers []TierRow, st Settings) (*policy.File, error) {
 	doc, err := document(tiers, st)
 	if err != nil {
 		return nil, err
 	}
-	return pop.Parse(name, doc)
+	return policy.Parse(name, doc)
 }
 
 // validTiers returns the tiers that compile alone, and a Skipped for each
 // other one (negative limits, an unknown fail mode or algorithm, a route
-// pattern that does not parse: pop.Parse's message is the reason).
+// pattern that does not parse: policy.Parse's message is the reason).
 func validTiers(tiers []TierRow, st Settings) ([]TierRow, []Skipped) {
 	var ok []TierRow
 	var skipped []Skipped
@@ -204,8 +204,8 @@ func validTiers(tiers []TierRow, st Settings) ([]TierRow, []Skipped) {
 // policy_id (a key of a skipped or missing tier gets the default tier, an
 // inactive one stays inactive). Rows whose api_key is not a digest are
 // skipped.
-func keyRecords(rows []KeyRow, tierByID map[string]string) (map[string]pop.KeyRecord, []Skipped) {
-	out := make(map[string]pop.KeyRecord, len(rows))
+func keyRecords(rows []KeyRow, tierByID map[string]string) (map[string]policy.KeyRecord, []Skipped) {
+	out := make(map[string]policy.KeyRecord, len(rows))
 	var skipped []Skipped
 	for _, k := range rows {
 		if rec, ok, sk := keyRecord(k, tierByID); ok {
@@ -217,9 +217,9 @@ func keyRecords(rows []KeyRow, tierByID map[string]string) (map[string]pop.KeyRe
 	return out, skipped
 }
 
-func keyRecord(k KeyRow, tierByID map[string]string) (pop.KeyRecord, bool, Skipped) {
+func keyRecord(k KeyRow, tierByID map[string]string) (policy.KeyRecord, bool, Skipped) {
 	if !digestRE.MatchString(k.Digest) {
-		return pop.KeyRecord{}, false, Skipped{Table: "client_api_keys", Row: fmt.Sprintf("%.12q…", k.Digest), Reason: "api_key is not a lower-case hex SHA-256 digest (64 characters)"}
+		return policy.KeyRecord{}, false, Skipped{Table: "client_api_keys", Row: fmt.Sprintf("%.12q…", k.Digest), Reason: "api_key is not a lower-case hex SHA-256 digest (64 characters)"}
 	}
-	return pop.KeyRecord{Tenant: k.TenantID, Tier: tierByID[k.PolicyID], Inactive: !k.Active}, true, Skipped{}
+	return policy.KeyRecord{Tenant: k.TenantID, Tier: tierByID[k.PolicyID], Inactive: !k.Active}, true, Skipped{}
 }

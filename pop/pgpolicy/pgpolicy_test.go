@@ -19,6 +19,7 @@ import (
 
 	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/counter"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/pop"
 	"github.com/poplimit/poplimit/pop/pgpolicy"
 )
@@ -82,7 +83,7 @@ func (w *worker) run(t *testing.T) {
 // four workers.
 func setup(t *testing.T) *env {
 	pg := fixture.Postgres(t)
-	e := &env{t: t, store: counter.NewMemoryStore(), dsn: pg.DSN, stopPG: pg.Down}
+	e := &env{t: t, store: memstore.New(), dsn: pg.DSN, stopPG: pg.Down}
 	e.upPG = func() error {
 		err := pg.Up(context.Background())
 		// The test's own pool still holds connections the stopped server

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/poplimit/poplimit/pop"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // session is one connection's life: LISTEN, full read, then notifications
@@ -140,7 +140,7 @@ func scanKey(r pgx.CollectableRow) (KeyRow, error) {
 // install hands f to the Limiter and records it; an install error keeps
 // the previous snapshot (and the source's state) and is not a connection
 // error.
-func (s *Source) install(f *pop.File, kind string, keys map[string]pop.KeyRecord) error {
+func (s *Source) install(f *policy.File, kind string, keys map[string]policy.KeyRecord) error {
 	err := s.cfg.Install(f)
 	s.cfg.Metrics.load(kind, err)
 	if err != nil {

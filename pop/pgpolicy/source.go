@@ -23,7 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/poplimit/poplimit/pop"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // Sentinel errors.
@@ -45,7 +45,7 @@ type Config struct {
 	DSN string
 	// Install installs a built snapshot, usually (*pop.Limiter).LoadPolicy.
 	// Required.
-	Install func(*pop.File) error
+	Install func(*policy.File) error
 	// Resync is the period of the full re-read; default 30s.
 	Resync time.Duration
 	// Debounce is how long notifications are gathered before they are
@@ -79,8 +79,8 @@ type Source struct {
 	log *slog.Logger
 
 	// Owned by Run's goroutine.
-	base     *pop.File // the tiers' file, no keys
-	keys     map[string]pop.KeyRecord
+	base     *policy.File // the tiers' file, no keys
+	keys     map[string]policy.KeyRecord
 	tierByID map[string]string
 	doc      []byte
 	st       Settings
@@ -129,10 +129,10 @@ func (s *Source) HealthReasons() []string {
 // cacheFile is the on-disk snapshot: the generated policy document and
 // the key table (digests only).
 type cacheFile struct {
-	Document      string                   `json:"document"`
-	Keys          map[string]pop.KeyRecord `json:"keys"`
-	RejectUnknown bool                     `json:"reject_unknown"`
-	WrittenAt     time.Time                `json:"written_at"`
+	Document      string                      `json:"document"`
+	Keys          map[string]policy.KeyRecord `json:"keys"`
+	RejectUnknown bool                        `json:"reject_unknown"`
+	WrittenAt     time.Time                   `json:"written_at"`
 }
 
 // LoadCache installs the snapshot of CachePath (a worker starting while
@@ -149,7 +149,7 @@ func (s *Source) LoadCache() error {
 	if err := json.Unmarshal(b, &c); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrNoCache, s.cfg.CachePath, err)
 	}
-	f, err := pop.Parse(s.cfg.CachePath, []byte(c.Document))
+	f, err := policy.Parse(s.cfg.CachePath, []byte(c.Document))
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrNoCache, s.cfg.CachePath, err)
 	}
@@ -166,7 +166,7 @@ func (s *Source) LoadCache() error {
 	return nil
 }
 
-func (s *Source) writeCache(f *pop.File) {
+func (s *Source) writeCache(f *policy.File) {
 	if s.cfg.CachePath == "" {
 		return
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/pop"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // limitFields are the keys of rate_limit: envoyproxy/ratelimit's, then
@@ -39,7 +40,7 @@ type limitDef struct {
 func (p *parser) rateLimit(n *yaml.Node, fullKey string, shadow, detailed bool) *Limit {
 	l := &Limit{FullKey: fullKey, ShadowMode: shadow, DetailedMetric: detailed, Line: n.Line}
 	def := limitDef{algorithm: counter.FixedWindow, onReject: p.defaultOnReject(), line: n.Line}
-	fm := pop.FailOpen
+	fm := policy.FailOpen
 	var extras []limitDef
 	p.fields(n, "rate_limit", limitFields, func(k string, v *yaml.Node) {
 		switch k {
@@ -55,7 +56,7 @@ func (p *parser) rateLimit(n *yaml.Node, fullKey string, shadow, detailed bool) 
 				})
 			})
 		case "fail_mode":
-			fm = oneOf(p, v, k, map[string]pop.FailMode{"open": pop.FailOpen, "closed": pop.FailClosed, "local": pop.FailLocal})
+			fm = oneOf(p, v, k, map[string]policy.FailMode{"open": policy.FailOpen, "closed": policy.FailClosed, "local": policy.FailLocal})
 		case "limits":
 			p.list(v, k, func(e *yaml.Node) {
 				x := limitDef{algorithm: counter.FixedWindow, onReject: p.defaultOnReject(), line: e.Line}
@@ -86,7 +87,7 @@ func (p *parser) rateLimit(n *yaml.Node, fullKey string, shadow, detailed bool) 
 		// is known by its limit's name), as pop's policies name theirs.
 		def.name = "limit1"
 	}
-	specs := []pop.LimitSpec{p.limitSpec(n, def, "rate_limit")}
+	specs := []policy.LimitSpec{p.limitSpec(n, def, "rate_limit")}
 	for i, x := range extras {
 		if x.name == "" {
 			x.name = fmt.Sprintf("limit%d", i+2)
@@ -150,7 +151,7 @@ func (p *parser) limitField(d *limitDef, k string, v *yaml.Node) {
 }
 
 // limitSpec checks d and builds its engine limit.
-func (p *parser) limitSpec(n *yaml.Node, d limitDef, what string) pop.LimitSpec {
+func (p *parser) limitSpec(n *yaml.Node, d limitDef, what string) policy.LimitSpec {
 	w := d.window
 	if w == 0 {
 		w = d.unit.Duration()
@@ -172,7 +173,7 @@ func (p *parser) limitSpec(n *yaml.Node, d limitDef, what string) pop.LimitSpec 
 	if d.global && d.algorithm != counter.FixedWindow {
 		p.errf(n, "%s: scope: global counts epoch-aligned fixed windows: set algorithm: fixed_window", what)
 	}
-	return pop.LimitSpec{Limit: lim, Global: d.global}
+	return policy.LimitSpec{Limit: lim, Global: d.global}
 }
 
 // oneOf reads a string that must be one of choices' keys.

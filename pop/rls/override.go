@@ -7,6 +7,7 @@ import (
 
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/pop"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // Request-level limits. A descriptor carrying a limit
@@ -77,7 +78,7 @@ func (s *Service) override(opt Options, u Unit, rpu uint32) (*override, error) {
 	// (FullKey, domain.key…) have a dot.
 	name := "~override/" + unitName(u)
 	w := u.Duration()
-	spec := pop.RuleSpec{Name: name, FailMode: pop.FailOpen, Limits: []pop.LimitSpec{{Limit: counter.Limit{
+	spec := pop.RuleSpec{Name: name, FailMode: policy.FailOpen, Limits: []policy.LimitSpec{{Limit: counter.Limit{
 		Name: "override", Algorithm: counter.FixedWindow, Quantity: int64(rpu), Window: w, OnReject: k.onReject}}}}
 	rs, err := s.cfg.Limiter.CompileRules([]pop.RuleSpec{spec}, nil)
 	if err != nil {

@@ -11,9 +11,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/counter"
-	"github.com/poplimit/poplimit/counter/memcached"
-	"github.com/poplimit/poplimit/pop"
+	"github.com/poplimit/poplimit/counter/store"
 	"github.com/poplimit/poplimit/pop/global"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // Flags are --global-memcached, --pops, --global-overdraft,
@@ -33,7 +33,7 @@ func Flags() []cli.Flag {
 // the fallback: local → the PoP's share, open, closed), the home store's
 // health reasons, and registers their metrics in reg. Without
 // --global-memcached both are nil. workers is the PoP's worker count.
-func Wire(c *cli.Context, local counter.Store, workers int, reg prometheus.Registerer) (func(counter.Limit, pop.FailMode) (counter.Allower, error), func() []string, error) {
+func Wire(c *cli.Context, local counter.Store, workers int, reg prometheus.Registerer) (func(counter.Limit, policy.FailMode) (counter.Allower, error), func() []string, error) {
 	addr := c.String("global-memcached")
 	if addr == "" {
 		return nil, nil, nil
@@ -44,8 +44,11 @@ func Wire(c *cli.Context, local counter.Store, workers int, reg prometheus.Regis
 	}
 	// The pipelined client: a claim (add-if-absent + incr) is one round
 	// trip across regions.
-	cfg.Home = memcached.NewPipeStore(memcached.PipeConfig{Addr: addr, Timeout: time.Second})
-	var err error
+	home, err := store.New(store.Config{Memcached: []string{addr}, Multiplex: -1, Timeout: time.Second})
+	if err != nil {
+		return nil, nil, fmt.Errorf("--global-memcached: %w", err)
+	}
+	cfg.Home = home.Store()
 	if cfg.Metrics, err = global.NewMetrics(reg); err != nil {
 		return nil, nil, err
 	}
@@ -53,6 +56,6 @@ func Wire(c *cli.Context, local counter.Store, workers int, reg prometheus.Regis
 	if err != nil {
 		return nil, nil, err
 	}
-	fallback := map[pop.FailMode]global.Fallback{pop.FailLocal: global.FallbackShare, pop.FailOpen: global.FallbackOpen, pop.FailClosed: global.FallbackClosed}
-	return func(l counter.Limit, fm pop.FailMode) (counter.Allower, error) { return h.New(l, fallback[fm]) }, h.HealthReasons, nil
+	fallback := map[policy.FailMode]global.Fallback{policy.FailLocal: global.FallbackShare, policy.FailOpen: global.FallbackOpen, policy.FailClosed: global.FallbackClosed}
+	return func(l counter.Limit, fm policy.FailMode) (counter.Allower, error) { return h.New(l, fallback[fm]) }, h.HealthReasons, nil
 }

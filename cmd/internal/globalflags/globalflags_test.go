@@ -10,15 +10,16 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/counter"
-	"github.com/poplimit/poplimit/pop"
+	"github.com/poplimit/poplimit/counter/memstore"
 	"github.com/poplimit/poplimit/pop/global"
+	"github.com/poplimit/poplimit/pop/policy"
 )
 
 // wire runs Wire on args through a cli.App, as edge and rls do.
-func wire(t *testing.T, args ...string) (newGlobal func(counter.Limit, pop.FailMode) (counter.Allower, error), health func() []string, err error) {
+func wire(t *testing.T, args ...string) (newGlobal func(counter.Limit, policy.FailMode) (counter.Allower, error), health func() []string, err error) {
 	t.Helper()
 	app := &cli.App{Name: "t", Flags: Flags(), Action: func(c *cli.Context) error {
-		newGlobal, health, err = Wire(c, counter.NewMemoryStore(), 2, prometheus.NewRegistry())
+		newGlobal, health, err = Wire(c, memstore.New(), 2, prometheus.NewRegistry())
 		return nil
 	}}
 	if rerr := app.Run(append([]string{"t"}, args...)); rerr != nil {
@@ -42,10 +43,10 @@ func TestWire(t *testing.T) {
 		t.Fatalf("wired: %v", err)
 	}
 	fixed := counter.Limit{Name: "g", Algorithm: counter.FixedWindow, Quantity: 10, Window: time.Minute}
-	if a, err := ng(fixed, pop.FailClosed); err != nil || a.Limit() != fixed {
+	if a, err := ng(fixed, policy.FailClosed); err != nil || a.Limit() != fixed {
 		t.Errorf("NewGlobal: %v", err)
 	}
-	if _, err := ng(counter.Limit{Quantity: 10, Window: time.Minute}, pop.FailLocal); !errors.Is(err, global.ErrAlgorithm) {
+	if _, err := ng(counter.Limit{Quantity: 10, Window: time.Minute}, policy.FailLocal); !errors.Is(err, global.ErrAlgorithm) {
 		t.Errorf("a sliding window: %v, want ErrAlgorithm", err)
 	}
 	if r := h(); len(r) != 0 {

@@ -1,0 +1,190 @@
+package rlsbench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/fixture/procs"
+)
+
+// Config configures Run. Zero means default.
+type Config struct {
+	// Load is the load of every run; its Targets and Pids are set by Run
+	// unless Targets is given.
+	Load LoadConfig
+	// Dir keeps configs and logs; default a temporary directory, removed.
+	Dir string
+	// RLS is the number of rls processes of the launched PoP; default 4.
+	RLS int
+	// RLSBin is the rls binary; default go build ./cmd/rls.
+	RLSBin string
+	// RLSArgs are extra rls flags.
+	RLSArgs []string
+	// Store is the launched PoP's store: bench.StoreMemcached (3 shards
+	// behind mcproxy, the default) or bench.StoreRedis (a Redis Cluster).
+	Store bench.StoreKind
+	// Peer is an envoyproxy/ratelimit binary run beside rls over the same
+	// store; "" runs none.
+	Peer string
+	// Rounds is the number of interleaved rls, peer rounds with Peer;
+	// default 1.
+	Rounds int
+	// Limit is requests_per_unit (per minute) of the launched config's
+	// descriptor; default 1000000.
+	Limit int
+}
+
+// Run runs the load on cfg.Load.Targets when given, else on a launched
+// PoP of rls processes (rounds alternating with the peer when cfg.Peer is
+// set), and returns one Result per run.
+func Run(ctx context.Context, cfg Config) ([]*Result, error) {
+	load := cfg.Load
+	if len(load.Targets) > 0 {
+		r, err := RunLoad(ctx, load)
+		if err != nil {
+			return nil, err
+		}
+		return []*Result{r}, nil
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "popbench-rls-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	launched, peer, err := launch(ctx, cfg, dir)
+	if launched != nil {
+		defer launched.Close()
+	}
+	if peer != nil {
+		defer peer.Kill()
+	}
+	if err != nil {
+		return nil, err
+	}
+	rounds := 1
+	if peer != nil {
+		rounds = max(cfg.Rounds, 1)
+	}
+	var results []*Result
+	for range rounds {
+		load.Targets, load.Pids = launched.GRPCAddrs(), launched.PidGroups()
+		r, err := RunLoad(ctx, load)
+		if err != nil {
+			return nil, err
+		}
+		over, peerStore := "mcproxy", "memcache"
+		if launched.Redis != nil {
+			over, peerStore = "Redis Cluster", "Redis Cluster"
+		}
+		r.Target = fmt.Sprintf("rls ×%d over %s", len(launched.RLS), over)
+		results = append(results, r)
+		if peer == nil {
+			continue
+		}
+		stores := launched.PidGroups() // the peer is charged with the same store processes
+		load.Targets, load.Pids = []string{peer.Addr}, map[string][]int{"memcached": stores["memcached"], "redis": stores["redis"], "ratelimit": {peer.Pid()}}
+		if r, err = RunLoad(ctx, load); err != nil {
+			return nil, err
+		}
+		r.Target = "envoyproxy/ratelimit (" + peerStore + ")"
+		results = append(results, r)
+	}
+	return results, nil
+}
+
+// launch starts 3 memcached + mcproxy (bench.StoreRedis: a Redis Cluster
+// of 3 masters + 3 replicas) + cfg.RLS rls processes with the bench
+// config, and with cfg.Peer envoyproxy/ratelimit over the same memcached
+// (or cluster).
+func launch(ctx context.Context, cfg Config, dir string) (*bench.RLSPoP, *procs.Proc, error) {
+	kind := cfg.Store
+	if kind == "" {
+		kind = bench.StoreMemcached
+	}
+	if kind != bench.StoreMemcached && kind != bench.StoreRedis {
+		return nil, nil, fmt.Errorf("--store %q: want memcached or redis", kind)
+	}
+	bin, mcproxy, err := binaries(ctx, cfg.RLSBin, dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	limit := cfg.Limit
+	if limit <= 0 {
+		limit = 1000000
+	}
+	// envoyproxy/ratelimit's layout: RUNTIME_ROOT/ratelimit/config.
+	confDir := filepath.Join(dir, "runtime", "ratelimit", "config")
+	if err := bench.WriteRLSConfig(confDir, "bench.yaml", bench.RLSBenchConfig(limit)); err != nil {
+		return nil, nil, err
+	}
+	p, err := bench.LaunchRLSPoP(ctx, bench.RLSPoPConfig{
+		PoP: bench.PoPConfig{Name: "rls", Dir: dir, Store: kind, Bins: bench.Binaries{MCProxy: mcproxy}},
+		RLS: cfg.RLS, Bin: bin, ConfigDir: confDir, Args: cfg.RLSArgs,
+	})
+	if err != nil || cfg.Peer == "" {
+		return p, nil, err
+	}
+	runtime, log := filepath.Join(dir, "runtime"), filepath.Join(dir, "peer.log")
+	if p.Redis != nil {
+		peer, err := bench.StartPeerRLS(ctx, cfg.Peer, runtime, log, bench.PeerRedisEnv(p.Redis.Addrs())...)
+		return p, peer, err
+	}
+	var shards []string
+	for _, s := range p.Shards {
+		shards = append(shards, s.Addr)
+	}
+	peer, err := bench.StartPeerRLS(ctx, cfg.Peer, runtime, log, "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT="+strings.Join(shards, ","))
+	return p, peer, err
+}
+
+// binaries returns the rls binary (bin, or built into dir) and an mcproxy
+// beside it (or built into dir).
+func binaries(ctx context.Context, bin, dir string) (rls, mcproxy string, err error) {
+	if bin == "" {
+		bins, err := procs.Build(ctx, dir, "rls", "mcproxy")
+		if err != nil {
+			return "", "", err
+		}
+		bin = bins["rls"]
+	}
+	mcproxy = filepath.Join(filepath.Dir(bin), "mcproxy")
+	if _, err := os.Stat(mcproxy); err != nil {
+		bins, err := procs.Build(ctx, dir, "mcproxy")
+		if err != nil {
+			return "", "", err
+		}
+		mcproxy = bins["mcproxy"]
+	}
+	return bin, mcproxy, nil
+}
+
+// WriteTable writes rs as a table and, when runs alternate rls and the
+// peer, their ratios round by round (the same machine's load at nearly
+// the same time).
+func WriteTable(w io.Writer, rs []*Result) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "target\tserver processes\trequests/s\tdecisions/s\tp50 ms\tp99 ms\tp999 ms\tserver µs/dec\tclient µs/dec\terrors\tcodes")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%d\t%v\n", r.Target, r.processList(), r.PerSec, r.DecisionsPerSec,
+			r.Latency.P50, r.Latency.P99, r.Latency.P999, r.ServerCPU.CPUUS(), r.Generator.CPUUS(), r.Errors, r.Codes)
+	}
+	tw.Flush()
+	for i := 0; i+1 < len(rs); i += 2 {
+		a, b := rs[i], rs[i+1]
+		if !strings.HasPrefix(b.Target, "envoyproxy/ratelimit") || b.DecisionsPerSec == 0 || a.Latency.P99 == 0 {
+			return
+		}
+		fmt.Fprintf(w, "round %d: %s / %s: %.2f× the decisions/s, p99 %.2f× (%.1f against %.1f ms)\n", i/2+1, a.Target, b.Target,
+			a.DecisionsPerSec/b.DecisionsPerSec, a.Latency.P99/b.Latency.P99, a.Latency.P99, b.Latency.P99)
+	}
+}
