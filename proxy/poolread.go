@@ -79,16 +79,22 @@ func (s *session) setErr(err error) (first bool) {
 // read is the session's reader: it reads replies into one buffer, matches
 // every complete reply in it to the pending calls in order, and finishes
 // them; the read deadline is the oldest pending call's Start + timeout.
+// With no call pending, a read that did not fill the buffer waits for the
+// next arrival rather than reading again for nothing (fastconn.ReadShort):
+// the next request is due, and a shard's close that came with the last
+// replies then shows as that request's reset.
 func (s *session) read() {
 	defer s.p.wg.Done()
 	rd := &replyReader{s: s, buf: make([]byte, readBufSize)}
+	fill, consume := rd.fill, rd.consume
 	var err error
 	for err == nil {
-		if err = rd.answer(); err != nil {
-			break
+		rd.deadline()
+		if err = s.sock.ReadEach(fill, consume); err == nil {
+			err = rd.err
+		} else {
+			err = rd.readErr(err)
 		}
-		rd.compact()
-		err = rd.fill()
 	}
 	s.end(err, rd.cur[rd.i:])
 }
@@ -104,6 +110,31 @@ type replyReader struct {
 	i            int
 	lastDeadline time.Time
 	owners       []answerer // clients with calls finished in this batch
+	err          error      // a reply that is none (consume stopped)
+}
+
+// fill makes room in buf for the next read and returns it.
+func (rd *replyReader) fill() []byte {
+	rd.compact()
+	return rd.buf[rd.w:]
+}
+
+// consume takes n more bytes, finishes the calls they answer and moves
+// the read deadline to the next pending call's; it stops reading on a
+// reply that is none. With calls still pending it reads again at once
+// (under load their replies are often there already: a read is cheaper
+// than a wait); with none, the next arrival is the reply to a request not
+// yet written, so it waits for it.
+func (rd *replyReader) consume(n int) fastconn.ReadNext {
+	rd.w += n
+	if rd.err = rd.answer(); rd.err != nil {
+		return fastconn.ReadStop
+	}
+	rd.deadline()
+	if rd.i < len(rd.cur) {
+		return fastconn.ReadDrain
+	}
+	return fastconn.ReadShort
 }
 
 // answer finishes the calls whose replies buf holds whole, in order, and
@@ -177,10 +208,10 @@ func (rd *replyReader) compact() {
 	}
 }
 
-// fill reads more replies, by the read deadline of the head call (or of
-// an idle connection). A deadline that passes while the head call still
-// has time left, or with no call pending, is no error.
-func (rd *replyReader) fill() error {
+// deadline sets the read deadline to the head call's (or, idle, the pool
+// timeout from now). A call pushed while the reader waits idle gets its
+// deadline checked when that one expires (never later than the call's own).
+func (rd *replyReader) deadline() {
 	s := rd.s
 	if rd.i == len(rd.cur) {
 		rd.cur, rd.i = s.take(rd.cur), 0
@@ -189,31 +220,31 @@ func (rd *replyReader) fill() error {
 	if rd.i < len(rd.cur) {
 		dl = rd.cur[rd.i].Start.Add(s.timeout)
 	} else {
-		// Idle: a call pushed while we wait gets its deadline checked
-		// when this one expires (it is never later than the call's own).
 		dl = time.Now().Add(s.timeout)
 	}
 	if d := dl.Sub(rd.lastDeadline); d > time.Millisecond || d < -time.Millisecond {
 		_ = s.nc.SetReadDeadline(dl)
 		rd.lastDeadline = dl
 	}
-	m, err := s.sock.Read(rd.buf[rd.w:])
-	rd.w += m
-	if err != nil && m > 0 {
-		return nil // process the data first; the error comes back
-	}
+}
+
+// readErr is the session's error after a read failed with err, or nil
+// when the deadline passed while the head call still has time left, or
+// with no call pending.
+func (rd *replyReader) readErr(err error) error {
+	s := rd.s
 	var ne net.Error
-	if err != nil && errors.As(err, &ne) && ne.Timeout() && !s.broken.Load() {
-		if rd.i == len(rd.cur) {
-			rd.cur, rd.i = s.take(rd.cur), 0
-		}
-		if rd.i == len(rd.cur) || time.Now().Before(rd.cur[rd.i].Start.Add(s.timeout)) {
-			rd.lastDeadline = time.Time{}
-			return nil // idle, or the head call has time left
-		}
-		return ErrTimeout
+	if !errors.As(err, &ne) || !ne.Timeout() || s.broken.Load() {
+		return err
 	}
-	return err
+	if rd.i == len(rd.cur) {
+		rd.cur, rd.i = s.take(rd.cur), 0
+	}
+	if rd.i == len(rd.cur) || time.Now().Before(rd.cur[rd.i].Start.Add(s.timeout)) {
+		rd.lastDeadline = time.Time{}
+		return nil
+	}
+	return ErrTimeout
 }
 
 // end ends the session after its reader stopped with err: the session

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"github.com/poplimit/poplimit/bench"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,7 +29,20 @@ const (
 	// MixMGet is "get k1 k2 k3 k4": four random keys, usually on
 	// different shards behind a proxy.
 	mixMGet = "mget"
+	// mixGet is "get key" of a preloaded key; mixSet "set key" with a
+	// 16-byte value.
+	mixGet = "get"
+	mixSet = "set"
 )
+
+// knownMix reports whether mix is one RunProxyLoad drives.
+func knownMix(mix string) bool {
+	switch mix {
+	case mixIncr, mixGetSet, mixMGet, mixGet, mixSet:
+		return true
+	}
+	return false
+}
 
 // ErrProxyLoad reports a bad ProxyLoadConfig.
 var errProxyLoad = errors.New("bench: proxy load")
@@ -60,6 +74,11 @@ type ProxyLoadConfig struct {
 	// CPUPids are processes whose CPU time (utime+stime from /proc) is
 	// measured over the timed phase, e.g. the proxy under test.
 	CPUPids []int
+	// SyscallPids are processes whose system calls and context switches
+	// are counted over the timed phase (perf stat, attached by pid: the
+	// result's Syscalls and Switches, in the same order). Without perf the
+	// run fails.
+	SyscallPids []int
 }
 
 func (c ProxyLoadConfig) mix() string { return orDefault(c.Mix, mixIncr) }
@@ -130,7 +149,11 @@ type ProxyLoadResult struct {
 	Latency bench.Summary `json:"latency"`
 	// CPUSeconds is the CPU time of each of ProxyLoadConfig.CPUPids over
 	// the timed phase, in the same order; ClientCPUSeconds the driver's.
-	CPUSeconds       []float64 `json:"cpu_seconds,omitempty"`
+	CPUSeconds []float64 `json:"cpu_seconds,omitempty"`
+	// Syscalls and Switches are the system calls and context switches of
+	// each of ProxyLoadConfig.SyscallPids over the timed phase.
+	Syscalls         []float64 `json:"syscalls,omitempty"`
+	Switches         []float64 `json:"context_switches,omitempty"`
 	ClientCPUSeconds float64   `json:"client_cpu_seconds"`
 	// FirstError describes the first error seen, if any.
 	FirstError string `json:"first_error,omitempty"`
@@ -154,10 +177,8 @@ func (r *ProxyLoadResult) cpuPerMillion(i int) float64 {
 // config, no connection); failures during the run are counted in Errors.
 func RunProxyLoad(ctx context.Context, cfg ProxyLoadConfig) (*ProxyLoadResult, error) {
 	mix := cfg.mix()
-	switch mix {
-	case mixIncr, mixGetSet, mixMGet:
-	default:
-		return nil, fmt.Errorf("%w: unknown mix %q (want incr, getset or mget)", errProxyLoad, mix)
+	if !knownMix(mix) {
+		return nil, fmt.Errorf("%w: unknown mix %q (want incr, get, set, getset or mget)", errProxyLoad, mix)
 	}
 	if cfg.Addr == "" {
 		return nil, fmt.Errorf("%w: no address", errProxyLoad)
@@ -179,6 +200,23 @@ func RunProxyLoad(ctx context.Context, cfg ProxyLoadConfig) (*ProxyLoadResult, e
 		workers[i] = newLoadConn(c, cfg, uint64(i))
 	}
 
+	counters, perfDir, err := startSysCounters(cfg.SyscallPids)
+	if err != nil {
+		for _, w := range workers {
+			w.close()
+		}
+		return nil, err
+	}
+	if perfDir != "" {
+		defer os.RemoveAll(perfDir)
+	}
+	if err := counters.enable(); err != nil {
+		_, _, _ = counters.stop()
+		for _, w := range workers {
+			w.close()
+		}
+		return nil, err
+	}
 	var stop atomic.Bool
 	end := time.Now().Add(cfg.duration())
 	timer := time.AfterFunc(cfg.duration(), func() { stop.Store(true) })
@@ -202,6 +240,7 @@ func RunProxyLoad(ctx context.Context, cfg ProxyLoadConfig) (*ProxyLoadResult, e
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	syscalls, switches, serr := counters.stop()
 	res := &ProxyLoadResult{
 		Addr: cfg.Addr, Mix: mix, Conns: cfg.conns(), Seconds: elapsed.Seconds(),
 		ClientCPUSeconds: selfCPUSeconds() - clientBefore,
@@ -225,6 +264,10 @@ func RunProxyLoad(ctx context.Context, cfg ProxyLoadConfig) (*ProxyLoadResult, e
 			res.FirstError = w.firstErr.Error()
 		}
 	}
+	if serr != nil {
+		return nil, serr
+	}
+	res.Syscalls, res.Switches = syscalls, switches
 	res.OpsPerSec = float64(res.Ops) / res.Seconds
 	res.Latency = res.hist.Summary()
 	return res, nil

@@ -29,6 +29,13 @@ type ProxyCompareConfig struct {
 	Mixes []string
 	// Conns per run; default 64.
 	Conns int
+	// ConnsList runs every mix at each of these connection counts, in
+	// order (e.g. 1, 64, 512); default Conns alone.
+	ConnsList []int
+	// Syscalls counts each system's system calls and context switches per
+	// request over each run's timed phase (perf stat attached to its pid;
+	// the run fails without perf).
+	Syscalls bool
 	// Duration of each run; default 5s.
 	Duration time.Duration
 	// Rounds of the interleaved sequence memcached, nutcracker, mcproxy
@@ -63,6 +70,13 @@ func (c ProxyCompareConfig) mixes() []string {
 		return c.Mixes
 	}
 	return []string{mixIncr, mixGetSet, mixMGet}
+}
+
+func (c ProxyCompareConfig) connsList(conns int) []int {
+	if len(c.ConnsList) > 0 {
+		return c.ConnsList
+	}
+	return []int{conns}
 }
 
 func (c ProxyCompareConfig) duration() time.Duration {
@@ -101,15 +115,23 @@ type proxySystemSummary struct {
 	// shares, cores ÷ PathCPUPerMillion bounds ops/s.
 	ShardsCPUPerMillion float64 `json:"shards_cpu_s_per_mop"`
 	PathCPUPerMillion   float64 `json:"path_cpu_s_per_mop"`
+	// SyscallsPerOp and SwitchesPerOp are the system's system calls and
+	// context switches per operation (ProxyCompareConfig.Syscalls).
+	SyscallsPerOp float64 `json:"syscalls_per_op,omitempty"`
+	SwitchesPerOp float64 `json:"context_switches_per_op,omitempty"`
 }
 
 // ProxyMixSummary compares the systems on one mix. Ratios are of sums over
 // rounds (0 when a side is missing).
 type proxyMixSummary struct {
 	Mix     string               `json:"mix"`
+	Conns   int                  `json:"conns"`
 	Systems []proxySystemSummary `json:"systems"`
 	// McproxyOverNutcracker is mcproxy's ops over nutcracker's.
 	McproxyOverNutcracker float64 `json:"mcproxy_over_nutcracker,omitempty"`
+	// McproxyCPUOverNutcracker is mcproxy's CPU per operation over
+	// nutcracker's (< 1 is cheaper).
+	McproxyCPUOverNutcracker float64 `json:"mcproxy_cpu_over_nutcracker,omitempty"`
 	// McproxyP99OverNutcracker is mcproxy's p99 over nutcracker's (< 1 is
 	// better).
 	McproxyP99OverNutcracker float64 `json:"mcproxy_p99_over_nutcracker,omitempty"`
@@ -140,7 +162,7 @@ type proxyCompareReport struct {
 // and summarises. Everything it starts is stopped before it returns.
 func RunProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*proxyCompareReport, error) {
 	for _, m := range cfg.mixes() {
-		if m != mixIncr && m != mixGetSet && m != mixMGet {
+		if !knownMix(m) {
 			return nil, fmt.Errorf("%w: unknown mix %q", errProxyLoad, m)
 		}
 	}
@@ -208,10 +230,12 @@ func RunProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*proxyCompare
 	}
 
 	for _, mix := range cfg.mixes() {
-		if err := rep.runMix(ctx, cfg, mix, shardPids); err != nil {
-			return nil, err
+		for _, conns := range cfg.connsList(rep.Conns) {
+			if err := rep.runMix(ctx, cfg, mix, conns, shardPids); err != nil {
+				return nil, err
+			}
+			rep.Summary = append(rep.Summary, summariseMix(mix, conns, rep.Systems, rep.Runs))
 		}
-		rep.Summary = append(rep.Summary, summariseMix(mix, rep.Systems, rep.Runs))
 	}
 	return rep, nil
 }
@@ -219,9 +243,9 @@ func RunProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*proxyCompare
 // runMix preloads the keys of mix on every system (but for incr) and runs
 // it rep.Rounds times on each, interleaved, each run charged the CPU of
 // the system and of every shard it is not.
-func (rep *proxyCompareReport) runMix(ctx context.Context, cfg ProxyCompareConfig, mix string, shardPids []int) error {
+func (rep *proxyCompareReport) runMix(ctx context.Context, cfg ProxyCompareConfig, mix string, conns int, shardPids []int) error {
 	base := ProxyLoadConfig{
-		Mix: mix, Conns: rep.Conns, Duration: cfg.duration(), Keys: rep.Keys,
+		Mix: mix, Conns: conns, Duration: cfg.duration(), Keys: rep.Keys,
 		KeyPrefix: "pb:" + mix + ":", NoPreload: true,
 	}
 	if mix == mixMGet {
@@ -244,6 +268,9 @@ func (rep *proxyCompareReport) runMix(ctx context.Context, cfg ProxyCompareConfi
 			lc := base
 			// The system first, then every shard it is not.
 			lc.Addr, lc.CPUPids, lc.Seed = s.Addr, []int{s.Pid}, uint64(round)
+			if cfg.Syscalls {
+				lc.SyscallPids = []int{s.Pid}
+			}
 			for _, pid := range shardPids {
 				if pid != s.Pid {
 					lc.CPUPids = append(lc.CPUPids, pid)
@@ -251,13 +278,13 @@ func (rep *proxyCompareReport) runMix(ctx context.Context, cfg ProxyCompareConfi
 			}
 			res, err := RunProxyLoad(ctx, lc)
 			if err != nil {
-				return fmt.Errorf("%s %s round %d: %w", s.Name, mix, round, err)
+				return fmt.Errorf("%s %s conns %d round %d: %w", s.Name, mix, conns, round, err)
 			}
 			res.System, res.Round = s.Name, round
 			rep.Runs = append(rep.Runs, res)
 			if cfg.Progress != nil {
-				fmt.Fprintf(cfg.Progress, "%-7s %-10s round %d: %8.0f ops/s  p50 %.3f ms  p99 %.3f ms  p999 %.3f ms  errors %d  cpu %.1f s/Mop\n",
-					mix, s.Name, round, res.OpsPerSec, res.Latency.P50, res.Latency.P99, res.Latency.P999, res.Errors, res.cpuPerMillion(0))
+				fmt.Fprintf(cfg.Progress, "%-7s %4d conns %-10s round %d: %8.0f ops/s  p50 %.3f ms  p99 %.3f ms  p999 %.3f ms  errors %d  cpu %.1f s/Mop%s\n",
+					mix, conns, s.Name, round, res.OpsPerSec, res.Latency.P50, res.Latency.P99, res.Latency.P999, res.Errors, res.cpuPerMillion(0), res.syscallNote())
 			}
 		}
 	}
@@ -325,16 +352,20 @@ func StartMcproxyAdmin(ctx context.Context, cfg ProxyCompareConfig, dir string, 
 	return p, "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(adminPort)), detail, nil
 }
 
-func summariseMix(mix string, systems []proxySystem, runs []*ProxyLoadResult) proxyMixSummary {
-	ms := proxyMixSummary{Mix: mix}
+func summariseMix(mix string, conns int, systems []proxySystem, runs []*ProxyLoadResult) proxyMixSummary {
+	ms := proxyMixSummary{Mix: mix, Conns: conns}
 	byName := map[string]*proxySystemSummary{}
 	for _, s := range systems {
 		sum := proxySystemSummary{System: s.Name}
 		hist := bench.NewLatency()
-		var cpu, client, shardsCPU float64
+		var cpu, client, shardsCPU, syscalls, switches float64
 		for _, r := range runs {
-			if r.Mix != mix || r.System != s.Name {
+			if r.Mix != mix || r.Conns != conns || r.System != s.Name {
 				continue
+			}
+			if len(r.Syscalls) > 0 {
+				syscalls += r.Syscalls[0]
+				switches += r.Switches[0]
 			}
 			sum.Runs++
 			sum.Ops += r.Ops
@@ -357,6 +388,8 @@ func summariseMix(mix string, systems []proxySystem, runs []*ProxyLoadResult) pr
 		if sum.Ops > 0 {
 			sum.CPUPerMillion = cpu / float64(sum.Ops) * 1e6
 			sum.ClientCPUPerMillion = client / float64(sum.Ops) * 1e6
+			sum.SyscallsPerOp = syscalls / float64(sum.Ops)
+			sum.SwitchesPerOp = switches / float64(sum.Ops)
 			if s.Name == systemMemcached { // the system is a shard
 				shardsCPU += cpu
 			}
@@ -382,6 +415,9 @@ func summariseMix(mix string, systems []proxySystem, runs []*ProxyLoadResult) pr
 	if m, n := byName[systemMcproxy], byName[systemNutcracker]; m != nil && n != nil && n.Latency.P99 > 0 {
 		ms.McproxyP99OverNutcracker = m.Latency.P99 / n.Latency.P99
 	}
+	if m, n := byName[systemMcproxy], byName[systemNutcracker]; m != nil && n != nil && n.CPUPerMillion > 0 {
+		ms.McproxyCPUOverNutcracker = m.CPUPerMillion / n.CPUPerMillion
+	}
 	return ms
 }
 
@@ -402,13 +438,13 @@ func (r *proxyCompareReport) WriteTable(w io.Writer) error {
 		if run.Ops > 0 {
 			client = run.ClientCPUSeconds / float64(run.Ops) * 1e6
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.3f\t%.3f\t%.3f\t%d\t%.2f\t%.2f\t\n", run.Mix, run.System, run.Round,
+		fmt.Fprintf(tw, "%s c%d\t%s\t%d\t%.0f\t%.3f\t%.3f\t%.3f\t%d\t%.2f\t%.2f\t\n", run.Mix, run.Conns, run.System, run.Round,
 			run.OpsPerSec, run.Latency.P50, run.Latency.P99, run.Latency.P999, run.Errors, run.cpuPerMillion(0), client)
 	}
 	fmt.Fprintln(tw, "\nmix\tsystem (all rounds)\truns\tops/s\tp50 ms\tp99 ms\tp999 ms\terrors\tcpu s/Mop\tclient cpu s/Mop\tshards cpu s/Mop\tpath cpu s/Mop\t")
 	for _, ms := range r.Summary {
 		for _, s := range ms.Systems {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.3f\t%.3f\t%.3f\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t\n", ms.Mix, s.System, s.Runs,
+			fmt.Fprintf(tw, "%s c%d\t%s\t%d\t%.0f\t%.3f\t%.3f\t%.3f\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t\n", ms.Mix, ms.Conns, s.System, s.Runs,
 				s.OpsPerSec, s.Latency.P50, s.Latency.P99, s.Latency.P999, s.Errors, s.CPUPerMillion, s.ClientCPUPerMillion,
 				s.ShardsCPUPerMillion, s.PathCPUPerMillion)
 		}
@@ -430,7 +466,7 @@ func (r *proxyCompareReport) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintln(tw, "nutcracker/memcached\tmcproxy/nutcracker\tp99 mcproxy/nutcracker\t")
 	for _, ms := range r.Summary {
-		fmt.Fprintf(tw, "%s\t", ms.Mix)
+		fmt.Fprintf(tw, "%s c%d\t", ms.Mix, ms.Conns)
 		for _, s := range r.Systems {
 			found := false
 			for _, ss := range ms.Systems {
@@ -449,6 +485,9 @@ func (r *proxyCompareReport) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := r.writePerRequest(w); err != nil {
+		return err
+	}
 	fmt.Fprintln(w, "(throughput ratios are ratios of summed ops: every run has the same duration;")
 	fmt.Fprintln(w, " path cpu = client + proxy + 3 shards per op: with every process on the same cores, cores / path cpu bounds ops/s)")
 	return nil
@@ -459,4 +498,36 @@ func fmtRatio(x float64) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.2fx", x)
+}
+
+// syscallNote is the progress line's system calls per operation, when
+// counted.
+func (r *ProxyLoadResult) syscallNote() string {
+	if len(r.Syscalls) == 0 || r.Ops == 0 {
+		return ""
+	}
+	return fmt.Sprintf("  syscalls %.2f/op  switches %.3f/op", r.Syscalls[0]/float64(r.Ops), r.Switches[0]/float64(r.Ops))
+}
+
+// writePerRequest prints, per mix and connection count, nutcracker's and
+// mcproxy's CPU per request (µs: s/Mop) and, when counted, their system
+// calls and context switches per request.
+func (r *proxyCompareReport) writePerRequest(w io.Writer) error {
+	fmt.Fprintln(w, "\nper request, nutcracker against mcproxy (sums over rounds; cpu of the proxy process alone):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "mix\tconns\tnutcracker cpu µs\tmcproxy cpu µs\tmcproxy/nutcracker\tnutcracker syscalls\tmcproxy syscalls\tnutcracker switches\tmcproxy switches\t")
+	for _, ms := range r.Summary {
+		var n, m proxySystemSummary
+		for _, s := range ms.Systems {
+			switch s.System {
+			case systemNutcracker:
+				n = s
+			case systemMcproxy:
+				m = s
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%s\t%.2f\t%.2f\t%.3f\t%.3f\t\n", ms.Mix, ms.Conns, n.CPUPerMillion, m.CPUPerMillion,
+			fmtRatio(ms.McproxyCPUOverNutcracker), n.SyscallsPerOp, m.SyscallsPerOp, n.SwitchesPerOp, m.SwitchesPerOp)
+	}
+	return tw.Flush()
 }

@@ -79,6 +79,10 @@ func (l *loadConn) run(mix string, stop *atomic.Bool, deadline time.Time) {
 			err = l.getset()
 		case mixMGet:
 			err = l.mget()
+		case mixGet:
+			err = l.get(l.randKey())
+		case mixSet:
+			err = l.set(l.randKey())
 		}
 		if err == nil {
 			l.ops++
@@ -178,19 +182,29 @@ func (l *loadConn) incr() error {
 func (l *loadConn) getset() error {
 	k := l.randKey()
 	if l.rng.Uint32N(10) == 0 {
-		l.writeSet(k)
-		if err := l.w.Flush(); err != nil {
-			return err
-		}
-		line, err := l.r.ReadSlice('\n')
-		if err != nil {
-			return err
-		}
-		if !bytes.Equal(line, replyStored) {
-			return &errReply{"set", bytes.Clone(line)}
-		}
-		return nil
+		return l.set(k)
 	}
+	return l.get(k)
+}
+
+// set sets key k to a 16-byte value.
+func (l *loadConn) set(k uint64) error {
+	l.writeSet(k)
+	if err := l.w.Flush(); err != nil {
+		return err
+	}
+	line, err := l.r.ReadSlice('\n')
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(line, replyStored) {
+		return &errReply{"set", bytes.Clone(line)}
+	}
+	return nil
+}
+
+// get reads key k.
+func (l *loadConn) get(k uint64) error {
 	l.w.WriteString("get ")
 	l.writeKey(k)
 	l.w.WriteString("\r\n")

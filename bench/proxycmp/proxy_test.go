@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -95,6 +96,45 @@ func TestRunProxyLoadAgainstMemcached(t *testing.T) {
 		}
 		if res.Ops == 0 || res.Errors != 0 || res.Misses != 0 || res.Hits == 0 || res.Hits >= res.Ops {
 			t.Fatalf("ops %d errors %d hits %d misses %d (%s)", res.Ops, res.Errors, res.Hits, res.Misses, res.FirstError)
+		}
+	})
+
+	t.Run("get after preload always hits; set stores", func(t *testing.T) {
+		for _, mix := range []string{mixGet, mixSet} {
+			res, err := RunProxyLoad(ctx, ProxyLoadConfig{
+				Addr: m.Addr, Mix: mix, Conns: 2, Duration: 200 * time.Millisecond,
+				Keys: 500, KeyPrefix: "gs:",
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantHits := res.Ops
+			if mix == mixSet {
+				wantHits = 0
+			}
+			if res.Ops == 0 || res.Errors != 0 || res.Misses != 0 || res.Hits != wantHits {
+				t.Fatalf("%s: ops %d errors %d hits %d misses %d (%s)", mix, res.Ops, res.Errors, res.Hits, res.Misses, res.FirstError)
+			}
+		}
+	})
+
+	t.Run("system calls counted over the timed phase", func(t *testing.T) {
+		if _, err := exec.LookPath("perf"); err != nil {
+			t.Skip("perf not installed")
+		}
+		res, err := RunProxyLoad(ctx, ProxyLoadConfig{
+			Addr: m.Addr, Mix: mixIncr, Conns: 2, Duration: 200 * time.Millisecond,
+			KeyPrefix: "sc:", SyscallPids: []int{m.Pid()},
+		})
+		if err != nil {
+			if errors.Is(err, errNoPerf) {
+				t.Skip(err)
+			}
+			t.Fatal(err)
+		}
+		// memcached reads and writes each request at least once.
+		if len(res.Syscalls) != 1 || res.Syscalls[0] < 2*float64(res.Ops) || len(res.Switches) != 1 {
+			t.Fatalf("syscalls %v switches %v for %d ops", res.Syscalls, res.Switches, res.Ops)
 		}
 	})
 

@@ -20,8 +20,8 @@ func proxyCommand() *cli.Command {
 		Usage: "drive a memcached-protocol address, or compare memcached, nutcracker and mcproxy",
 		Description: `Closed-loop load (one request in flight per connection) for a set duration;
 reports ops/s, p50/p99/p999 latency (HDR histogram) and errors.
-Mixes: incr (incr, add on NOT_FOUND), getset (90% get / 10% set, 16-byte values),
-mget (4-key gets).
+Mixes: incr (incr, add on NOT_FOUND), get, set (16-byte values), getset (90% get /
+10% set), mget (4-key gets).
 
   popbench proxy --addr 127.0.0.1:7411 --mix incr --conns 64 --duration 10s
   popbench proxy --compare --mix incr,getset,mget --conns 64 --duration 5s --rounds 2
@@ -29,7 +29,12 @@ mget (4-key gets).
 --compare starts 3 memcached shards, Debian's nutcracker (ketama, the --hash)
 and mcproxy (built from ./cmd/mcproxy unless --mcproxy) with the same YAML,
 and runs memcached (one shard, direct), nutcracker, mcproxy, ... for --rounds
-rounds per mix.
+rounds per mix. --conns-list runs every mix at each connection count;
+--syscalls also counts each system's system calls and context switches per
+request (perf stat attached to its pid over each timed phase). The table then
+ends with nutcracker's and mcproxy's CPU and system calls per request:
+
+  popbench proxy --compare --mix incr,get,set,getset --conns-list 1,64,512 --syscalls --rounds 3
 
   popbench proxy --idle-conns 10000
 
@@ -41,8 +46,10 @@ measurement minus before (the connections really held), then a get on a
 sample of them. It raises its RLIMIT_NOFILE soft limit to the hard limit.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "addr", Usage: "memcached-protocol `HOST:PORT` to drive (without --compare)"},
-			&cli.StringFlag{Name: "mix", Value: "incr", Usage: "comma-separated mixes: incr, getset, mget"},
+			&cli.StringFlag{Name: "mix", Value: "incr", Usage: "comma-separated mixes: incr, get, set, getset, mget"},
 			&cli.IntFlag{Name: "conns", Value: 64, Usage: "closed-loop connections"},
+			&cli.IntSliceFlag{Name: "conns-list", Usage: "--compare: run every mix at each of these connection counts (e.g. 1,64,512) instead of --conns"},
+			&cli.BoolFlag{Name: "syscalls", Usage: "--compare: count each system's system calls and context switches per request (perf stat)"},
 			&cli.DurationFlag{Name: "duration", Usage: "timed phase per run", DefaultText: "10s, 5s with --compare"},
 			&cli.IntFlag{Name: "keys", Value: 10000, Usage: "key space size"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "seed of key and operation choices"},
@@ -75,8 +82,9 @@ func runProxyCommand(c *cli.Context) error {
 		}
 		var progress io.Writer = c.App.ErrWriter
 		rep, err := proxycmp.RunProxyCompare(c.Context, proxycmp.ProxyCompareConfig{
-			Mixes: mixes, Conns: c.Int("conns"), Duration: c.Duration("duration"),
-			Rounds: c.Int("rounds"), Keys: c.Int("keys"), Hash: c.String("hash"),
+			Mixes: mixes, Conns: c.Int("conns"), ConnsList: c.IntSlice("conns-list"), Syscalls: c.Bool("syscalls"),
+			Duration: c.Duration("duration"),
+			Rounds:   c.Int("rounds"), Keys: c.Int("keys"), Hash: c.String("hash"),
 			McproxyBin: c.String("mcproxy"), McproxyFlags: c.Bool("mcproxy-flags"),
 			McproxyArgs: c.StringSlice("mcproxy-arg"), SkipMcproxy: c.Bool("skip-mcproxy"),
 			RequireMcproxy: c.Bool("require-mcproxy"), Dir: c.String("dir"), Progress: progress,

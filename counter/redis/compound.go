@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -43,18 +44,28 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, n int64, checks ...
 	if len(checks) == 0 {
 		return counter.Result{Allowed: true}, nil, nil
 	}
-	keys := make([]string, len(checks))
-	args := make([]any, headLen, headLen+len(checks)*fieldsPerLimit)
+	results := make([]counter.Result, len(checks))
+	if err := s.allowAll(ctx, now, n, checks, results); err != nil {
+		return counter.Result{}, nil, err
+	}
+	return results[counter.Closest(results)], results, nil
+}
+
+// allowAll is AllowAll's script call (n ≥ 1, checks not empty); it sets
+// out[i] to check i's result.
+func (s *Store) allowAll(ctx context.Context, now time.Time, n int64, checks []counter.Check, out []counter.Result) error {
+	ca := getCallArgs()
+	defer ca.put()
 	for i, c := range checks {
 		lim, ok := c.Allower.(*Limiter)
 		if !ok || lim.s != s {
-			return counter.Result{}, nil, fmt.Errorf("%w: check %d", ErrForeign, i)
+			return fmt.Errorf("%w: check %d", ErrForeign, i)
 		}
 		if err := counter.CheckKey(c.Key); err != nil {
-			return counter.Result{}, nil, err
+			return err
 		}
-		if i > 0 && HashTag(c.Key) != HashTag(keys[0]) {
-			return counter.Result{}, nil, fmt.Errorf("%w: %q and %q", ErrCrossSlot, keys[0], c.Key)
+		if i > 0 && HashTag(c.Key) != HashTag(ca.keys[0]) {
+			return fmt.Errorf("%w: %q and %q", ErrCrossSlot, ca.keys[0], c.Key)
 		}
 		units := n
 		if c.Cost > 0 {
@@ -62,18 +73,34 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, n int64, checks ...
 		}
 		f := lim.fields
 		f[2] = units
-		args = append(args, f[:]...)
-		keys[i] = c.Key
+		ca.args = append(ca.args, f[:]...)
+		ca.keys = append(ca.keys, c.Key)
 	}
-	rep, err := s.runKeys(ctx, keys, now, args)
+	rep, err := s.runKeys(ctx, ca.keys, now, ca.args)
 	if err != nil {
-		return counter.Result{}, nil, err
+		return err
 	}
-	results, err := rep.results(checks, n)
-	if err != nil {
-		return counter.Result{}, nil, err
-	}
-	return results[counter.Closest(results)], results, nil
+	return rep.results(checks, n, out)
+}
+
+// callArgs holds the keys and arguments of one script call. go-redis
+// copies them into its command, so they are free again once the call
+// returns: they are pooled, not allocated per decision.
+type callArgs struct {
+	keys []string
+	args []any // headLen slots, then fieldsPerLimit per limit
+}
+
+var callArgsPool = sync.Pool{New: func() any { return &callArgs{args: make([]any, headLen)} }}
+
+func getCallArgs() *callArgs { return callArgsPool.Get().(*callArgs) }
+
+// put clears ca (it must not keep keys or values reachable) and pools it.
+func (ca *callArgs) put() {
+	clear(ca.keys)
+	clear(ca.args)
+	ca.keys, ca.args = ca.keys[:0], ca.args[:headLen]
+	callArgsPool.Put(ca)
 }
 
 // HashTag is the part of key Redis Cluster hashes: the text between the
@@ -89,7 +116,11 @@ func HashTag(key string) string {
 
 // run is one script call for one limit's fields.
 func (s *Store) run(ctx context.Context, key string, now time.Time, fields []any) (reply, error) {
-	return s.runKeys(ctx, []string{key}, now, append(make([]any, headLen, headLen+len(fields)), fields...))
+	ca := getCallArgs()
+	defer ca.put()
+	ca.keys = append(ca.keys, key)
+	ca.args = append(ca.args, fields...)
+	return s.runKeys(ctx, ca.keys, now, ca.args)
 }
 
 // headLen is the number of script arguments before the limits' fields
@@ -115,7 +146,13 @@ func (s *Store) runKeys(ctx context.Context, keys []string, now time.Time, args 
 		}
 		args[0], args[1] = sec, ns-sec*1e9
 	}
-	raw, err := decideScript.Run(ctx, s.sc, keys, args...).Int64Slice()
+	cmd := decideCmd(ctx, evalshaHead, keys, args)
+	err := s.sc.Process(ctx, cmd)
+	if goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = decideCmd(ctx, evalHead, keys, args)
+		err = s.sc.Process(ctx, cmd)
+	}
+	raw := cmd.Val()
 	if err != nil {
 		if errors.Is(err, goredis.Nil) {
 			err = ErrReply
@@ -136,9 +173,28 @@ func (s *Store) runKeys(ctx context.Context, keys []string, now time.Time, args 
 	return reply{now: time.Unix(raw[0], raw[1]), vals: raw[2:]}, nil
 }
 
-// results turns the reply into each check's Result.
-func (r reply) results(checks []counter.Check, n int64) ([]counter.Result, error) {
-	out := make([]counter.Result, len(checks))
+// evalshaHead and evalHead start the decision script's command: EVALSHA
+// of its hash, or (the node does not have it yet: NOSCRIPT) EVAL of its
+// source, which also loads it. Boxed once: a decision copies them.
+var (
+	evalshaHead = [2]any{"evalsha", decideScript.Hash()}
+	evalHead    = [2]any{"eval", decideSrc}
+)
+
+// decideCmd is the decision script's command over keys and args. Its
+// reply is read as integers straight into a []int64, unboxed.
+func decideCmd(ctx context.Context, head [2]any, keys []string, args []any) *goredis.IntSliceCmd {
+	a := make([]any, 0, len(head)+1+len(keys)+len(args))
+	a = append(a, head[0], head[1], len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	return goredis.NewIntSliceCmd(ctx, a...)
+}
+
+// results sets out[i] to check i's Result from the reply.
+func (r reply) results(checks []counter.Check, n int64, out []counter.Result) error {
 	v := r.vals
 	for i, c := range checks {
 		lim := c.Allower.(*Limiter) // checked by AllowAll
@@ -147,7 +203,7 @@ func (r reply) results(checks []counter.Check, n int64) ([]counter.Result, error
 			units = n * checks[i].Cost
 		}
 		if len(v) < 2 {
-			return nil, fmt.Errorf("%w: short reply", ErrReply)
+			return fmt.Errorf("%w: short reply", ErrReply)
 		}
 		allowed := v[0] == 1
 		if lim.r.Limit().Algorithm == counter.TokenBucket {
@@ -157,14 +213,14 @@ func (r reply) results(checks []counter.Check, n int64) ([]counter.Result, error
 		}
 		_, nw, _ := lim.r.Window()
 		if len(v) < nw+2 {
-			return nil, fmt.Errorf("%w: short reply", ErrReply)
+			return fmt.Errorf("%w: short reply", ErrReply)
 		}
 		res, err := lim.r.WindowResult(v[1:nw+2], r.now, units, allowed)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		out[i] = res
 		v = v[nw+2:]
 	}
-	return out, nil
+	return nil
 }

@@ -4,8 +4,7 @@
 // answers.
 //
 // Every decision is one EVALSHA on the master owning the identity's hash
-// slot (go-redis's Script: the script is loaded once per node, EVAL on
-// NOSCRIPT). The script reads the sub-windows (or the token bucket's
+// slot (the script is loaded once per node: EVAL on NOSCRIPT). The script reads the sub-windows (or the token bucket's
 // theoretical arrival time), decides and writes, atomically on the key's
 // owner: fixed window, sliding window (any precision) and token bucket
 // (GCRA) are all exact under any number of workers, with no
@@ -53,7 +52,7 @@ var ErrReply = errors.New("redis: unexpected script reply")
 //go:embed decide.lua
 var decideSrc string
 
-// decideScript is loaded once per node and run by EVALSHA.
+// decideScript is loaded once per node (the first EVAL) and run by EVALSHA.
 var decideScript = goredis.NewScript(decideSrc)
 
 // maxExact is the largest integer a Lua double holds exactly.
@@ -86,12 +85,17 @@ func (c Config) timeout() time.Duration {
 	return time.Second
 }
 
+// processor runs one command: the cluster client or its autopipeliner.
+type processor interface {
+	Process(ctx context.Context, cmd goredis.Cmder) error
+}
+
 // Store is a connection to one Redis Cluster. It is safe for concurrent
 // use; Close releases its connections.
 type Store struct {
 	c *goredis.ClusterClient
 	// sc runs the scripts: the autopipeliner, or c itself.
-	sc  goredis.Scripter
+	sc  processor
 	cfg Config
 }
 
@@ -207,8 +211,11 @@ func (lim *Limiter) Limit() counter.Limit { return lim.r.Limit() }
 
 // AllowN implements counter.Allower: one script call.
 func (lim *Limiter) AllowN(ctx context.Context, key string, now time.Time, n int64) (counter.Result, error) {
-	_, rs, err := lim.s.AllowAll(ctx, now, n, counter.Check{Allower: lim, Key: key})
-	if err != nil {
+	if n < 1 {
+		return counter.Result{}, counter.ErrBadCost
+	}
+	var rs [1]counter.Result
+	if err := lim.s.allowAll(ctx, now, n, []counter.Check{{Allower: lim, Key: key}}, rs[:]); err != nil {
 		return counter.Result{}, err
 	}
 	return rs[0], nil
