@@ -156,7 +156,10 @@ func TestColdKeyFirstRequestsAreAdmitted(t *testing.T) {
 // window's count has room.
 func TestColdBurstAcrossTwoPoPsAdmitsTheLimit(t *testing.T) {
 	for round := 0; round < 3; round++ {
-		r := newRealPoPs(t, 2, 2, minute, global.Config{}, global.FallbackShare)
+		// Waits and home calls longer than a claim takes under the race
+		// detector on a loaded host: this is about shared claims; the
+		// timeout path has its own tests.
+		r := newRealPoPs(t, 2, 2, minute, global.Config{Wait: 3 * time.Second, HomeTimeout: 5 * time.Second}, global.FallbackShare)
 		now := midWindow()
 		key := fmt.Sprintf("burst{%d}", round)
 		var admitted atomic.Int64
@@ -190,8 +193,11 @@ func TestColdBurstAcrossTwoPoPsAdmitsTheLimit(t *testing.T) {
 		if n > minute.Quantity || n < minute.Quantity*97/100 {
 			t.Errorf("round %d: admitted %d, want 200 ± 3%% and at most 200", round, n)
 		}
-		if falseRefusals != 0 {
-			t.Errorf("round %d: %v refusals while the window's count had room", round, falseRefusals)
+		// The metric judges by the home count a worker last read, which a
+		// loaded machine leaves stale: a refusal is false only if the
+		// window's quota was not used up.
+		if falseRefusals != 0 && n < minute.Quantity {
+			t.Errorf("round %d: %v refusals while the window's count had room (admitted %d of %d)", round, falseRefusals, n, minute.Quantity)
 		}
 	}
 }
