@@ -30,6 +30,10 @@ type DemoConfig struct {
 	Progress func(done, total int)
 	// Concurrency of the load generator; default 64.
 	Concurrency int
+	// Events, when not "", is every edge's --events destination (e.g.
+	// kafka://BROKER/TOPIC); the result then counts the events written
+	// and dropped.
+	Events string
 }
 
 func (c DemoConfig) withDefaults() DemoConfig {
@@ -74,6 +78,14 @@ type DemoResult struct {
 	FailClosed  int64 `json:"fail_closed_decisions"`
 	StoreSlow   int64 `json:"store_slow_decisions"`
 	StoreErrors int64 `json:"store_errors"`
+	// Events is the edges' --events destination, "" without one;
+	// EventsWritten and EventsDropped are their rejection events written
+	// (acknowledged by Kafka) and dropped, EventsPerSecond the written
+	// ones over the run.
+	Events          string  `json:"events,omitempty"`
+	EventsWritten   int64   `json:"events_written,omitempty"`
+	EventsDropped   int64   `json:"events_dropped,omitempty"`
+	EventsPerSecond float64 `json:"events_per_s,omitempty"`
 }
 
 // RunDemo launches a PoP (3 shards, 1 proxy, 4 workers, an upstream), runs
@@ -90,10 +102,14 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 	if err != nil {
 		return nil, err
 	}
+	var edgeArgs []string
+	if cfg.Events != "" {
+		edgeArgs = []string{"--events", cfg.Events, "--events-pop", "demo"}
+	}
 	p, err := env.Launch(ctx, PoPConfig{Name: "demo", Shards: cfg.Shards, Proxies: cfg.Proxies,
 		// The edges run on their default flags (the adaptive store
 		// deadline), as a new user's would.
-		Edges: cfg.Workers, WorkersPerPoP: cfg.Workers, Policy: PolicyYAML(tr.Routes, cfg.Algorithm, 1)})
+		Edges: cfg.Workers, WorkersPerPoP: cfg.Workers, Policy: PolicyYAML(tr.Routes, cfg.Algorithm, 1), EdgeArgs: edgeArgs})
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +134,11 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 		Clients: rep.perClient(), RoundTripsHow: how,
 		UpstreamHits: env.Upstream.hitCount() - hits0,
 	}
+	if cfg.Events != "" {
+		res.Events = cfg.Events
+		res.EventsWritten, res.EventsDropped = eventCounts(ctx, p)
+		res.EventsPerSecond = float64(res.EventsWritten) / res.Seconds
+	}
 	for _, e := range p.Edges {
 		if m, err := ScrapeMetrics(e.Admin); err == nil {
 			res.FailOpen += int64(m.Sum("poplimit_fallback_decisions_total", "mode", "fail_open"))
@@ -139,6 +160,31 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 		return res, err
 	}
 	return res, nil
+}
+
+// eventCounts sums the edges' rejection events written and dropped, once
+// two scrapes a quarter second apart agree (the producer delivers
+// asynchronously) or after three seconds.
+func eventCounts(ctx context.Context, p *PoP) (written, dropped int64) {
+	scrape := func() (w, d int64) {
+		for _, e := range p.Edges {
+			if m, err := ScrapeMetrics(e.Admin); err == nil {
+				w += int64(m.Sum("poplimit_rejection_events_written_total", "", ""))
+				d += int64(m.Sum("poplimit_rejection_events_dropped_total", "", ""))
+			}
+		}
+		return w, d
+	}
+	written, dropped = scrape()
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; {
+		time.Sleep(250 * time.Millisecond)
+		w, d := scrape()
+		if w == written && d == dropped {
+			break
+		}
+		written, dropped = w, d
+	}
+	return written, dropped
 }
 
 func workerKind(p *PoP) string {
@@ -242,6 +288,10 @@ func (r *DemoResult) Story() []string {
 	}
 	out = append(out, fmt.Sprintf("The PoP decided %.0f requests/s, p50 %.2f ms, p99 %.2f ms from the client; %.2f store operations per decision; %d decisions failed open.",
 		r.Throughput, r.Latency.P50, r.Latency.P99, r.RoundTrips, r.FailOpen))
+	if r.Events != "" {
+		out = append(out, fmt.Sprintf("Rejection events to %s: %d written (%.0f/s), %d dropped.",
+			r.Events, r.EventsWritten, r.EventsPerSecond, r.EventsDropped))
+	}
 	if r.LagMs > 100 {
 		out = append(out, fmt.Sprintf("The load generator fell up to %.0f ms behind its schedule (a busy machine): requests it sent late went out in clumps.", r.LagMs))
 	}

@@ -21,6 +21,7 @@ func demoCommand() *cli.Command {
 			&cli.IntFlag{Name: "workers", Usage: "edge worker processes sharing one count per key", Value: 4},
 			&cli.StringFlag{Name: "algorithm", Usage: "sliding, fixed or token", Value: "sliding"},
 			&cli.StringFlag{Name: "arrivals", Usage: "poisson or bursty (on/off) arrivals", Value: "poisson"},
+			&cli.StringFlag{Name: "events", Usage: "every edge's rejection events to kafka://BROKER[,BROKER...]/TOPIC (or a file, '-' for stderr); the report counts events written per second and dropped"},
 		),
 		Action: func(c *cli.Context) error {
 			alg, err := bench.ParseAlgorithm(c.String("algorithm"))
@@ -40,6 +41,7 @@ func demoCommand() *cli.Command {
 					Duration: c.Duration("duration"), Seed: c.Uint64("seed"), Shards: c.Int("shards"),
 					Proxies: c.Int("proxies"), Workers: c.Int("workers"), OutDir: c.String("out"),
 					Algorithm: alg, Progress: prog, ChartFormat: c.String("chart-format"), Arrivals: arrivals,
+					Events: c.String("events"),
 				})
 			})
 			if err != nil {
