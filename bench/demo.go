@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"path/filepath"
 	"sort"
 	"time"
@@ -51,8 +52,8 @@ func (c DemoConfig) withDefaults() DemoConfig {
 	return c
 }
 
-// DemoResult is what the demo shows and writes.
-type DemoResult struct {
+// demoResult is what the demo shows and writes.
+type demoResult struct {
 	PoP           string           `json:"pop"`
 	Store         StoreKind        `json:"store"`
 	WorkerKind    string           `json:"workers"`
@@ -92,7 +93,16 @@ type DemoResult struct {
 // the mixed workload (legitimate users, abusive users, a window-boundary
 // attacker, a credential-stuffing botnet on the fail-closed login route)
 // through it, and writes a report with charts to OutDir.
-func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error) {
+func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (Result, error) {
+	r, err := runDemo(ctx, env, cfg)
+	if r == nil {
+		return nil, err
+	}
+	return r, err
+}
+
+// runDemo is RunDemo returning the report itself.
+func runDemo(ctx context.Context, env *Env, cfg DemoConfig) (*demoResult, error) {
 	cfg = cfg.withDefaults()
 	tr, err := Generate(WorkloadConfig{
 		Seed: cfg.Seed, Duration: cfg.Duration, Legit: 8, Abusive: 2, Stuffers: 4, LegitMax: 0.5, Arrivals: cfg.Arrivals,
@@ -125,7 +135,7 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 		return nil, ctx.Err()
 	}
 	after, _ := storeCommands(p, in)
-	res := &DemoResult{
+	res := &demoResult{
 		PoP: p.Describe(), Store: p.Store, WorkerKind: workerKind(p), Algorithm: AlgorithmName(cfg.Algorithm),
 		Seconds: rep.Elapsed.Seconds(), Requests: len(rep.Records),
 		Throughput: float64(len(rep.Records)) / rep.Elapsed.Seconds(),
@@ -187,6 +197,15 @@ func eventCounts(ctx context.Context, p *PoP) (written, dropped int64) {
 	return written, dropped
 }
 
+// WriteSummary writes the PoP, the story and where the report is.
+func (r *demoResult) WriteSummary(w io.Writer) {
+	fmt.Fprintf(w, "\n%s; %s.\n", r.PoP, r.WorkerKind)
+	for _, line := range r.Story() {
+		fmt.Fprintln(w, "  - "+line)
+	}
+	fmt.Fprintf(w, "\nreport with charts: %s\n", r.Report)
+}
+
 func workerKind(p *PoP) string {
 	if len(p.Edges) > 0 {
 		return "edge processes (HTTP)"
@@ -223,7 +242,7 @@ func storeCommands(p *PoP, in *Inproc) (int64, string) {
 }
 
 // Tables returns the human view of the result.
-func (r *DemoResult) Tables() []*Table {
+func (r *demoResult) Tables() []*Table {
 	clients := &Table{Title: "Per client: offered vs admitted vs limit",
 		Header: []string{"client", "kind", "route", "limit/s", "offered/s", "admitted/s", "rejected", "503", "failed"}}
 	for _, c := range r.Clients {
@@ -238,7 +257,7 @@ func (r *DemoResult) Tables() []*Table {
 }
 
 // Story sums the run up per kind of client, in sentences.
-func (r *DemoResult) Story() []string {
+func (r *demoResult) Story() []string {
 	type agg struct {
 		n                                 int
 		offered, admitted, rejected, e503 int64
@@ -325,7 +344,7 @@ func chartClients(tr *Trace) []int {
 	return out
 }
 
-func (r *DemoResult) writeReport(dir, ext string, rep *Replay) error {
+func (r *demoResult) writeReport(dir, ext string, rep *Replay) error {
 	bucket := time.Second
 	admitted := filepath.Join(dir, "demo-admitted"+ext)
 	cdf := filepath.Join(dir, "demo-latency-cdf"+ext)

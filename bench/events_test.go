@@ -489,7 +489,7 @@ func TestDemoReportsRejectionEventsWrittenToKafka(t *testing.T) {
 	c := startKafka(t, 0)
 	defer c.Close()
 	dest := "kafka://" + c.ListenAddrs()[0] + "/" + eventsTopic
-	res, err := RunDemo(context.Background(), env, DemoConfig{Duration: 3 * time.Second, OutDir: t.TempDir(), Events: dest})
+	res, err := runDemo(context.Background(), env, DemoConfig{Duration: 3 * time.Second, OutDir: t.TempDir(), Events: dest})
 	if err != nil {
 		t.Fatal(err)
 	}

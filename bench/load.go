@@ -84,9 +84,9 @@ type loadRun struct {
 	cpu     float64
 }
 
-// LoadResult is the result of RunLoad: every run, and per algorithm the
+// loadResult is the result of RunLoad: every run, and per algorithm the
 // sums over rounds.
-type LoadResult struct {
+type loadResult struct {
 	Target string     `json:"target"`
 	Conns  int        `json:"conns"`
 	Keys   uint64     `json:"keys"`
@@ -96,10 +96,19 @@ type LoadResult struct {
 
 // RunLoad measures decisions/s and latency by algorithm, closed loop, with
 // Zipf identities, through a launched PoP (or an existing one).
-func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error) {
+func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (Result, error) {
+	r, err := runLoad(ctx, env, cfg)
+	if r == nil {
+		return nil, err
+	}
+	return r, err
+}
+
+// runLoad is RunLoad returning the report itself.
+func runLoad(ctx context.Context, env *Env, cfg LoadConfig) (*loadResult, error) {
 	cfg = cfg.withDefaults()
 	route := Route{Path: "/api", Quantity: cfg.Quantity, Window: cfg.Window}
-	res := &LoadResult{Conns: cfg.Conns, Keys: cfg.Keys}
+	res := &loadResult{Conns: cfg.Conns, Keys: cfg.Keys}
 	if len(cfg.EdgeURLs) > 0 {
 		cfg.Algorithms = cfg.Algorithms[:1]
 	}
@@ -156,7 +165,7 @@ func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error)
 
 // loadPoP launches the PoP the load runs through (nil when cfg names
 // existing edges or proxies) and describes the target in res.
-func loadPoP(ctx context.Context, env *Env, cfg LoadConfig, route Route, res *LoadResult) (*PoP, error) {
+func loadPoP(ctx context.Context, env *Env, cfg LoadConfig, route Route, res *loadResult) (*PoP, error) {
 	switch {
 	case len(cfg.EdgeURLs) > 0:
 		res.Target = fmt.Sprintf("existing edges %v", cfg.EdgeURLs)
@@ -207,7 +216,7 @@ func loadTarget(ctx context.Context, cfg LoadConfig, p *PoP, route Route, alg co
 
 // add records run and folds it into its algorithm's sum (sums indexes
 // res.Sums by algorithm name).
-func (res *LoadResult) add(sums map[string]*loadRun, run *loadRun) {
+func (res *loadResult) add(sums map[string]*loadRun, run *loadRun) {
 	res.Runs = append(res.Runs, run)
 	s := sums[run.Algorithm]
 	if s == nil {
@@ -226,7 +235,7 @@ func (res *LoadResult) add(sums map[string]*loadRun, run *loadRun) {
 }
 
 // finish turns the sums into rates and means over rounds rounds.
-func (res *LoadResult) finish(rounds int) {
+func (res *loadResult) finish(rounds int) {
 	for _, s := range res.Sums {
 		s.PerSecond = float64(s.Decisions) / s.Seconds
 		s.Latency = s.lat.Summary()
@@ -337,7 +346,7 @@ func reloadEdges(ctx context.Context, admin string) error {
 }
 
 // Tables returns the human view.
-func (r *LoadResult) Tables() []*Table {
+func (r *loadResult) Tables() []*Table {
 	runs := &Table{Title: "Load runs (" + r.Target + fmt.Sprintf(", %d conns, %d Zipf identities)", r.Conns, r.Keys),
 		Header: []string{"algorithm", "round", "decisions/s", "p50 ms", "p99 ms", "p999 ms", "admitted %", "errors", "store ops/decision", "PoP CPU s/M"}}
 	for _, x := range r.Runs {

@@ -32,7 +32,16 @@ import (
 // store (…-inproc). Each side enforces cfg.Quantity per second per
 // identity. Runs are named by side in the result's Algorithm column; PoP
 // CPU counts the side's processes (edges, stores, the peer).
-func RunRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin string) (*LoadResult, error) {
+func RunRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin string) (Result, error) {
+	r, err := runRedisCompare(ctx, env, cfg, peerBin)
+	if r == nil {
+		return nil, err
+	}
+	return r, err
+}
+
+// runRedisCompare is RunRedisCompare returning the report itself.
+func runRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin string) (*loadResult, error) {
 	cfg = cfg.withDefaults()
 	if env.Store != StoreRedis {
 		return nil, errors.New("bench: --peer needs --store redis")
@@ -62,7 +71,7 @@ func RunRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin stri
 		return nil, err
 	}
 	defer peer.Stop(3 * time.Second)
-	res := &LoadResult{Conns: cfg.Conns, Keys: cfg.Keys,
+	res := &loadResult{Conns: cfg.Conns, Keys: cfg.Keys,
 		Target: fmt.Sprintf("%d edges over a Redis Cluster (3 masters + 3 replicas) | %d edges over 3 memcached + mcproxy | envoyproxy/ratelimit on the same cluster, /json", cfg.Workers, cfg.Workers)}
 	sides := []struct {
 		name   string

@@ -85,13 +85,6 @@ func TestCharts(t *testing.T) {
 		}
 		files = append(files, a, c, tl)
 	}
-	tr2 := filepath.Join(dir, "tables.md")
-	if err := WriteTablesReport(tr2, "x", "popbench x", []*Table{tab()}, []string{"precision.png"}); err != nil {
-		t.Fatal(err)
-	}
-	if b, _ := os.ReadFile(tr2); !strings.Contains(string(b), "`popbench x`") || !strings.Contains(string(b), "![precision.png](precision.png)") {
-		t.Errorf("tables report:\n%s", b)
-	}
 	for _, f := range files {
 		if st, err := os.Stat(f); err != nil || st.Size() < 500 {
 			t.Errorf("%s: %v", f, err)

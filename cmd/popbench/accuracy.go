@@ -2,9 +2,10 @@ package main
 
 import (
 	"fmt"
-	"github.com/poplimit/poplimit/bench/accuracy"
 	"os"
 	"path/filepath"
+
+	"github.com/poplimit/poplimit/bench/accuracy"
 
 	"github.com/urfave/cli/v2"
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -36,7 +37,7 @@ func demoCommand() *cli.Command {
 			default:
 				return fmt.Errorf("--arrivals %q: want poisson or bursty", c.String("arrivals"))
 			}
-			res, err := runScenario(c, true, "traffic", func(env *bench.Env, prog func(int, int)) (*bench.DemoResult, error) {
+			res, err := runScenario(c, true, "traffic", func(env *bench.Env, prog func(int, int)) (bench.Result, error) {
 				return bench.RunDemo(c.Context, env, bench.DemoConfig{
 					Duration: c.Duration("duration"), Seed: c.Uint64("seed"), Shards: c.Int("shards"),
 					Proxies: c.Int("proxies"), Workers: c.Int("workers"), OutDir: c.String("out"),
@@ -48,11 +49,7 @@ func demoCommand() *cli.Command {
 				return err
 			}
 			if !c.Bool("json") {
-				fmt.Fprintf(c.App.Writer, "\n%s; %s.\n", res.PoP, res.WorkerKind)
-				for _, line := range res.Story() {
-					fmt.Fprintln(c.App.Writer, "  - "+line)
-				}
-				fmt.Fprintf(c.App.Writer, "\nreport with charts: %s\n", res.Report)
+				res.(interface{ WriteSummary(io.Writer) }).WriteSummary(c.App.Writer)
 			}
 			return nil
 		},

@@ -2,9 +2,10 @@ package main
 
 import (
 	"fmt"
-	"github.com/poplimit/poplimit/bench/faults"
 	"strings"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/faults"
 
 	"github.com/urfave/cli/v2"
 

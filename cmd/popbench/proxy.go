@@ -4,10 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/poplimit/poplimit/bench/proxycmp"
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/poplimit/poplimit/bench/proxycmp"
 
 	"github.com/urfave/cli/v2"
 )

@@ -2,10 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/poplimit/poplimit/bench/rlsbench"
 	"os"
 	"runtime/pprof"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/rlsbench"
 
 	"github.com/urfave/cli/v2"
 

@@ -2,8 +2,9 @@ package main
 
 import (
 	"fmt"
-	"github.com/poplimit/poplimit/bench/soak"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/soak"
 
 	"github.com/urfave/cli/v2"
 
