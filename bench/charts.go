@@ -128,7 +128,7 @@ func ChartTimeline(path, title string, series [][NumOutcomes]int64, bucket time.
 	p.Y.Label.Text = "requests/s"
 	p.Legend.Top = true
 	top := 1.0
-	for o := outcome(0); o < NumOutcomes; o++ {
+	for o := Outcome(0); o < NumOutcomes; o++ {
 		pts := make(plotter.XYs, len(series))
 		for i, b := range series {
 			v := float64(b[o]) / bucket.Seconds()

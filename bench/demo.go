@@ -128,7 +128,7 @@ func runDemo(ctx context.Context, env *Env, cfg DemoConfig) (*demoResult, error)
 		return nil, err
 	}
 	before, how := storeCommands(p, in)
-	hits0 := env.Upstream.hitCount()
+	hits0 := env.upstream.hitCount()
 	env.Logf("replaying %d requests from %d clients over %v", len(tr.Requests), len(tr.Clients), cfg.Duration)
 	rep := ReplayTrace(ctx, tr, target, ReplayConfig{Concurrency: cfg.Concurrency, Progress: cfg.Progress})
 	if ctx.Err() != nil {
@@ -142,7 +142,7 @@ func runDemo(ctx context.Context, env *Env, cfg DemoConfig) (*demoResult, error)
 		Latency:    rep.Latency.Summary(), Outcomes: map[string]int64{},
 		LagMs:   float64(rep.Lag) / float64(time.Millisecond),
 		Clients: rep.perClient(), RoundTripsHow: how,
-		UpstreamHits: env.Upstream.hitCount() - hits0,
+		UpstreamHits: env.upstream.hitCount() - hits0,
 	}
 	if cfg.Events != "" {
 		res.Events = cfg.Events
@@ -161,7 +161,7 @@ func runDemo(ctx context.Context, env *Env, cfg DemoConfig) (*demoResult, error)
 		res.StoreErrors = in.StoreStats().Errors
 	}
 	for o, n := range rep.totals() {
-		res.Outcomes[outcome(o).String()] = n
+		res.Outcomes[Outcome(o).String()] = n
 	}
 	if len(rep.Records) > 0 && after >= before {
 		res.RoundTrips = float64(after-before) / float64(len(rep.Records))
@@ -263,7 +263,7 @@ func (r *demoResult) Story() []string {
 		offered, admitted, rejected, e503 int64
 		limit                             float64
 	}
-	by := map[kind]*agg{}
+	by := map[Kind]*agg{}
 	for _, c := range r.Clients {
 		a := by[c.Kind]
 		if a == nil {
@@ -301,7 +301,7 @@ func (r *demoResult) Story() []string {
 		out = append(out, fmt.Sprintf("The window-boundary attacker sent %d requests in double bursts around window edges; %d were admitted, %d rejected.",
 			a.offered, a.admitted, a.rejected))
 	}
-	if a := by[Stuffer]; a != nil {
+	if a := by[credentialStuffer]; a != nil {
 		out = append(out, fmt.Sprintf("%d credential-stuffing sources on /login (limit %.0f/s, fail closed) tried %.1f/s each and got %.2f/s through; %d answers were 503.",
 			a.n, a.limit, per(a.offered, a), per(a.admitted, a), a.e503))
 	}
@@ -331,7 +331,7 @@ func chartClients(tr *Trace) []int {
 			}
 		case Abusive, boundaryAttacker:
 			out = append(out, i)
-		case Stuffer:
+		case credentialStuffer:
 			if !stuffer {
 				out = append(out, i)
 				stuffer = true

@@ -103,7 +103,7 @@ func TestDemoEndToEnd(t *testing.T) {
 			if c.AdmittedRate > 1.5*c.Limit && res.FailOpen == 0 && res.StoreSlow == 0 {
 				t.Errorf("abusive %s: admitted %.1f/s for a limit of %.0f/s with no fail-open or local-budget decision", c.ID, c.AdmittedRate, c.Limit)
 			}
-		case Stuffer:
+		case credentialStuffer:
 			if c.Rejected == 0 || c.AdmittedRate > c.Limit {
 				t.Errorf("stuffer %s: admitted %.1f/s, rejected %d", c.ID, c.AdmittedRate, c.Rejected)
 			}

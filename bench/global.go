@@ -269,7 +269,7 @@ func newGlobalStream(name, path string, cfg GlobalConfig) *globalStream {
 	return s
 }
 
-func (s *globalStream) record(win, pop int, o outcome, d time.Duration) {
+func (s *globalStream) record(win, pop int, o Outcome, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lat.Record(d)

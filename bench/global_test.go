@@ -51,7 +51,7 @@ func launchGlobal(t *testing.T, pops, edges int, quantity int64, delay time.Dura
 }
 
 // get sends one GET /g as the test's client to an edge.
-func get(ctx context.Context, t *HTTPTarget) outcome {
+func get(ctx context.Context, t *HTTPTarget) Outcome {
 	return t.Do(ctx, 0, &Client{ID: "roamer"}, &Route{Path: "/g"})
 }
 

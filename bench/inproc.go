@@ -185,7 +185,7 @@ func (in *Inproc) Decide(ctx context.Context, worker int, client, route string, 
 
 // Do implements Target: time.Now is the clock; a store error is
 // Unavailable on a fail-closed route and Failed otherwise.
-func (in *Inproc) Do(ctx context.Context, worker int, c *Client, r *Route) outcome {
+func (in *Inproc) Do(ctx context.Context, worker int, c *Client, r *Route) Outcome {
 	res, err := in.Decide(ctx, worker, c.ID, r.Path, time.Now())
 	switch {
 	case err != nil && r.FailClosed:

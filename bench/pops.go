@@ -20,7 +20,7 @@ func (m multiTarget) Workers() int {
 	return n * len(m.pops)
 }
 
-func (m multiTarget) Do(ctx context.Context, worker int, c *Client, r *Route) outcome {
+func (m multiTarget) Do(ctx context.Context, worker int, c *Client, r *Route) Outcome {
 	return m.pops[worker%len(m.pops)].Do(ctx, worker/len(m.pops), c, r)
 }
 

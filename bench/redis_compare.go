@@ -60,7 +60,7 @@ func runRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin stri
 		return nil, err
 	}
 	mc := PoPConfig{Name: "memcached", Shards: 3, Proxies: 1, Edges: cfg.Workers, WorkersPerPoP: cfg.Workers, Policy: policy,
-		Store: StoreMemcached, Dir: env.Dir, Bins: env.Bins, Upstream: env.Upstream.URL}
+		Store: StoreMemcached, Dir: env.Dir, Bins: env.Bins, Upstream: env.upstream.URL}
 	mp, err := launchPoP(ctx, mc)
 	if err != nil {
 		return nil, err
@@ -222,7 +222,7 @@ func (p *peerTarget) Workers() int { return 1 }
 func (p *peerTarget) Close() { p.client.CloseIdleConnections() }
 
 // Do implements Target.
-func (p *peerTarget) Do(ctx context.Context, _ int, c *Client, _ *Route) outcome {
+func (p *peerTarget) Do(ctx context.Context, _ int, c *Client, _ *Route) Outcome {
 	body := `{"domain":"poplimit","descriptors":[{"entries":[{"key":"user","value":"` + c.ID + `"}]}]}`
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, bytes.NewBufferString(body))
 	if err != nil {
