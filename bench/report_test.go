@@ -9,12 +9,6 @@ import (
 	"time"
 )
 
-func tab() *Table {
-	t := &Table{Header: []string{"a"}}
-	t.Add(1)
-	return t
-}
-
 func TestTableAndReport(t *testing.T) {
 	tab := &Table{Title: "T", Header: []string{"name", "value"}}
 	tab.Add("a", 1234.5)

@@ -42,11 +42,11 @@ func (k Kind) String() string {
 func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
 // Arrivals names an arrival process.
-type arrivals int
+type Arrivals int
 
 const (
 	// Poisson arrivals: exponential gaps at a constant mean rate.
-	Poisson arrivals = iota
+	Poisson Arrivals = iota
 	// Bursty arrivals: an on/off process; during "on" periods the rate is
 	// the mean divided by the on fraction, "off" periods are silent. The
 	// mean rate is the same as Poisson's.
@@ -142,7 +142,7 @@ type WorkloadConfig struct {
 	Stuffers      int
 	StuffMultiple float64
 	// Arrivals is the arrival process of legitimate and abusive clients.
-	Arrivals arrivals
+	Arrivals Arrivals
 	// OnFraction is the share of time a Bursty client is on; default 0.25.
 	OnFraction float64
 	// MaxRequests bounds the trace; default 2,000,000.
@@ -246,7 +246,7 @@ func (t *Trace) Sort() {
 }
 
 // arrive appends the arrivals of one client at mean rate per second.
-func (t *Trace) Arrive(rng *rand.Rand, a arrivals, onFraction float64, id int32, rate float64) {
+func (t *Trace) Arrive(rng *rand.Rand, a Arrivals, onFraction float64, id int32, rate float64) {
 	if rate <= 0 {
 		return
 	}
