@@ -6,11 +6,10 @@ import (
 	"runtime/pprof"
 	"time"
 
-	"github.com/poplimit/poplimit/bench/rlsbench"
-
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/rlsbench"
 )
 
 // rlsCommand is "popbench rls": gRPC load on anything that speaks
