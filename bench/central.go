@@ -45,8 +45,8 @@ type centralRun struct {
 	Errors   int64   `json:"errors"`
 }
 
-// CentralReport is the result of RunCentral.
-type CentralReport struct {
+// centralReport is the result of RunCentral.
+type centralReport struct {
 	RTTms   float64       `json:"rtt_ms"`
 	Workers string        `json:"workers"`
 	Runs    []*centralRun `json:"runs"`
@@ -62,7 +62,24 @@ type CentralReport struct {
 // per-PoP store (on the PoP's loopback) and with a central store behind an
 // injected cross-region round trip, interleaved, and the ratio of their
 // decision latencies.
-func RunCentral(ctx context.Context, env *Env, cfg CentralConfig) (*CentralReport, error) {
+func RunCentral(ctx context.Context, env *Env, cfg CentralConfig) (Result, error) {
+	r, err := runCentral(ctx, env, cfg)
+	if r == nil {
+		return nil, err
+	}
+	return r, err
+}
+
+// ChartFiles names the latency chart, none without one.
+func (r *centralReport) ChartFiles() []string {
+	if r.Chart == "" {
+		return nil
+	}
+	return []string{filepath.Base(r.Chart)}
+}
+
+// runCentral is RunCentral returning the report itself.
+func runCentral(ctx context.Context, env *Env, cfg CentralConfig) (*centralReport, error) {
 	defaultTo(&cfg.RTT, 80*time.Millisecond)
 	defaultTo(&cfg.Duration, 5*time.Second)
 	defaultTo(&cfg.Rounds, 2)
@@ -100,7 +117,7 @@ func RunCentral(ctx context.Context, env *Env, cfg CentralConfig) (*CentralRepor
 	if err != nil {
 		return nil, err
 	}
-	rep := &CentralReport{RTTms: float64(cfg.RTT) / float64(time.Millisecond), Workers: "edge processes (HTTP)"}
+	rep := &centralReport{RTTms: float64(cfg.RTT) / float64(time.Millisecond), Workers: "edge processes (HTTP)"}
 	if _, ok := local.(*Inproc); ok {
 		rep.Workers = "in-process workers"
 	}
@@ -151,7 +168,7 @@ func RunCentral(ctx context.Context, env *Env, cfg CentralConfig) (*CentralRepor
 }
 
 // Tables returns the human view.
-func (r *CentralReport) Tables() []*Table {
+func (r *centralReport) Tables() []*Table {
 	runs := &Table{Title: fmt.Sprintf("Latency paradox (%s; central store behind a %.0f ms round trip)", r.Workers, r.RTTms),
 		Header: []string{"store", "round", "requests", "p50 ms", "p99 ms", "p999 ms", "errors"}}
 	for _, x := range r.Runs {

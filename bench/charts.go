@@ -128,7 +128,7 @@ func ChartTimeline(path, title string, series [][NumOutcomes]int64, bucket time.
 	p.Y.Label.Text = "requests/s"
 	p.Legend.Top = true
 	top := 1.0
-	for o := outcome(0); o < NumOutcomes; o++ {
+	for o := Outcome(0); o < NumOutcomes; o++ {
 		pts := make(plotter.XYs, len(series))
 		for i, b := range series {
 			v := float64(b[o]) / bucket.Seconds()
@@ -162,20 +162,6 @@ func ChartTimeline(path, title string, series [][NumOutcomes]int64, bucket time.
 		}
 	}
 	return p.Save(chartW, chartH, path)
-}
-
-// WriteTablesReport writes a Markdown report of tables and charts (paths
-// relative to the report's directory), headed by the command that made it.
-func WriteTablesReport(path, title, command string, tables []*Table, charts []string) error {
-	rp := &Report{Title: title}
-	rp.Para("Command: `%s` — %s.", command, time.Now().UTC().Format(time.RFC3339))
-	for _, t := range tables {
-		rp.Table(t)
-	}
-	for _, c := range charts {
-		rp.Image(c, c)
-	}
-	return rp.Write(path)
 }
 
 // addLine draws pts as the i-th series (plotutil's i-th colour, width in

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"path/filepath"
 	"sort"
 	"time"
@@ -23,13 +24,17 @@ type DemoConfig struct {
 	// ChartFormat is "png" (default) or "svg".
 	ChartFormat string
 	// Arrivals of legitimate and abusive users; default Poisson.
-	Arrivals arrivals
+	Arrivals Arrivals
 	// Algorithm of the limits; default sliding window.
 	Algorithm counter.Algorithm
 	// Progress is called with requests done and the total.
 	Progress func(done, total int)
 	// Concurrency of the load generator; default 64.
 	Concurrency int
+	// Events, when not "", is every edge's --events destination (e.g.
+	// kafka://BROKER/TOPIC); the result then counts the events written
+	// and dropped.
+	Events string
 }
 
 func (c DemoConfig) withDefaults() DemoConfig {
@@ -47,8 +52,8 @@ func (c DemoConfig) withDefaults() DemoConfig {
 	return c
 }
 
-// DemoResult is what the demo shows and writes.
-type DemoResult struct {
+// demoResult is what the demo shows and writes.
+type demoResult struct {
 	PoP           string           `json:"pop"`
 	Store         StoreKind        `json:"store"`
 	WorkerKind    string           `json:"workers"`
@@ -74,13 +79,30 @@ type DemoResult struct {
 	FailClosed  int64 `json:"fail_closed_decisions"`
 	StoreSlow   int64 `json:"store_slow_decisions"`
 	StoreErrors int64 `json:"store_errors"`
+	// Events is the edges' --events destination, "" without one;
+	// EventsWritten and EventsDropped are their rejection events written
+	// (acknowledged by Kafka) and dropped, EventsPerSecond the written
+	// ones over the run.
+	Events          string  `json:"events,omitempty"`
+	EventsWritten   int64   `json:"events_written,omitempty"`
+	EventsDropped   int64   `json:"events_dropped,omitempty"`
+	EventsPerSecond float64 `json:"events_per_s,omitempty"`
 }
 
 // RunDemo launches a PoP (3 shards, 1 proxy, 4 workers, an upstream), runs
 // the mixed workload (legitimate users, abusive users, a window-boundary
 // attacker, a credential-stuffing botnet on the fail-closed login route)
 // through it, and writes a report with charts to OutDir.
-func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error) {
+func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (Result, error) {
+	r, err := runDemo(ctx, env, cfg)
+	if r == nil {
+		return nil, err
+	}
+	return r, err
+}
+
+// runDemo is RunDemo returning the report itself.
+func runDemo(ctx context.Context, env *Env, cfg DemoConfig) (*demoResult, error) {
 	cfg = cfg.withDefaults()
 	tr, err := Generate(WorkloadConfig{
 		Seed: cfg.Seed, Duration: cfg.Duration, Legit: 8, Abusive: 2, Stuffers: 4, LegitMax: 0.5, Arrivals: cfg.Arrivals,
@@ -90,10 +112,14 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 	if err != nil {
 		return nil, err
 	}
+	var edgeArgs []string
+	if cfg.Events != "" {
+		edgeArgs = []string{"--events", cfg.Events, "--events-pop", "demo"}
+	}
 	p, err := env.Launch(ctx, PoPConfig{Name: "demo", Shards: cfg.Shards, Proxies: cfg.Proxies,
 		// The edges run on their default flags (the adaptive store
 		// deadline), as a new user's would.
-		Edges: cfg.Workers, WorkersPerPoP: cfg.Workers, Policy: PolicyYAML(tr.Routes, cfg.Algorithm, 1)})
+		Edges: cfg.Workers, WorkersPerPoP: cfg.Workers, Policy: PolicyYAML(tr.Routes, cfg.Algorithm, 1), EdgeArgs: edgeArgs})
 	if err != nil {
 		return nil, err
 	}
@@ -102,21 +128,26 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 		return nil, err
 	}
 	before, how := storeCommands(p, in)
-	hits0 := env.Upstream.hitCount()
+	hits0 := env.upstream.hitCount()
 	env.Logf("replaying %d requests from %d clients over %v", len(tr.Requests), len(tr.Clients), cfg.Duration)
 	rep := ReplayTrace(ctx, tr, target, ReplayConfig{Concurrency: cfg.Concurrency, Progress: cfg.Progress})
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	after, _ := storeCommands(p, in)
-	res := &DemoResult{
+	res := &demoResult{
 		PoP: p.Describe(), Store: p.Store, WorkerKind: workerKind(p), Algorithm: AlgorithmName(cfg.Algorithm),
 		Seconds: rep.Elapsed.Seconds(), Requests: len(rep.Records),
 		Throughput: float64(len(rep.Records)) / rep.Elapsed.Seconds(),
 		Latency:    rep.Latency.Summary(), Outcomes: map[string]int64{},
 		LagMs:   float64(rep.Lag) / float64(time.Millisecond),
 		Clients: rep.perClient(), RoundTripsHow: how,
-		UpstreamHits: env.Upstream.hitCount() - hits0,
+		UpstreamHits: env.upstream.hitCount() - hits0,
+	}
+	if cfg.Events != "" {
+		res.Events = cfg.Events
+		res.EventsWritten, res.EventsDropped = eventCounts(ctx, p)
+		res.EventsPerSecond = float64(res.EventsWritten) / res.Seconds
 	}
 	for _, e := range p.Edges {
 		if m, err := ScrapeMetrics(e.Admin); err == nil {
@@ -130,7 +161,7 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 		res.StoreErrors = in.StoreStats().Errors
 	}
 	for o, n := range rep.totals() {
-		res.Outcomes[outcome(o).String()] = n
+		res.Outcomes[Outcome(o).String()] = n
 	}
 	if len(rep.Records) > 0 && after >= before {
 		res.RoundTrips = float64(after-before) / float64(len(rep.Records))
@@ -139,6 +170,40 @@ func RunDemo(ctx context.Context, env *Env, cfg DemoConfig) (*DemoResult, error)
 		return res, err
 	}
 	return res, nil
+}
+
+// eventCounts sums the edges' rejection events written and dropped, once
+// two scrapes a quarter second apart agree (the producer delivers
+// asynchronously) or after three seconds.
+func eventCounts(ctx context.Context, p *PoP) (written, dropped int64) {
+	scrape := func() (w, d int64) {
+		for _, e := range p.Edges {
+			if m, err := ScrapeMetrics(e.Admin); err == nil {
+				w += int64(m.Sum("poplimit_rejection_events_written_total", "", ""))
+				d += int64(m.Sum("poplimit_rejection_events_dropped_total", "", ""))
+			}
+		}
+		return w, d
+	}
+	written, dropped = scrape()
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; {
+		time.Sleep(250 * time.Millisecond)
+		w, d := scrape()
+		if w == written && d == dropped {
+			break
+		}
+		written, dropped = w, d
+	}
+	return written, dropped
+}
+
+// WriteSummary writes the PoP, the story and where the report is.
+func (r *demoResult) WriteSummary(w io.Writer) {
+	fmt.Fprintf(w, "\n%s; %s.\n", r.PoP, r.WorkerKind)
+	for _, line := range r.Story() {
+		fmt.Fprintln(w, "  - "+line)
+	}
+	fmt.Fprintf(w, "\nreport with charts: %s\n", r.Report)
 }
 
 func workerKind(p *PoP) string {
@@ -177,7 +242,7 @@ func storeCommands(p *PoP, in *Inproc) (int64, string) {
 }
 
 // Tables returns the human view of the result.
-func (r *DemoResult) Tables() []*Table {
+func (r *demoResult) Tables() []*Table {
 	clients := &Table{Title: "Per client: offered vs admitted vs limit",
 		Header: []string{"client", "kind", "route", "limit/s", "offered/s", "admitted/s", "rejected", "503", "failed"}}
 	for _, c := range r.Clients {
@@ -192,13 +257,13 @@ func (r *DemoResult) Tables() []*Table {
 }
 
 // Story sums the run up per kind of client, in sentences.
-func (r *DemoResult) Story() []string {
+func (r *demoResult) Story() []string {
 	type agg struct {
 		n                                 int
 		offered, admitted, rejected, e503 int64
 		limit                             float64
 	}
-	by := map[kind]*agg{}
+	by := map[Kind]*agg{}
 	for _, c := range r.Clients {
 		a := by[c.Kind]
 		if a == nil {
@@ -236,12 +301,16 @@ func (r *DemoResult) Story() []string {
 		out = append(out, fmt.Sprintf("The window-boundary attacker sent %d requests in double bursts around window edges; %d were admitted, %d rejected.",
 			a.offered, a.admitted, a.rejected))
 	}
-	if a := by[Stuffer]; a != nil {
+	if a := by[credentialStuffer]; a != nil {
 		out = append(out, fmt.Sprintf("%d credential-stuffing sources on /login (limit %.0f/s, fail closed) tried %.1f/s each and got %.2f/s through; %d answers were 503.",
 			a.n, a.limit, per(a.offered, a), per(a.admitted, a), a.e503))
 	}
 	out = append(out, fmt.Sprintf("The PoP decided %.0f requests/s, p50 %.2f ms, p99 %.2f ms from the client; %.2f store operations per decision; %d decisions failed open.",
 		r.Throughput, r.Latency.P50, r.Latency.P99, r.RoundTrips, r.FailOpen))
+	if r.Events != "" {
+		out = append(out, fmt.Sprintf("Rejection events to %s: %d written (%.0f/s), %d dropped.",
+			r.Events, r.EventsWritten, r.EventsPerSecond, r.EventsDropped))
+	}
 	if r.LagMs > 100 {
 		out = append(out, fmt.Sprintf("The load generator fell up to %.0f ms behind its schedule (a busy machine): requests it sent late went out in clumps.", r.LagMs))
 	}
@@ -262,7 +331,7 @@ func chartClients(tr *Trace) []int {
 			}
 		case Abusive, boundaryAttacker:
 			out = append(out, i)
-		case Stuffer:
+		case credentialStuffer:
 			if !stuffer {
 				out = append(out, i)
 				stuffer = true
@@ -275,7 +344,7 @@ func chartClients(tr *Trace) []int {
 	return out
 }
 
-func (r *DemoResult) writeReport(dir, ext string, rep *Replay) error {
+func (r *demoResult) writeReport(dir, ext string, rep *Replay) error {
 	bucket := time.Second
 	admitted := filepath.Join(dir, "demo-admitted"+ext)
 	cdf := filepath.Join(dir, "demo-latency-cdf"+ext)

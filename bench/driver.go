@@ -8,11 +8,11 @@ import (
 )
 
 // Outcome is what a worker answered for one request.
-type outcome uint8
+type Outcome uint8
 
 const (
 	// Admitted: 2xx, the request reached the upstream.
-	Admitted outcome = iota
+	Admitted Outcome = iota
 	// Rejected: 429, over the limit.
 	Rejected
 	// Unavailable: 503, fail-closed while the store is down.
@@ -26,14 +26,14 @@ const (
 var outcomeNames = [...]string{"admitted", "rejected", "unavailable", "failed"}
 
 // String returns the outcome's name.
-func (o outcome) String() string { return outcomeNames[o] }
+func (o Outcome) String() string { return outcomeNames[o] }
 
 // Target decides one request: an edge worker over HTTP or an in-process
 // worker. worker picks which of the PoP's workers serves it (the load
 // balancer spreads a client over all of them). Implementations are safe for
 // concurrent use.
 type Target interface {
-	Do(ctx context.Context, worker int, c *Client, r *Route) outcome
+	Do(ctx context.Context, worker int, c *Client, r *Route) Outcome
 	// Workers is the number of workers requests are spread over.
 	Workers() int
 }
@@ -46,7 +46,7 @@ type Record struct {
 	Client  int32
 	// Worker is the index passed to Target.Do.
 	Worker  int32
-	Outcome outcome
+	Outcome Outcome
 }
 
 // Replay is the result of ReplayTrace.
@@ -179,7 +179,7 @@ dispatch:
 // ClientStats sums the outcomes of one client.
 type clientStats struct {
 	ID       string             `json:"id"`
-	Kind     kind               `json:"kind"`
+	Kind     Kind               `json:"kind"`
 	Route    string             `json:"route"`
 	Limit    float64            `json:"limit_per_s"`
 	Multiple float64            `json:"offered_multiple"`

@@ -72,7 +72,7 @@ func num(t *testing.T, m map[string]any, key string) float64 {
 func TestDemoEndToEnd(t *testing.T) {
 	env := newTestEnv(t, true)
 	out := t.TempDir()
-	res, err := RunDemo(context.Background(), env, DemoConfig{Duration: 4 * time.Second, OutDir: out})
+	res, err := runDemo(context.Background(), env, DemoConfig{Duration: 4 * time.Second, OutDir: out})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestDemoEndToEnd(t *testing.T) {
 			if c.AdmittedRate > 1.5*c.Limit && res.FailOpen == 0 && res.StoreSlow == 0 {
 				t.Errorf("abusive %s: admitted %.1f/s for a limit of %.0f/s with no fail-open or local-budget decision", c.ID, c.AdmittedRate, c.Limit)
 			}
-		case Stuffer:
+		case credentialStuffer:
 			if c.Rejected == 0 || c.AdmittedRate > c.Limit {
 				t.Errorf("stuffer %s: admitted %.1f/s, rejected %d", c.ID, c.AdmittedRate, c.Rejected)
 			}
@@ -136,7 +136,7 @@ func containsStr(s, sub string) bool {
 
 func TestLoadEndToEnd(t *testing.T) {
 	env := newTestEnv(t, true)
-	res, err := RunLoad(context.Background(), env, LoadConfig{Duration: time.Second, Conns: 8, Keys: 1000})
+	res, err := runLoad(context.Background(), env, LoadConfig{Duration: time.Second, Conns: 8, Keys: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestLoadEndToEnd(t *testing.T) {
 
 func TestPopsEndToEnd(t *testing.T) {
 	env := newTestEnv(t, true)
-	rep, err := RunPops(context.Background(), env, PopsConfig{PoPs: 2, Shards: 1, Duration: 2 * time.Second,
+	rep, err := runPops(context.Background(), env, PopsConfig{PoPs: 2, Shards: 1, Duration: 2 * time.Second,
 		Algorithm: counter.FixedWindow})
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +186,7 @@ func TestPopsEndToEnd(t *testing.T) {
 
 func TestCentralEndToEnd(t *testing.T) {
 	env := newTestEnv(t, false)
-	rep, err := RunCentral(context.Background(), env, CentralConfig{RTT: 20 * time.Millisecond, Duration: time.Second,
+	rep, err := runCentral(context.Background(), env, CentralConfig{RTT: 20 * time.Millisecond, Duration: time.Second,
 		Rounds: 2, InProcess: true, Users: 10})
 	if err != nil {
 		t.Fatal(err)

@@ -34,7 +34,7 @@ type EnvConfig struct {
 type Env struct {
 	Dir      string
 	Bins     Binaries
-	Upstream *Upstream
+	upstream *upstreamServer
 	// EdgeErr says why edge workers are unavailable (nil when built).
 	EdgeErr error
 	// ProxyErr says why mcproxy is unavailable (nil when built).
@@ -93,7 +93,7 @@ func NewEnv(ctx context.Context, cfg EnvConfig) (*Env, error) {
 		e.Close()
 		return nil, err
 	}
-	e.Upstream = u
+	e.upstream = u
 	return e, nil
 }
 
@@ -143,8 +143,8 @@ func (e *Env) HasEdge() bool { return e.Bins.Edge != "" }
 // to 0. It logs what runs.
 func (e *Env) Launch(ctx context.Context, cfg PoPConfig) (*PoP, error) {
 	cfg.Dir, cfg.Bins, cfg.Store = e.Dir, e.Bins, e.Store
-	if cfg.Upstream == "" && e.Upstream != nil {
-		cfg.Upstream = e.Upstream.URL
+	if cfg.Upstream == "" && e.upstream != nil {
+		cfg.Upstream = e.upstream.URL
 	}
 	if !e.HasEdge() {
 		cfg.Edges = 0
@@ -190,8 +190,8 @@ func (e *Env) Close() {
 	for _, p := range pops {
 		p.Close()
 	}
-	if e.Upstream != nil {
-		_ = e.Upstream.Close()
+	if e.upstream != nil {
+		_ = e.upstream.Close()
 	}
 	if e.tmp {
 		_ = os.RemoveAll(e.Dir)

@@ -483,3 +483,24 @@ func TestKafkaOutageNeverSlowsDecisions(t *testing.T) {
 		t.Error("edge exited")
 	}
 }
+
+func TestDemoReportsRejectionEventsWrittenToKafka(t *testing.T) {
+	env := newTestEnv(t, true)
+	c := startKafka(t, 0)
+	defer c.Close()
+	dest := "kafka://" + c.ListenAddrs()[0] + "/" + eventsTopic
+	res, err := runDemo(context.Background(), env, DemoConfig{Duration: 3 * time.Second, OutDir: t.TempDir(), Events: dest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.EventsWritten == 0 || res.EventsPerSecond <= 0 {
+		t.Fatalf("no rejection events written: %d (%.1f/s), %d rejected", res.EventsWritten, res.EventsPerSecond, res.Outcomes["rejected"])
+	}
+	if res.EventsDropped != 0 {
+		t.Errorf("%d rejection events dropped with the broker up", res.EventsDropped)
+	}
+	if !slices.ContainsFunc(res.Story(), func(s string) bool { return strings.Contains(s, dest) }) {
+		t.Errorf("the story does not mention the events: %q", res.Story())
+	}
+	t.Logf("%d rejected, %d events written (%.0f/s), %d dropped", res.Outcomes["rejected"], res.EventsWritten, res.EventsPerSecond, res.EventsDropped)
+}

@@ -54,21 +54,21 @@ type globalWindow struct {
 	Shift bool `json:"shift,omitempty"`
 }
 
-// GlobalStream is the same client traffic under one way of limiting.
-type GlobalStream struct {
+// streamReport is the same client traffic under one way of limiting.
+type streamReport struct {
 	Name    string          `json:"name"`
 	Windows []*globalWindow `json:"windows"`
 	Latency Summary         `json:"latency"`
 }
 
-// GlobalReport is the result of RunGlobal.
-type GlobalReport struct {
+// globalReport is the result of RunGlobal.
+type globalReport struct {
 	Limit   int64   `json:"limit"`
 	WindowS float64 `json:"window_s"`
 	RTTms   float64 `json:"home_rtt_ms"`
 	Offered float64 `json:"offered_per_s"`
 	PoPs    []string
-	Streams []*GlobalStream `json:"streams"`
+	Streams []*streamReport `json:"streams"`
 	// AddedP99ms is the global stream's p99 minus the per-PoP stream's,
 	// measured at the same time on the same edges.
 	AddedP99ms float64 `json:"added_p99_ms"`
@@ -115,7 +115,16 @@ func globalPolicy(quantity int64, window time.Duration, global bool) []byte {
 // the same edges, and to /p on a PoP whose only store is central (behind
 // the same delay). Per window it reports what each admitted against the
 // limit.
-func RunGlobal(ctx context.Context, env *Env, cfg GlobalConfig) (*GlobalReport, error) {
+func RunGlobal(ctx context.Context, env *Env, cfg GlobalConfig) (Result, error) {
+	r, err := runGlobal(ctx, env, cfg)
+	if r == nil {
+		return nil, err
+	}
+	return r, err
+}
+
+// runGlobal is RunGlobal returning the report itself.
+func runGlobal(ctx context.Context, env *Env, cfg GlobalConfig) (*globalReport, error) {
 	defaultTo(&cfg.PoPs, 3)
 	defaultTo(&cfg.Shards, 2)
 	defaultTo(&cfg.Workers, 2)
@@ -142,7 +151,7 @@ func RunGlobal(ctx context.Context, env *Env, cfg GlobalConfig) (*GlobalReport, 
 		return nil, err
 	}
 	policy := globalPolicy(cfg.Quantity, cfg.Window, true)
-	rep := &GlobalReport{Limit: cfg.Quantity, WindowS: cfg.Window.Seconds(), RTTms: 2 * float64(cfg.Delay) / float64(time.Millisecond)}
+	rep := &globalReport{Limit: cfg.Quantity, WindowS: cfg.Window.Seconds(), RTTms: 2 * float64(cfg.Delay) / float64(time.Millisecond)}
 	var pops []*PoP
 	var targets []*HTTPTarget
 	conns := 64
@@ -218,7 +227,7 @@ func RunGlobal(ctx context.Context, env *Env, cfg GlobalConfig) (*GlobalReport, 
 
 // globalMetrics adds the global limit's store operations per decision and
 // token counts from the edges' metrics.
-func globalMetrics(rep *GlobalReport, pops []*PoP) error {
+func globalMetrics(rep *globalReport, pops []*PoP) error {
 	rep.Paths = map[string]float64{}
 	var decisions, local, home float64
 	for _, p := range pops {
@@ -260,7 +269,7 @@ func newGlobalStream(name, path string, cfg GlobalConfig) *globalStream {
 	return s
 }
 
-func (s *globalStream) record(win, pop int, o outcome, d time.Duration) {
+func (s *globalStream) record(win, pop int, o Outcome, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lat.Record(d)
@@ -276,8 +285,8 @@ func (s *globalStream) record(win, pop int, o outcome, d time.Duration) {
 	}
 }
 
-func (s *globalStream) report(cfg GlobalConfig) *GlobalStream {
-	out := &GlobalStream{Name: s.name, Windows: s.windows, Latency: s.lat.Summary()}
+func (s *globalStream) report(cfg GlobalConfig) *streamReport {
+	out := &streamReport{Name: s.name, Windows: s.windows, Latency: s.lat.Summary()}
 	shift := cfg.Windows / 2 // the window holding the run's midpoint
 	for i, w := range s.windows {
 		w.OverPct = 100 * float64(w.Admitted-cfg.Quantity) / float64(cfg.Quantity)
@@ -362,7 +371,7 @@ func pickWeighted(credit, weights []float64) int {
 }
 
 // Tables returns the human view.
-func (r *GlobalReport) Tables() []*Table {
+func (r *globalReport) Tables() []*Table {
 	if r.Cold != nil {
 		return r.coldTables()
 	}
@@ -394,7 +403,7 @@ func (r *GlobalReport) Tables() []*Table {
 }
 
 // opsTable is the edges' figures of the global limit.
-func (r *GlobalReport) opsTable() *Table {
+func (r *globalReport) opsTable() *Table {
 	o := &Table{Title: "Global limit: store operations per decision, tokens and false refusals (edges' metrics: rejections while the home count last read was under the limit)",
 		Header: []string{"PoP store ops/decision", "home store ops/decision", "tokens claimed", "tokens expired", "false refusals", "paths"}}
 	o.Add(r.PoPOpsPerDecision, r.HomeOpsPerDecision, r.Claimed, r.Expired, r.FalseRefusals, fmt.Sprint(r.Paths))

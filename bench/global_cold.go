@@ -139,7 +139,7 @@ func sendCold(ctx context.Context, cfg GlobalConfig, targets []*HTTPTarget) *glo
 }
 
 // coldTables is the cold-key scenario's human view.
-func (r *GlobalReport) coldTables() []*Table {
+func (r *globalReport) coldTables() []*Table {
 	c := r.Cold
 	t := &Table{Title: fmt.Sprintf("Cold keys: %d fresh keys per window, each %d requests at once at each of %d PoPs (limit %d per %gs window); home store %.0f ms away (round trip)",
 		c.Keys, c.Burst, len(r.PoPs), r.Limit, r.WindowS, r.RTTms),

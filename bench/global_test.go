@@ -51,12 +51,12 @@ func launchGlobal(t *testing.T, pops, edges int, quantity int64, delay time.Dura
 }
 
 // get sends one GET /g as the test's client to an edge.
-func get(ctx context.Context, t *HTTPTarget) outcome {
+func get(ctx context.Context, t *HTTPTarget) Outcome {
 	return t.Do(ctx, 0, &Client{ID: "roamer"}, &Route{Path: "/g"})
 }
 
 // metric sums a metric over the edges given.
-func metric(t *testing.T, name string, edges ...*edge) float64 {
+func metric(t *testing.T, name string, edges ...*Edge) float64 {
 	t.Helper()
 	var v float64
 	for _, e := range edges {
@@ -70,7 +70,7 @@ func metric(t *testing.T, name string, edges ...*edge) float64 {
 }
 
 // health reads an edge's /healthz.
-func health(t *testing.T, e *edge) (status string, reasons []string) {
+func health(t *testing.T, e *Edge) (status string, reasons []string) {
 	t.Helper()
 	resp, err := http.Get(e.Admin + "/healthz")
 	if err != nil {
@@ -121,7 +121,7 @@ func TestGlobalBurstFromAllPoPs(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	var edges []*edge
+	var edges []*Edge
 	for _, p := range s.pops {
 		edges = append(edges, p.Edges...)
 	}

@@ -64,20 +64,20 @@ func (l *Latency) Summary() Summary {
 
 // CDFPoint is one point of a cumulative distribution: the share of values
 // (0–1) at or below Value.
-type cdfPoint struct {
+type CDFPoint struct {
 	Value    time.Duration
 	Fraction float64
 }
 
 // CDF returns the distribution at a fixed set of quantiles, for charts.
-func (l *Latency) CDF() []cdfPoint {
+func (l *Latency) CDF() []CDFPoint {
 	if l.h.TotalCount() == 0 {
 		return nil
 	}
 	qs := []float64{0, 1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 97, 99, 99.5, 99.9, 99.99, 100}
-	out := make([]cdfPoint, 0, len(qs))
+	out := make([]CDFPoint, 0, len(qs))
 	for _, q := range qs {
-		out = append(out, cdfPoint{Value: l.Quantile(q), Fraction: q / 100})
+		out = append(out, CDFPoint{Value: l.Quantile(q), Fraction: q / 100})
 	}
 	return out
 }

@@ -48,7 +48,7 @@ func clientIP(id string) string {
 }
 
 // Do implements Target.
-func (h *HTTPTarget) Do(ctx context.Context, worker int, c *Client, r *Route) outcome {
+func (h *HTTPTarget) Do(ctx context.Context, worker int, c *Client, r *Route) Outcome {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.URLs[worker%len(h.URLs)]+r.Path, nil)
 	if err != nil {
 		return Failed

@@ -20,7 +20,7 @@ type InprocConfig struct {
 	// Servers[i mod len], or all of them when Direct. Empty means one
 	// in-memory store shared by all workers (no network). A server
 	// "redis://host:port[,…]" is a Redis Cluster: the worker counts there
-	// with counter/redis (one Lua script per decision; StoreClient unused).
+	// with counter/redis (one Lua script per decision; client unused).
 	// RedisServerTime then takes now from the shard's clock.
 	Servers []string
 	// Direct: the servers are shards, every worker uses all of them.
@@ -40,17 +40,17 @@ type InprocConfig struct {
 	OnReject  counter.OnReject
 	// Burst is the token bucket capacity; 0 means the quantity.
 	Burst int64
-	// StoreClient picks the memcached client of each worker: StoreGomemcache
-	// (the default, memcached.Store), StorePipe (memcached.PipeStore,
+	// client picks the memcached client of each worker: storeGomemcache
+	// (the default, memcached.Store), storePipe (memcached.PipeStore,
 	// pipelined: one round trip per sliding-window decision) or
-	// StorePipeMux (PipeStore multiplexing each worker's calls over one
+	// storePipeMux (PipeStore multiplexing each worker's calls over one
 	// shared connection). The pipe clients talk to one address, so they
 	// cannot be combined with Direct over several shards.
-	StoreClient     storeClient
+	client          storeClient
 	RedisServerTime bool
 }
 
-// StoreClient names a memcached client for InprocConfig.
+// storeClient names a memcached client for InprocConfig.
 type storeClient string
 
 // Store clients.
@@ -85,14 +85,14 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 	if timeout <= 0 {
 		timeout = time.Second
 	}
-	switch cfg.StoreClient {
+	switch cfg.client {
 	case "", storeGomemcache, storePipe, storePipeMux:
 	default:
-		return nil, fmt.Errorf("bench: store client %q: want %q, %q or %q", cfg.StoreClient, storeGomemcache, storePipe, storePipeMux)
+		return nil, fmt.Errorf("bench: store client %q: want %q, %q or %q", cfg.client, storeGomemcache, storePipe, storePipeMux)
 	}
-	pipe := cfg.StoreClient == storePipe || cfg.StoreClient == storePipeMux
+	pipe := cfg.client == storePipe || cfg.client == storePipeMux
 	if pipe && cfg.Direct && len(cfg.Servers) > 1 {
-		return nil, fmt.Errorf("bench: store client %q speaks to one address, not %d direct shards", cfg.StoreClient, len(cfg.Servers))
+		return nil, fmt.Errorf("bench: store client %q speaks to one address, not %d direct shards", cfg.client, len(cfg.Servers))
 	}
 	var shared counter.Store
 	if len(cfg.Servers) == 0 {
@@ -116,7 +116,7 @@ func NewInproc(routes []Route, cfg InprocConfig) (*Inproc, error) {
 				servers = cfg.Servers
 			}
 			sc := store.Config{Memcached: servers, Client: store.Gomemcache, Multiplex: -1, Timeout: timeout}
-			switch cfg.StoreClient {
+			switch cfg.client {
 			case storePipe:
 				sc.Client = store.Pipe
 			case storePipeMux:
@@ -185,7 +185,7 @@ func (in *Inproc) Decide(ctx context.Context, worker int, client, route string, 
 
 // Do implements Target: time.Now is the clock; a store error is
 // Unavailable on a fail-closed route and Failed otherwise.
-func (in *Inproc) Do(ctx context.Context, worker int, c *Client, r *Route) outcome {
+func (in *Inproc) Do(ctx context.Context, worker int, c *Client, r *Route) Outcome {
 	res, err := in.Decide(ctx, worker, c.ID, r.Path, time.Now())
 	switch {
 	case err != nil && r.FailClosed:

@@ -31,7 +31,7 @@ func TestInprocStoreClients(t *testing.T) {
 	} {
 		t.Run(string(tc.client)+"/"+fmt.Sprint(tc.alg), func(t *testing.T) {
 			in, err := NewInproc([]Route{{Path: "/api", Quantity: 20, Window: time.Hour}},
-				InprocConfig{Servers: []string{ms[0].Addr}, Workers: 4, Algorithm: tc.alg, StoreClient: tc.client})
+				InprocConfig{Servers: []string{ms[0].Addr}, Workers: 4, Algorithm: tc.alg, client: tc.client})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -63,9 +63,9 @@ func TestInprocStoreClients(t *testing.T) {
 
 func TestInprocStoreClientErrors(t *testing.T) {
 	for _, cfg := range []InprocConfig{
-		{Servers: []string{"127.0.0.1:1"}, StoreClient: "redis"},
-		{Servers: []string{"127.0.0.1:1", "127.0.0.1:2"}, Direct: true, StoreClient: storePipe},
-		{Servers: []string{"127.0.0.1:1", "127.0.0.1:2"}, Direct: true, StoreClient: storePipeMux},
+		{Servers: []string{"127.0.0.1:1"}, client: "redis"},
+		{Servers: []string{"127.0.0.1:1", "127.0.0.1:2"}, Direct: true, client: storePipe},
+		{Servers: []string{"127.0.0.1:1", "127.0.0.1:2"}, Direct: true, client: storePipeMux},
 	} {
 		if _, err := NewInproc([]Route{{Path: "/", Quantity: 1, Window: time.Second}}, cfg); err == nil {
 			t.Errorf("%+v: no error", cfg)
@@ -73,7 +73,7 @@ func TestInprocStoreClientErrors(t *testing.T) {
 	}
 	// An unreachable address is a store error, not a panic.
 	in, err := NewInproc([]Route{{Path: "/", Quantity: 1, Window: time.Second}},
-		InprocConfig{Servers: []string{"127.0.0.1:1"}, StoreClient: storePipe, Timeout: 200 * time.Millisecond, Workers: 1})
+		InprocConfig{Servers: []string{"127.0.0.1:1"}, client: storePipe, Timeout: 200 * time.Millisecond, Workers: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

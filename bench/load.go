@@ -66,7 +66,7 @@ func (c LoadConfig) withDefaults() LoadConfig {
 }
 
 // LoadRun is one measured run.
-type loadRun struct {
+type LoadRun struct {
 	Algorithm  string  `json:"algorithm"`
 	Round      int     `json:"round"`
 	Decisions  int64   `json:"decisions"`
@@ -84,22 +84,31 @@ type loadRun struct {
 	cpu     float64
 }
 
-// LoadResult is the result of RunLoad: every run, and per algorithm the
+// loadResult is the result of RunLoad: every run, and per algorithm the
 // sums over rounds.
-type LoadResult struct {
+type loadResult struct {
 	Target string     `json:"target"`
 	Conns  int        `json:"conns"`
 	Keys   uint64     `json:"keys"`
-	Runs   []*loadRun `json:"runs"`
-	Sums   []*loadRun `json:"per_algorithm"`
+	Runs   []*LoadRun `json:"runs"`
+	Sums   []*LoadRun `json:"per_algorithm"`
 }
 
 // RunLoad measures decisions/s and latency by algorithm, closed loop, with
 // Zipf identities, through a launched PoP (or an existing one).
-func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error) {
+func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (Result, error) {
+	r, err := runLoad(ctx, env, cfg)
+	if r == nil {
+		return nil, err
+	}
+	return r, err
+}
+
+// runLoad is RunLoad returning the report itself.
+func runLoad(ctx context.Context, env *Env, cfg LoadConfig) (*loadResult, error) {
 	cfg = cfg.withDefaults()
 	route := Route{Path: "/api", Quantity: cfg.Quantity, Window: cfg.Window}
-	res := &LoadResult{Conns: cfg.Conns, Keys: cfg.Keys}
+	res := &loadResult{Conns: cfg.Conns, Keys: cfg.Keys}
 	if len(cfg.EdgeURLs) > 0 {
 		cfg.Algorithms = cfg.Algorithms[:1]
 	}
@@ -108,7 +117,7 @@ func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error)
 		return nil, err
 	}
 	total := cfg.Rounds * len(cfg.Algorithms)
-	sums := map[string]*loadRun{}
+	sums := map[string]*LoadRun{}
 	for round := 1; round <= cfg.Rounds; round++ {
 		for ai, alg := range cfg.Algorithms {
 			target, in, err := loadTarget(ctx, cfg, p, route, alg)
@@ -156,7 +165,7 @@ func RunLoad(ctx context.Context, env *Env, cfg LoadConfig) (*LoadResult, error)
 
 // loadPoP launches the PoP the load runs through (nil when cfg names
 // existing edges or proxies) and describes the target in res.
-func loadPoP(ctx context.Context, env *Env, cfg LoadConfig, route Route, res *LoadResult) (*PoP, error) {
+func loadPoP(ctx context.Context, env *Env, cfg LoadConfig, route Route, res *loadResult) (*PoP, error) {
 	switch {
 	case len(cfg.EdgeURLs) > 0:
 		res.Target = fmt.Sprintf("existing edges %v", cfg.EdgeURLs)
@@ -207,11 +216,11 @@ func loadTarget(ctx context.Context, cfg LoadConfig, p *PoP, route Route, alg co
 
 // add records run and folds it into its algorithm's sum (sums indexes
 // res.Sums by algorithm name).
-func (res *LoadResult) add(sums map[string]*loadRun, run *loadRun) {
+func (res *loadResult) add(sums map[string]*LoadRun, run *LoadRun) {
 	res.Runs = append(res.Runs, run)
 	s := sums[run.Algorithm]
 	if s == nil {
-		s = &loadRun{Algorithm: run.Algorithm, lat: NewLatency()}
+		s = &LoadRun{Algorithm: run.Algorithm, lat: NewLatency()}
 		sums[run.Algorithm] = s
 		res.Sums = append(res.Sums, s)
 	}
@@ -226,7 +235,7 @@ func (res *LoadResult) add(sums map[string]*loadRun, run *loadRun) {
 }
 
 // finish turns the sums into rates and means over rounds rounds.
-func (res *LoadResult) finish(rounds int) {
+func (res *loadResult) finish(rounds int) {
 	for _, s := range res.Sums {
 		s.PerSecond = float64(s.Decisions) / s.Seconds
 		s.Latency = s.lat.Summary()
@@ -240,7 +249,7 @@ func (res *LoadResult) finish(rounds int) {
 
 // closedLoop runs cfg.Conns clients for cfg.Duration, each sending the next
 // request when the previous one is answered.
-func ClosedLoop(ctx context.Context, target Target, route Route, cfg LoadConfig, seed uint64, progress func(float64)) *loadRun {
+func ClosedLoop(ctx context.Context, target Target, route Route, cfg LoadConfig, seed uint64, progress func(float64)) *LoadRun {
 	// Warm up: one untimed request per client opens the connections.
 	var warm sync.WaitGroup
 	for g := 0; g < cfg.Conns; g++ {
@@ -255,7 +264,7 @@ func ClosedLoop(ctx context.Context, target Target, route Route, cfg LoadConfig,
 	defer cancel()
 	start := time.Now()
 	var mu sync.Mutex
-	run := &loadRun{lat: NewLatency()}
+	run := &LoadRun{lat: NewLatency()}
 	var wg sync.WaitGroup
 	for g := 0; g < cfg.Conns; g++ {
 		wg.Add(1)
@@ -337,7 +346,7 @@ func reloadEdges(ctx context.Context, admin string) error {
 }
 
 // Tables returns the human view.
-func (r *LoadResult) Tables() []*Table {
+func (r *loadResult) Tables() []*Table {
 	runs := &Table{Title: "Load runs (" + r.Target + fmt.Sprintf(", %d conns, %d Zipf identities)", r.Conns, r.Keys),
 		Header: []string{"algorithm", "round", "decisions/s", "p50 ms", "p99 ms", "p999 ms", "admitted %", "errors", "store ops/decision", "PoP CPU s/M"}}
 	for _, x := range r.Runs {

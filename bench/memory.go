@@ -59,8 +59,8 @@ type memoryRow struct {
 	Seconds float64 `json:"seconds"`
 }
 
-// MemoryReport is the result of RunMemory.
-type MemoryReport struct {
+// memoryReport is the result of RunMemory.
+type memoryReport struct {
 	PoP  string       `json:"pop"`
 	Rows []*memoryRow `json:"rows"`
 }
@@ -68,7 +68,16 @@ type MemoryReport struct {
 // RunMemory writes limiters through a PoP of 3 real memcached shards and
 // mcproxy (a fresh PoP per configuration) and reads memcached's own
 // accounting: items, bytes, slab chunks. It needs real memcached.
-func RunMemory(ctx context.Context, env *Env, cfg MemoryConfig) (*MemoryReport, error) {
+func RunMemory(ctx context.Context, env *Env, cfg MemoryConfig) (Result, error) {
+	r, err := runMemory(ctx, env, cfg)
+	if r == nil {
+		return nil, err
+	}
+	return r, err
+}
+
+// runMemory is RunMemory returning the report itself.
+func runMemory(ctx context.Context, env *Env, cfg MemoryConfig) (*memoryReport, error) {
 	if env.Store != StoreMemcached {
 		return nil, fmt.Errorf("%w: memory accounting needs real memcached shards", ErrNoPoP)
 	}
@@ -96,7 +105,7 @@ func RunMemory(ctx context.Context, env *Env, cfg MemoryConfig) (*MemoryReport, 
 		}
 	}
 	const shards = 3
-	rep := &MemoryReport{}
+	rep := &memoryReport{}
 	for i, c := range confs {
 		items := int64(cfg.Limiters) * int64(c.prec+1)
 		mb := max(64, int(items*300/shards>>20)+1)
@@ -215,7 +224,7 @@ func atoi(s string) int64 {
 }
 
 // Tables returns the human view.
-func (r *MemoryReport) Tables() []*Table {
+func (r *memoryReport) Tables() []*Table {
 	t := &Table{Title: "Bytes per limiter, memcached's own accounting (" + r.PoP + ")",
 		Header: []string{"algorithm", "N", "limiters", "items/limiter", "bytes/item", "slab bytes/limiter", "chunk sizes"}}
 	for _, x := range r.Rows {

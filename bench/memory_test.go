@@ -13,7 +13,7 @@ import (
 func TestMemoryEndToEnd(t *testing.T) {
 	fixture.RequireMemcached(t)
 	env := newTestEnv(t, false)
-	rep, err := RunMemory(context.Background(), env, MemoryConfig{Limiters: 500, Precisions: []int{1, 4}})
+	rep, err := runMemory(context.Background(), env, MemoryConfig{Limiters: 500, Precisions: []int{1, 4}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // Metrics is a scrape of a Prometheus text endpoint: one sample per line.
-type metrics []metricSample
+type Metrics []metricSample
 
 // MetricSample is one line of the text format.
 type metricSample struct {
@@ -22,7 +22,7 @@ type metricSample struct {
 }
 
 // ScrapeMetrics reads admin+"/metrics".
-func ScrapeMetrics(admin string) (metrics, error) {
+func ScrapeMetrics(admin string) (Metrics, error) {
 	c := http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Get(admin + "/metrics")
 	if err != nil {
@@ -32,7 +32,7 @@ func ScrapeMetrics(admin string) (metrics, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("bench: %s/metrics: status %d", admin, resp.StatusCode)
 	}
-	var out metrics
+	var out Metrics
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -111,7 +111,7 @@ func splitLabels(s string) []string {
 
 // Sum adds the values of the samples named name whose label key equals
 // value (key "" matches all).
-func (m metrics) Sum(name, key, value string) float64 {
+func (m Metrics) Sum(name, key, value string) float64 {
 	var t float64
 	for _, s := range m {
 		if s.Name == name && (key == "" || s.Labels[key] == value) {

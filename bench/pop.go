@@ -174,7 +174,7 @@ func (s *Shard) Pid() int {
 }
 
 // Edge is one edge worker process.
-type edge struct {
+type Edge struct {
 	// URL is the worker's base URL, e.g. http://127.0.0.1:41234.
 	URL string
 	// Admin is its admin base URL (/metrics, /healthz, POST /reload).
@@ -188,7 +188,7 @@ type PoP struct {
 	Store   StoreKind
 	Shards  []*Shard
 	Proxies []*procs.Proc
-	Edges   []*edge
+	Edges   []*Edge
 	// PolicyFile is the path edges load (rewrite it and POST /reload).
 	PolicyFile string
 	// StoreRelays sit between workers and proxies (PoPConfig.StoreDelay).
@@ -421,7 +421,7 @@ func (p *PoP) startEdges(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		p.Edges = append(p.Edges, &edge{URL: "http://" + pr.Addr, Admin: "http://" + admin, Proc: pr})
+		p.Edges = append(p.Edges, &Edge{URL: "http://" + pr.Addr, Admin: "http://" + admin, Proc: pr})
 	}
 	return nil
 }

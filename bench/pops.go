@@ -20,7 +20,7 @@ func (m multiTarget) Workers() int {
 	return n * len(m.pops)
 }
 
-func (m multiTarget) Do(ctx context.Context, worker int, c *Client, r *Route) outcome {
+func (m multiTarget) Do(ctx context.Context, worker int, c *Client, r *Route) Outcome {
 	return m.pops[worker%len(m.pops)].Do(ctx, worker/len(m.pops), c, r)
 }
 
@@ -61,8 +61,8 @@ type popResult struct {
 	Bound int64 `json:"bound"`
 }
 
-// PopsReport is the result of RunPops.
-type PopsReport struct {
+// popsReport is the result of RunPops.
+type popsReport struct {
 	Limit     float64      `json:"limit_per_s"`
 	Offered   float64      `json:"offered_per_s"`
 	Admitted  float64      `json:"admitted_per_s"`
@@ -77,7 +77,16 @@ type PopsReport struct {
 // RunPops launches several PoPs and spreads one client over them (as
 // anycast would if the client moved between PoPs): each PoP enforces the
 // limit on its share alone.
-func RunPops(ctx context.Context, env *Env, cfg PopsConfig) (*PopsReport, error) {
+func RunPops(ctx context.Context, env *Env, cfg PopsConfig) (Result, error) {
+	r, err := runPops(ctx, env, cfg)
+	if r == nil {
+		return nil, err
+	}
+	return r, err
+}
+
+// runPops is RunPops returning the report itself.
+func runPops(ctx context.Context, env *Env, cfg PopsConfig) (*popsReport, error) {
 	defaultTo(&cfg.PoPs, 3)
 	defaultTo(&cfg.Shards, 2)
 	defaultTo(&cfg.Workers, 2)
@@ -119,7 +128,7 @@ func RunPops(ctx context.Context, env *Env, cfg PopsConfig) (*PopsReport, error)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	out := &PopsReport{Limit: api.Rate(), Algorithm: AlgorithmName(cfg.Algorithm), Seconds: rep.Elapsed.Seconds()}
+	out := &popsReport{Limit: api.Rate(), Algorithm: AlgorithmName(cfg.Algorithm), Seconds: rep.Elapsed.Seconds()}
 	windows := int64(rep.Elapsed/cfg.Window) + 2
 	for _, p := range pops {
 		out.PoPs = append(out.PoPs, &popResult{PoP: p.Describe(), Bound: windows * cfg.Quantity})
@@ -151,7 +160,7 @@ func RunPops(ctx context.Context, env *Env, cfg PopsConfig) (*PopsReport, error)
 }
 
 // Tables returns the human view.
-func (r *PopsReport) Tables() []*Table {
+func (r *popsReport) Tables() []*Table {
 	t := &Table{Title: fmt.Sprintf("One client over %d PoPs: offered %.0f/s, limit %.0f/s per PoP (%s); admitted %.1f/s in all; each PoP enforces alone: %v",
 		len(r.PoPs), r.Offered, r.Limit, r.Algorithm, r.Admitted, r.Independent),
 		Header: []string{"pop", "offered", "admitted", "admitted/s", "limit/s", "bound", "rejected", "errors"}}

@@ -32,7 +32,16 @@ import (
 // store (…-inproc). Each side enforces cfg.Quantity per second per
 // identity. Runs are named by side in the result's Algorithm column; PoP
 // CPU counts the side's processes (edges, stores, the peer).
-func RunRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin string) (*LoadResult, error) {
+func RunRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin string) (Result, error) {
+	r, err := runRedisCompare(ctx, env, cfg, peerBin)
+	if r == nil {
+		return nil, err
+	}
+	return r, err
+}
+
+// runRedisCompare is RunRedisCompare returning the report itself.
+func runRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin string) (*loadResult, error) {
 	cfg = cfg.withDefaults()
 	if env.Store != StoreRedis {
 		return nil, errors.New("bench: --peer needs --store redis")
@@ -51,7 +60,7 @@ func RunRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin stri
 		return nil, err
 	}
 	mc := PoPConfig{Name: "memcached", Shards: 3, Proxies: 1, Edges: cfg.Workers, WorkersPerPoP: cfg.Workers, Policy: policy,
-		Store: StoreMemcached, Dir: env.Dir, Bins: env.Bins, Upstream: env.Upstream.URL}
+		Store: StoreMemcached, Dir: env.Dir, Bins: env.Bins, Upstream: env.upstream.URL}
 	mp, err := launchPoP(ctx, mc)
 	if err != nil {
 		return nil, err
@@ -62,7 +71,7 @@ func RunRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin stri
 		return nil, err
 	}
 	defer peer.Stop(3 * time.Second)
-	res := &LoadResult{Conns: cfg.Conns, Keys: cfg.Keys,
+	res := &loadResult{Conns: cfg.Conns, Keys: cfg.Keys,
 		Target: fmt.Sprintf("%d edges over a Redis Cluster (3 masters + 3 replicas) | %d edges over 3 memcached + mcproxy | envoyproxy/ratelimit on the same cluster, /json", cfg.Workers, cfg.Workers)}
 	sides := []struct {
 		name   string
@@ -75,7 +84,7 @@ func RunRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin stri
 		{"poplimit-redis-inproc", inproc(rp, route, cfg.Workers), rp.redisPids},
 		{"poplimit-memcached-inproc", inproc(mp, route, cfg.Workers), func() []int { return mp.allPids()[:len(mp.Shards)+len(mp.Proxies)] }},
 	}
-	sums := map[string]*loadRun{}
+	sums := map[string]*LoadRun{}
 	total := cfg.Rounds * len(sides)
 	for round := 1; round <= cfg.Rounds; round++ {
 		for si, side := range sides {
@@ -213,7 +222,7 @@ func (p *peerTarget) Workers() int { return 1 }
 func (p *peerTarget) Close() { p.client.CloseIdleConnections() }
 
 // Do implements Target.
-func (p *peerTarget) Do(ctx context.Context, _ int, c *Client, _ *Route) outcome {
+func (p *peerTarget) Do(ctx context.Context, _ int, c *Client, _ *Route) Outcome {
 	body := `{"domain":"poplimit","descriptors":[{"entries":[{"key":"user","value":"` + c.ID + `"}]}]}`
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, bytes.NewBufferString(body))
 	if err != nil {

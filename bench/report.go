@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -110,11 +109,12 @@ func (r *Report) Write(path string) error {
 	return os.WriteFile(path, []byte(body), 0o644)
 }
 
-// WriteJSON writes v as indented JSON.
-func WriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
 func mkdir(dir string) error { return os.MkdirAll(dir, 0o755) }
+
+// Result is what a scenario's Run returns: a report that encodes to JSON as
+// it is and shows itself as tables. A Result may also have
+// WriteSummary(io.Writer), the lines to print after its tables, and
+// ChartFiles() []string, the charts a saved report links (file names).
+type Result interface {
+	Tables() []*Table
+}

@@ -9,12 +9,6 @@ import (
 	"time"
 )
 
-func tab() *Table {
-	t := &Table{Header: []string{"a"}}
-	t.Add(1)
-	return t
-}
-
 func TestTableAndReport(t *testing.T) {
 	tab := &Table{Title: "T", Header: []string{"name", "value"}}
 	tab.Add("a", 1234.5)
@@ -84,13 +78,6 @@ func TestCharts(t *testing.T) {
 			t.Fatal(err)
 		}
 		files = append(files, a, c, tl)
-	}
-	tr2 := filepath.Join(dir, "tables.md")
-	if err := WriteTablesReport(tr2, "x", "popbench x", []*Table{tab()}, []string{"precision.png"}); err != nil {
-		t.Fatal(err)
-	}
-	if b, _ := os.ReadFile(tr2); !strings.Contains(string(b), "`popbench x`") || !strings.Contains(string(b), "![precision.png](precision.png)") {
-		t.Errorf("tables report:\n%s", b)
 	}
 	for _, f := range files {
 		if st, err := os.Stat(f); err != nil || st.Size() < 500 {

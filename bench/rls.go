@@ -42,11 +42,11 @@ type RLSPoPConfig struct {
 // RLSPoP is a launched RLSPoPConfig. Close stops everything.
 type RLSPoP struct {
 	*PoP
-	RLS []*rlsProc
+	RLS []*RLSProc
 }
 
 // RLSProc is one rls process.
-type rlsProc struct {
+type RLSProc struct {
 	GRPC, HTTP string // addresses
 	Proc       *procs.Proc
 }
@@ -125,7 +125,7 @@ func LaunchRLSPoP(ctx context.Context, cfg RLSPoPConfig) (_ *RLSPoP, err error) 
 		if err != nil {
 			return nil, err
 		}
-		p.RLS = append(p.RLS, &rlsProc{GRPC: pr.Addr, HTTP: httpAddr, Proc: pr})
+		p.RLS = append(p.RLS, &RLSProc{GRPC: pr.Addr, HTTP: httpAddr, Proc: pr})
 	}
 	return p, nil
 }

@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// Upstream is the origin HTTP server behind the edge workers: it answers
+// upstreamServer is the origin HTTP server behind the edge workers: it answers
 // 200 "ok" to everything and counts what reached it.
-type Upstream struct {
+type upstreamServer struct {
 	// URL is its base URL.
 	URL  string
 	srv  *http.Server
@@ -19,12 +19,12 @@ type Upstream struct {
 }
 
 // StartUpstream listens on a free loopback port.
-func startUpstream() (*Upstream, error) {
+func startUpstream() (*upstreamServer, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("bench: upstream listen: %w", err)
 	}
-	u := &Upstream{URL: "http://" + ln.Addr().String()}
+	u := &upstreamServer{URL: "http://" + ln.Addr().String()}
 	u.srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			u.hits.Add(1)
@@ -37,10 +37,10 @@ func startUpstream() (*Upstream, error) {
 }
 
 // Hits returns the number of requests that reached the upstream.
-func (u *Upstream) hitCount() int64 { return u.hits.Load() }
+func (u *upstreamServer) hitCount() int64 { return u.hits.Load() }
 
 // Close stops the server.
-func (u *Upstream) Close() error {
+func (u *upstreamServer) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	return u.srv.Shutdown(ctx)

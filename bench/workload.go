@@ -13,25 +13,25 @@ import (
 var ErrBadWorkload = errors.New("bench: invalid workload")
 
 // Kind classifies a client of a workload.
-type kind int
+type Kind int
 
 const (
 	// Legit clients offer less than their limit on average.
-	Legit kind = iota
+	Legit Kind = iota
 	// Abusive clients offer 2–10× their limit.
 	Abusive
 	// BoundaryAttacker sends a full allowance just before a window ends and
 	// another just after it starts (the fixed-window boundary attack).
 	boundaryAttacker
-	// Stuffer is one source of a credential-stuffing botnet on the login
+	// credentialStuffer is one source of a credential-stuffing botnet on the login
 	// route.
-	Stuffer
+	credentialStuffer
 )
 
 var kindNames = [...]string{"legit", "abusive", "boundary", "stuffer"}
 
 // String returns the kind's lower-case name.
-func (k kind) String() string {
+func (k Kind) String() string {
 	if int(k) < len(kindNames) {
 		return kindNames[k]
 	}
@@ -39,14 +39,14 @@ func (k kind) String() string {
 }
 
 // MarshalText implements encoding.TextMarshaler (JSON shows the name).
-func (k kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
 // Arrivals names an arrival process.
-type arrivals int
+type Arrivals int
 
 const (
 	// Poisson arrivals: exponential gaps at a constant mean rate.
-	Poisson arrivals = iota
+	Poisson Arrivals = iota
 	// Bursty arrivals: an on/off process; during "on" periods the rate is
 	// the mean divided by the on fraction, "off" periods are silent. The
 	// mean rate is the same as Poisson's.
@@ -76,7 +76,7 @@ type Client struct {
 	// ID is the identity (API key or user) the client presents.
 	ID string `json:"id"`
 	// Kind says how it behaves.
-	Kind kind `json:"kind"`
+	Kind Kind `json:"kind"`
 	// Route indexes Trace.Routes.
 	Route int `json:"route"`
 	// Multiple is its mean offered rate divided by its limit's rate.
@@ -142,7 +142,7 @@ type WorkloadConfig struct {
 	Stuffers      int
 	StuffMultiple float64
 	// Arrivals is the arrival process of legitimate and abusive clients.
-	Arrivals arrivals
+	Arrivals Arrivals
 	// OnFraction is the share of time a Bursty client is on; default 0.25.
 	OnFraction float64
 	// MaxRequests bounds the trace; default 2,000,000.
@@ -204,9 +204,9 @@ func Generate(c WorkloadConfig) (*Trace, error) {
 	}
 	rng := rand.New(rand.NewPCG(c.Seed, 0x9e3779b97f4a7c15))
 	t := &Trace{Seed: c.Seed, Duration: c.Duration, Routes: []Route{c.API, c.Login}}
-	add := func(kind kind, route int, mult float64) int32 {
+	add := func(k Kind, route int, mult float64) int32 {
 		t.Clients = append(t.Clients, Client{
-			ID: fmt.Sprintf("%s-%03d", kind, len(t.Clients)), Kind: kind, Route: route, Multiple: mult,
+			ID: fmt.Sprintf("%s-%03d", k, len(t.Clients)), Kind: k, Route: route, Multiple: mult,
 		})
 		return int32(len(t.Clients) - 1)
 	}
@@ -226,7 +226,7 @@ func Generate(c WorkloadConfig) (*Trace, error) {
 		t.Clients[id].Multiple = float64(n) / (c.API.Rate() * c.Duration.Seconds())
 	}
 	for i := 0; i < c.Stuffers; i++ {
-		id := add(Stuffer, 1, c.StuffMultiple)
+		id := add(credentialStuffer, 1, c.StuffMultiple)
 		t.Arrive(rng, Poisson, 1, id, c.StuffMultiple*c.Login.Rate())
 	}
 	if len(t.Requests) > c.MaxRequests {
@@ -246,7 +246,7 @@ func (t *Trace) Sort() {
 }
 
 // arrive appends the arrivals of one client at mean rate per second.
-func (t *Trace) Arrive(rng *rand.Rand, a arrivals, onFraction float64, id int32, rate float64) {
+func (t *Trace) Arrive(rng *rand.Rand, a Arrivals, onFraction float64, id int32, rate float64) {
 	if rate <= 0 {
 		return
 	}

@@ -34,13 +34,13 @@ func TestGenerateReproducible(t *testing.T) {
 // TestGenerateRates checks every kind offers what it claims, within the
 // statistical tolerance of a long trace.
 func TestGenerateRates(t *testing.T) {
-	for _, arr := range []arrivals{Poisson, Bursty} {
+	for _, arr := range []Arrivals{Poisson, Bursty} {
 		tr, err := Generate(WorkloadConfig{Seed: 3, Duration: 200 * time.Second, Arrivals: arr, Abusive: 3, Stuffers: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
 		offered := tr.offeredBy()
-		kinds := map[kind]int{}
+		kinds := map[Kind]int{}
 		var sumGot, sumWant float64
 		for i, c := range tr.Clients {
 			kinds[c.Kind]++
@@ -56,7 +56,7 @@ func TestGenerateRates(t *testing.T) {
 				if c.Multiple >= 1 {
 					t.Errorf("legit multiple %v not under the limit", c.Multiple)
 				}
-			case Stuffer:
+			case credentialStuffer:
 				if c.Route != 1 {
 					t.Errorf("stuffer on route %d, want login", c.Route)
 				}
@@ -75,7 +75,7 @@ func TestGenerateRates(t *testing.T) {
 		if math.Abs(sumGot-sumWant) > 0.1*sumWant {
 			t.Errorf("arrivals %v: offered %v in all, want %v±10%%", arr, sumGot, sumWant)
 		}
-		if kinds[Legit] != 20 || kinds[Abusive] != 3 || kinds[boundaryAttacker] != 1 || kinds[Stuffer] != 2 {
+		if kinds[Legit] != 20 || kinds[Abusive] != 3 || kinds[boundaryAttacker] != 1 || kinds[credentialStuffer] != 2 {
 			t.Errorf("kinds %v", kinds)
 		}
 	}

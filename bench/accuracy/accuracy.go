@@ -6,12 +6,13 @@ package accuracy
 import (
 	"context"
 	"fmt"
-	"github.com/poplimit/poplimit/bench"
 	"math"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/poplimit/poplimit/bench"
 
 	"github.com/poplimit/poplimit/counter"
 )

@@ -6,9 +6,9 @@ import (
 	"gonum.org/v1/plot/plotutil"
 )
 
-// ChartPrecision draws wrong decisions (%) against the sliding window's
+// chartPrecision draws wrong decisions (%) against the sliding window's
 // precision N, one line per trace, from accuracy rows without skew.
-func ChartPrecision(path string, rows []*accuracyResult) error {
+func chartPrecision(path string, rows []*accuracyResult) error {
 	p := plot.New()
 	p.Title.Text = "Sliding window: wrong decisions vs sub-windows N (exact sliding log as reference)"
 	p.X.Label.Text = "precision N (sub-windows, log scale)"
@@ -38,3 +38,7 @@ func ChartPrecision(path string, rows []*accuracyResult) error {
 	}
 	return p.Save(chartW, chartH, path)
 }
+
+// ChartPrecision draws the report's wrong decisions against the sliding
+// window's precision to path (PNG or SVG by extension).
+func (r *report) ChartPrecision(path string) error { return chartPrecision(path, r.Rows) }

@@ -8,7 +8,7 @@ import (
 
 func TestChartPrecision(t *testing.T) {
 	prec := filepath.Join(t.TempDir(), "precision.png")
-	if err := ChartPrecision(prec, []*accuracyResult{{Algorithm: "sliding", Trace: "near", Precision: 1, WrongPct: 3},
+	if err := chartPrecision(prec, []*accuracyResult{{Algorithm: "sliding", Trace: "near", Precision: 1, WrongPct: 3},
 		{Algorithm: "sliding", Trace: "near", Precision: 12, WrongPct: 1}}); err != nil {
 		t.Fatal(err)
 	}

@@ -2,16 +2,17 @@ package accuracy
 
 import (
 	"context"
-	"github.com/poplimit/poplimit/bench/benchtest"
 	"testing"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/benchtest"
 
 	"github.com/poplimit/poplimit/counter"
 )
 
 func TestAccuracyEndToEnd(t *testing.T) {
 	env := benchtest.Env(t, false)
-	rep, err := RunAccuracy(context.Background(), env, AccuracySuiteConfig{
+	rep, err := runAccuracy(context.Background(), env, AccuracySuiteConfig{
 		Traces: []string{traceNear}, Precisions: []int{1, 4},
 		Algorithms: []counter.Algorithm{counter.SlidingWindow, counter.FixedWindow, counter.TokenBucket},
 		Skews:      []time.Duration{2 * time.Second}, Sources: 20, Duration: 4 * time.Minute,

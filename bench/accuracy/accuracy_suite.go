@@ -3,8 +3,9 @@ package accuracy
 import (
 	"context"
 	"fmt"
-	"github.com/poplimit/poplimit/bench"
 	"time"
+
+	"github.com/poplimit/poplimit/bench"
 
 	"github.com/poplimit/poplimit/counter"
 )
@@ -43,8 +44,8 @@ type AccuracySuiteConfig struct {
 	Progress func(done, total int)
 }
 
-// AccuracyReport is the result of RunAccuracy.
-type AccuracyReport struct {
+// report is the result of RunAccuracy.
+type report struct {
 	PoP string `json:"pop"`
 	// Traces are the parameters each trace was generated from (the form
 	// of testdata/traces/accuracy-*.json, overrides applied).
@@ -56,7 +57,16 @@ type AccuracyReport struct {
 // workers) for every algorithm/precision, scores it against the exact
 // sliding log, and compares each skew-free run with the same algorithm run
 // in one process over an in-memory store (AgreementPct).
-func RunAccuracy(ctx context.Context, env *bench.Env, cfg AccuracySuiteConfig) (*AccuracyReport, error) {
+func RunAccuracy(ctx context.Context, env *bench.Env, cfg AccuracySuiteConfig) (bench.Result, error) {
+	r, err := runAccuracy(ctx, env, cfg)
+	if r == nil {
+		return nil, err
+	}
+	return r, err
+}
+
+// runAccuracy is RunAccuracy returning the report itself.
+func runAccuracy(ctx context.Context, env *bench.Env, cfg AccuracySuiteConfig) (*report, error) {
 	traces := cfg.TraceConfigs
 	if len(traces) == 0 {
 		if len(cfg.Traces) == 0 {
@@ -72,7 +82,7 @@ func RunAccuracy(ctx context.Context, env *bench.Env, cfg AccuracySuiteConfig) (
 	if len(cfg.Algorithms) == 0 {
 		cfg.Algorithms = []counter.Algorithm{counter.SlidingWindow}
 	}
-	rep := &AccuracyReport{PoP: "in-memory store, no PoP"}
+	rep := &report{PoP: "in-memory store, no PoP"}
 	var servers []string
 	var direct bool
 	if !cfg.NoPoP {
@@ -145,7 +155,7 @@ func override[T int | int64 | uint64 | time.Duration](v *T, o T) {
 }
 
 // Tables returns the human view.
-func (r *AccuracyReport) Tables() []*bench.Table {
+func (r *report) Tables() []*bench.Table {
 	t := &bench.Table{Title: "Accuracy against an exact sliding log (" + r.PoP + ")",
 		Header: []string{"trace", "algorithm", "N", "skew ms", "requests", "wrong %", "false pos", "false neg",
 			"rate err %", "over-adm", "errors", "rt/decision", "agree %"}}

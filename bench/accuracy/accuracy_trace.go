@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/poplimit/poplimit/bench"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/poplimit/poplimit/bench"
 )
 
 // Accuracy traces: one route, every source at its own rate. Their

@@ -1,10 +1,11 @@
 package accuracy
 
 import (
-	"github.com/poplimit/poplimit/bench"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/poplimit/poplimit/bench"
 )
 
 func TestSlidingLogSteps(t *testing.T) {

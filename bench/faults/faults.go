@@ -7,13 +7,14 @@ package faults
 import (
 	"context"
 	"fmt"
-	"github.com/poplimit/poplimit/bench"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/poplimit/poplimit/bench"
 )
 
 // Fault scenarios.
@@ -117,8 +118,8 @@ type faultResult struct {
 	errPct float64
 }
 
-// FaultsReport is the result of RunFaults.
-type FaultsReport struct {
+// report is the result of RunFaults.
+type report struct {
 	PoP string `json:"pop"`
 	// BaselineErrorPct is the error rate before any fault (second half of
 	// the warmup): the noise floor of this machine.
@@ -146,7 +147,16 @@ type errSample struct {
 // traffic (every user under its limit, so any rejection or error is the
 // fault's doing), and runs the scenarios one after the other: fault, repair,
 // observe.
-func RunFaults(ctx context.Context, env *bench.Env, cfg FaultsConfig) (*FaultsReport, error) {
+func RunFaults(ctx context.Context, env *bench.Env, cfg FaultsConfig) (bench.Result, error) {
+	r, err := runFaults(ctx, env, cfg)
+	if r == nil {
+		return nil, err
+	}
+	return r, err
+}
+
+// runFaults is RunFaults returning the report itself.
+func runFaults(ctx context.Context, env *bench.Env, cfg FaultsConfig) (*report, error) {
 	cfg = cfg.withDefaults()
 	var burst *bench.BurstReport
 	if i := slices.Index(cfg.Scenarios, bench.FaultBurst); i >= 0 {
@@ -162,19 +172,19 @@ func RunFaults(ctx context.Context, env *bench.Env, cfg FaultsConfig) (*FaultsRe
 		}
 		cfg.Scenarios = slices.Delete(slices.Clone(cfg.Scenarios), i, i+1)
 		if len(cfg.Scenarios) == 0 {
-			rep := &FaultsReport{PoP: burst.PoP, Burst: burst}
+			rep := &report{PoP: burst.PoP, Burst: burst}
 			return rep, rep.writeBurst(cfg.OutDir)
 		}
 	}
-	rep, err := runFaults(ctx, env, cfg)
+	rep, err := runScenarios(ctx, env, cfg)
 	if rep != nil {
 		rep.Burst = burst
 	}
 	return rep, err
 }
 
-// runFaults runs the scenarios on one PoP whose shards sit behind relays.
-func runFaults(ctx context.Context, env *bench.Env, cfg FaultsConfig) (*FaultsReport, error) {
+// runScenarios runs the scenarios on one PoP whose shards sit behind relays.
+func runScenarios(ctx context.Context, env *bench.Env, cfg FaultsConfig) (*report, error) {
 	span := cfg.Fault + cfg.Settle
 	tr, err := faultsTrace(cfg, cfg.Warmup+time.Duration(len(cfg.Scenarios))*span)
 	if err != nil {
@@ -220,7 +230,7 @@ func runFaults(ctx context.Context, env *bench.Env, cfg FaultsConfig) (*FaultsRe
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	rep := &FaultsReport{PoP: p.Describe() + ", shards behind relays", Exited: exitedProcs(p)}
+	rep := &report{PoP: p.Describe() + ", shards behind relays", Exited: exitedProcs(p)}
 	rep.score(cfg, results, replay, es.samples)
 	if cfg.OutDir != "" {
 		if err := rep.write(cfg.OutDir, bench.ChartExt(cfg.ChartFormat), replay); err != nil {
@@ -324,7 +334,7 @@ func (es *errSampler) sample(at time.Duration) {
 // the warmup, then each scenario's span judged against the noise floor
 // (the baseline, or the second before the fault if the machine got busier
 // since).
-func (rep *FaultsReport) score(cfg FaultsConfig, results []*faultResult, replay *bench.Replay, samples []errSample) {
+func (rep *report) score(cfg FaultsConfig, results []*faultResult, replay *bench.Replay, samples []errSample) {
 	span := cfg.Fault + cfg.Settle
 	base := &faultResult{RepairS: cfg.Warmup.Seconds()}
 	scoreFault(base, replay, cfg.Warmup/2, cfg.Warmup, samples, 1)
@@ -578,7 +588,10 @@ func scoreFault(r *faultResult, rep *bench.Replay, from, to time.Duration, sampl
 }
 
 // Tables returns the human view.
-func (r *FaultsReport) Tables() []*bench.Table {
+// ReportFile is the Markdown report's path, "" when none was written.
+func (r *report) ReportFile() string { return r.Report }
+
+func (r *report) Tables() []*bench.Table {
 	var out []*bench.Table
 	if r.Burst != nil {
 		out = r.Burst.Tables()
@@ -602,7 +615,7 @@ func (r *FaultsReport) Tables() []*bench.Table {
 }
 
 // writeBurst writes the report of a run of the burst scenario alone.
-func (r *FaultsReport) writeBurst(dir string) error {
+func (r *report) writeBurst(dir string) error {
 	if dir == "" {
 		return nil
 	}
@@ -618,7 +631,7 @@ func (r *FaultsReport) writeBurst(dir string) error {
 	return rp.Write(r.Report)
 }
 
-func (r *FaultsReport) write(dir, ext string, rep *bench.Replay) error {
+func (r *report) write(dir, ext string, rep *bench.Replay) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}

@@ -2,16 +2,17 @@ package faults
 
 import (
 	"context"
-	"github.com/poplimit/poplimit/bench/benchtest"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/benchtest"
 )
 
 func TestFaultsEndToEnd(t *testing.T) {
 	env := benchtest.Env(t, true)
 	cfg := FaultsConfig{Fault: time.Second, Settle: 4 * time.Second, OutDir: t.TempDir()}
-	rep, err := RunFaults(context.Background(), env, cfg)
+	rep, err := runFaults(context.Background(), env, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func TestFaultsEndToEnd(t *testing.T) {
 	}
 	if len(again) > 0 {
 		cfg.Scenarios = again
-		rep, err := RunFaults(context.Background(), env, cfg)
+		rep, err := runFaults(context.Background(), env, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

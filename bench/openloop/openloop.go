@@ -7,13 +7,14 @@ package openloop
 import (
 	"context"
 	"fmt"
-	"github.com/poplimit/poplimit/bench"
-	"github.com/poplimit/poplimit/bench/proxycmp"
 	"io"
 	"os"
 	"runtime"
 	"slices"
 	"time"
+
+	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/proxycmp"
 
 	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
@@ -193,7 +194,16 @@ type pathInfo struct {
 // loop, then runs every path at every rate open loop, the paths
 // interleaved round by round, and summarises each path per rate with its
 // ratios to the floor.
-func RunOpenLoop(ctx context.Context, cfg OpenLoopConfig) (*openLoopReport, error) {
+func RunOpenLoop(ctx context.Context, cfg OpenLoopConfig) (bench.Result, error) {
+	r, err := runOpenLoop(ctx, cfg)
+	if r == nil {
+		return nil, err
+	}
+	return r, err
+}
+
+// runOpenLoop is RunOpenLoop returning the report itself.
+func runOpenLoop(ctx context.Context, cfg OpenLoopConfig) (*openLoopReport, error) {
 	cfg = cfg.withDefaults()
 	if _, err := bench.NewZipf(1, cfg.ZipfS, cfg.Keys); err != nil {
 		return nil, err

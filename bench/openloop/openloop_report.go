@@ -2,8 +2,9 @@ package openloop
 
 import (
 	"fmt"
-	"github.com/poplimit/poplimit/bench"
 	"slices"
+
+	"github.com/poplimit/poplimit/bench"
 )
 
 // summarise folds the runs into one OpenSummary per rate and path (runs

@@ -3,9 +3,10 @@ package openloop
 import (
 	"context"
 	"fmt"
-	"github.com/poplimit/poplimit/bench"
 	"path/filepath"
 	"strconv"
+
+	"github.com/poplimit/poplimit/bench"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"

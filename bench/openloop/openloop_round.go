@@ -2,8 +2,9 @@ package openloop
 
 import (
 	"context"
-	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
 
 // openAcc accumulates one path's slices of one round: per-sender counts

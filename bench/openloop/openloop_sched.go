@@ -2,10 +2,11 @@ package openloop
 
 import (
 	"context"
-	"github.com/poplimit/poplimit/bench"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/poplimit/poplimit/bench"
 )
 
 // openOp is one request of an open-loop path: key is the Zipf identity

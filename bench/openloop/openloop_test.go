@@ -171,7 +171,7 @@ func TestRunOpenGraceCutsTheRest(t *testing.T) {
 func TestRunOpenLoopTiny(t *testing.T) {
 	fixture.RequireMemcached(t)
 	fixture.RequireNutcracker(t)
-	rep, err := RunOpenLoop(context.Background(), OpenLoopConfig{
+	rep, err := runOpenLoop(context.Background(), OpenLoopConfig{
 		Rates: []float64{200}, Duration: 200 * time.Millisecond, Slice: 100 * time.Millisecond, Rounds: 2, Workers: 4, Keys: 100,
 		CapacityDuration: 200 * time.Millisecond, McproxyBin: fixture.Binary(t, "mcproxy"), RLSBin: fixture.Binary(t, "rls"),
 	})
@@ -223,10 +223,10 @@ func TestRunOpenLoopTiny(t *testing.T) {
 // TestRunOpenLoopBadConfig: bad rates and paths are errors before anything
 // starts.
 func TestRunOpenLoopBadConfig(t *testing.T) {
-	if _, err := RunOpenLoop(context.Background(), OpenLoopConfig{Rates: []float64{-1}}); !errors.Is(err, errOpenLoop) {
+	if _, err := runOpenLoop(context.Background(), OpenLoopConfig{Rates: []float64{-1}}); !errors.Is(err, errOpenLoop) {
 		t.Errorf("negative rate: %v", err)
 	}
-	if _, err := RunOpenLoop(context.Background(), OpenLoopConfig{Paths: []string{"nope"}}); !errors.Is(err, errOpenLoop) {
+	if _, err := runOpenLoop(context.Background(), OpenLoopConfig{Paths: []string{"nope"}}); !errors.Is(err, errOpenLoop) {
 		t.Error("unknown path: no error")
 	}
 }

@@ -8,12 +8,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/poplimit/poplimit/bench"
 	"net"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/poplimit/poplimit/bench"
 
 	"github.com/poplimit/poplimit/bench/fixture/procs"
 )

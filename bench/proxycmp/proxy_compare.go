@@ -3,7 +3,6 @@ package proxycmp
 import (
 	"context"
 	"fmt"
-	"github.com/poplimit/poplimit/bench"
 	"io"
 	"net"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"strconv"
 	"text/tabwriter"
 	"time"
+
+	"github.com/poplimit/poplimit/bench"
 
 	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
@@ -160,7 +161,16 @@ type proxyCompareReport struct {
 // runs memcached (one shard, direct), nutcracker, mcproxy, memcached, ...
 // for cfg.Rounds rounds with the same duration, connections and key space,
 // and summarises. Everything it starts is stopped before it returns.
-func RunProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*proxyCompareReport, error) {
+func RunProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (Report, error) {
+	r, err := runProxyCompare(ctx, cfg)
+	if r == nil {
+		return nil, err
+	}
+	return r, err
+}
+
+// runProxyCompare is RunProxyCompare returning the report itself.
+func runProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*proxyCompareReport, error) {
 	for _, m := range cfg.mixes() {
 		if !knownMix(m) {
 			return nil, fmt.Errorf("%w: unknown mix %q", errProxyLoad, m)
@@ -422,6 +432,12 @@ func summariseMix(mix string, conns int, systems []proxySystem, runs []*ProxyLoa
 }
 
 // WriteTable prints every run, then the per-mix sums and ratios.
+// Report is what RunProxyCompare and RunIdleConns return: it encodes to
+// JSON as it is and writes itself as a table.
+type Report interface {
+	WriteTable(w io.Writer) error
+}
+
 func (r *proxyCompareReport) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "popbench proxy --compare  %s  %d CPUs  %d conns  %.1fs x %d rounds  %d keys\n",
 		r.Date, r.NumCPU, r.Conns, r.Seconds, r.Rounds, r.Keys)

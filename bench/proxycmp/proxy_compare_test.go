@@ -16,7 +16,7 @@ func TestRunProxyCompareTiny(t *testing.T) {
 	fixture.RequireMemcached(t)
 	fixture.RequireNutcracker(t)
 	var progress bytes.Buffer
-	rep, err := RunProxyCompare(context.Background(), ProxyCompareConfig{
+	rep, err := runProxyCompare(context.Background(), ProxyCompareConfig{
 		Conns: 4, Duration: 150 * time.Millisecond, Rounds: 2, Keys: 200,
 		Dir: t.TempDir(), Progress: &progress,
 	})

@@ -5,13 +5,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/poplimit/poplimit/bench"
-	"github.com/poplimit/poplimit/proxy/protocol"
 	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/proxy/protocol"
 )
 
 var (

@@ -4,13 +4,15 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/poplimit/poplimit/bench"
 	"io"
 	"net"
 	"os"
 	"runtime"
 	"syscall"
+	"text/tabwriter"
 	"time"
+
+	"github.com/poplimit/poplimit/bench"
 
 	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
@@ -92,7 +94,16 @@ type idleConnsReport struct {
 // a sample still answers, and closes them. It raises this process's
 // RLIMIT_NOFILE soft limit to the hard limit first (the proxies inherit
 // it); it fails when that is below Conns plus a margin.
-func RunIdleConns(ctx context.Context, cfg IdleConnsConfig) (*idleConnsReport, error) {
+func RunIdleConns(ctx context.Context, cfg IdleConnsConfig) (Report, error) {
+	r, err := runIdleConns(ctx, cfg)
+	if r == nil {
+		return nil, err
+	}
+	return r, err
+}
+
+// runIdleConns is RunIdleConns returning the report itself.
+func runIdleConns(ctx context.Context, cfg IdleConnsConfig) (*idleConnsReport, error) {
 	n := positiveOr(cfg.Conns, 10000)
 	limit, err := raiseNoFile()
 	if err != nil {
@@ -272,4 +283,16 @@ func raiseNoFile() (uint64, error) {
 		}
 	}
 	return uint64(l.Cur), nil
+}
+
+// WriteTable writes the report as a table.
+func (r *idleConnsReport) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "system\tconns\topen at measure\tconnect s\tsettle s\tRSS before KB\tRSS held KB\tbytes/conn\tgoroutines before\theld\tper conn\theap/conn\tanswered\t")
+	for _, x := range r.Results {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.0f\t%d\t%d\t%.0f\t%d\t%d\t%.3f\t%.0f\t%d/%d\t\n", x.System, x.Conns, x.OpenAtMeasure,
+			x.ConnectSeconds, x.SettleSeconds, x.RSSBeforeKB, x.RSSHeldKB,
+			x.BytesPerConn, x.GoroutinesBefore, x.GoroutinesHeld, x.GoroutinesPerConn, x.HeapPerConn, x.Answered, x.Sampled)
+	}
+	return tw.Flush()
 }

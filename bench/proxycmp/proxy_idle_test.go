@@ -16,7 +16,7 @@ func TestIdleConnsShort(t *testing.T) {
 	fixture.RequireNutcracker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rep, err := RunIdleConns(ctx, IdleConnsConfig{Conns: 500, Sample: 50, Settle: 2500 * time.Millisecond, Dir: t.TempDir()})
+	rep, err := runIdleConns(ctx, IdleConnsConfig{Conns: 500, Sample: 50, Settle: 2500 * time.Millisecond, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -121,7 +121,7 @@ func (r *Result) processList() string {
 }
 
 // RunRLSLoad drives cfg.Targets for cfg.Duration and reports.
-func RunLoad(ctx context.Context, cfg LoadConfig) (*Result, error) {
+func runLoad(ctx context.Context, cfg LoadConfig) (*Result, error) {
 	cfg = cfg.withDefaults()
 	if len(cfg.Targets) == 0 {
 		return nil, errors.New("bench: rls load needs a target")

@@ -46,7 +46,7 @@ type Config struct {
 func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 	load := cfg.Load
 	if len(load.Targets) > 0 {
-		r, err := RunLoad(ctx, load)
+		r, err := runLoad(ctx, load)
 		if err != nil {
 			return nil, err
 		}
@@ -78,7 +78,7 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 	var results []*Result
 	for range rounds {
 		load.Targets, load.Pids = launched.GRPCAddrs(), launched.PidGroups()
-		r, err := RunLoad(ctx, load)
+		r, err := runLoad(ctx, load)
 		if err != nil {
 			return nil, err
 		}
@@ -93,7 +93,7 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 		}
 		stores := launched.PidGroups() // the peer is charged with the same store processes
 		load.Targets, load.Pids = []string{peer.Addr}, map[string][]int{"memcached": stores["memcached"], "redis": stores["redis"], "ratelimit": {peer.Pid()}}
-		if r, err = RunLoad(ctx, load); err != nil {
+		if r, err = runLoad(ctx, load); err != nil {
 			return nil, err
 		}
 		r.Target = "envoyproxy/ratelimit (" + peerStore + ")"

@@ -6,7 +6,6 @@ package soak
 import (
 	"context"
 	"fmt"
-	"github.com/poplimit/poplimit/bench"
 	"net"
 	"net/http"
 	"slices"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/poplimit/poplimit/bench"
 
 	"github.com/poplimit/poplimit/bench/fixture/procs"
 	"github.com/poplimit/poplimit/counter"
@@ -102,7 +103,16 @@ func (c SoakConfig) withDefaults() SoakConfig {
 // more than Tolerance, nor its fds and goroutines between the two samples
 // at rest (see Rest) by more than Tolerance or Slack; zero errors, zero
 // fail-open decisions.
-func RunSoak(ctx context.Context, env *bench.Env, cfg SoakConfig) (*SoakResult, error) {
+func RunSoak(ctx context.Context, env *bench.Env, cfg SoakConfig) (bench.Result, error) {
+	r, err := runSoak(ctx, env, cfg)
+	if r == nil {
+		return nil, err
+	}
+	return r, err
+}
+
+// runSoak is RunSoak returning the report itself.
+func runSoak(ctx context.Context, env *bench.Env, cfg SoakConfig) (*result, error) {
 	cfg = cfg.withDefaults()
 	if !env.HasEdge() {
 		return nil, fmt.Errorf("%w: the soak needs edge workers: %v", bench.ErrNoPoP, env.EdgeErr)
@@ -132,7 +142,7 @@ func RunSoak(ctx context.Context, env *bench.Env, cfg SoakConfig) (*SoakResult, 
 		}
 		env.Logf("soak: /debug/pprof/ on the admin listeners of mcproxy and the edges: %s", strings.Join(urls, " "))
 	}
-	res := &SoakResult{PoP: p.Describe(), Algorithm: bench.AlgorithmName(cfg.Algorithm), Seconds: cfg.Duration.Seconds(),
+	res := &result{PoP: p.Describe(), Algorithm: bench.AlgorithmName(cfg.Algorithm), Seconds: cfg.Duration.Seconds(),
 		WarmupSeconds: cfg.Warmup.Seconds(), Conns: cfg.Conns, Keys: cfg.Keys, Tolerance: cfg.Tolerance, Slack: cfg.Slack, Rate: cfg.Rate}
 	procs := soakProcesses(p, map[string]string{p.Proxies[0].Addr: "http://" + admin})
 	total := cfg.Duration
@@ -175,8 +185,8 @@ func RunSoak(ctx context.Context, env *bench.Env, cfg SoakConfig) (*SoakResult, 
 	return res, nil
 }
 
-// EdgeCounters are sums of the edges' decision metrics.
-type EdgeCounters struct {
+// counters are sums of the edges' decision metrics.
+type counters struct {
 	FailOpen    int64 `json:"fail_open"`
 	FailClosed  int64 `json:"fail_closed"`
 	FailLocal   int64 `json:"fail_local"`
@@ -185,15 +195,15 @@ type EdgeCounters struct {
 	Unreadable int `json:"unreadable"`
 }
 
-func (a EdgeCounters) sub(b EdgeCounters) EdgeCounters {
-	return EdgeCounters{FailOpen: a.FailOpen - b.FailOpen, FailClosed: a.FailClosed - b.FailClosed,
+func (a counters) sub(b counters) counters {
+	return counters{FailOpen: a.FailOpen - b.FailOpen, FailClosed: a.FailClosed - b.FailClosed,
 		FailLocal: a.FailLocal - b.FailLocal, StoreErrors: a.StoreErrors - b.StoreErrors, Unreadable: max(a.Unreadable, b.Unreadable)}
 }
 
 // edgeCounters scrapes every edge's poplimit_fallback_decisions_total (by
 // mode) and poplimit_store_errors_total.
-func edgeCounters(p *bench.PoP) EdgeCounters {
-	var c EdgeCounters
+func edgeCounters(p *bench.PoP) counters {
+	var c counters
 	for _, e := range p.Edges {
 		m, err := bench.ScrapeMetrics(e.Admin)
 		if err != nil {
@@ -223,7 +233,7 @@ func sampleWhile(ctx context.Context, procs []soakProcess, p *bench.PoP, cfg Soa
 	gen.start(ctx)
 	take := func() soakSample {
 		s := soakSample{At: time.Since(start).Seconds(), Requests: gen.done.Load(), Errors: gen.errors(),
-			FailOpen: edgeCounters(p).FailOpen, Procs: make([]Resources, len(procs))}
+			FailOpen: edgeCounters(p).FailOpen, Procs: make([]resources, len(procs))}
 		for i, pr := range procs {
 			s.Procs[i], _ = pr.sample() // a field that cannot be read stays -1
 		}
@@ -396,7 +406,7 @@ func (g *soakGen) stop() {
 }
 
 // fill copies the generator's totals into res.
-func (g *soakGen) fill(res *SoakResult) {
+func (g *soakGen) fill(res *result) {
 	res.Requests = g.done.Load()
 	res.Admitted, res.Rejected = g.counts[bench.Admitted].Load(), g.counts[bench.Rejected].Load()
 	res.Unavailable, res.Failed = g.counts[bench.Unavailable].Load(), g.counts[bench.Failed].Load()

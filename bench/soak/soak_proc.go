@@ -2,15 +2,16 @@ package soak
 
 import (
 	"fmt"
-	"github.com/poplimit/poplimit/bench"
 	"os"
 	"runtime"
+
+	"github.com/poplimit/poplimit/bench"
 
 	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
 
-// Resources is what one process holds at one instant (procs.Resources).
-type Resources = procs.Resources
+// resources is what one process holds at one instant (procs.Resources).
+type resources = procs.Resources
 
 // SoakProcess is one process a soak watches: its name, pid, and how to
 // count its goroutines (nil: it has none, e.g. memcached).
@@ -25,7 +26,7 @@ type soakProcess struct {
 }
 
 // Sample reads the process's resources now.
-func (p soakProcess) sample() (Resources, error) {
+func (p soakProcess) sample() (resources, error) {
 	r, err := procs.ReadResources(p.Pid)
 	if err != nil {
 		return r, err

@@ -2,12 +2,13 @@ package soak
 
 import (
 	"fmt"
-	"github.com/poplimit/poplimit/bench"
 	"strings"
+
+	"github.com/poplimit/poplimit/bench"
 )
 
-// SoakResult is what RunSoak measured.
-type SoakResult struct {
+// result is what RunSoak measured.
+type result struct {
 	PoP           string  `json:"pop"`
 	Algorithm     string  `json:"algorithm"`
 	Seconds       float64 `json:"seconds"`
@@ -34,7 +35,7 @@ type SoakResult struct {
 	Shed     int64         `json:"shed"`
 	Latency  bench.Summary `json:"latency_from_intended"`
 	LagMs    float64       `json:"generator_lag_ms"`
-	Counters EdgeCounters  `json:"edge_counters"`
+	Counters counters      `json:"edge_counters"`
 	// Tolerance (%) and Slack (fds, goroutines) of the verdict.
 	Tolerance float64           `json:"tolerance_pct"`
 	Slack     int64             `json:"slack"`
@@ -47,13 +48,13 @@ type SoakResult struct {
 // SoakSample is one sampling instant: seconds since the open loop
 // started, the generator's requests and errors so far, the edges'
 // fail-open total, and every process's resources (in the order of
-// SoakResult.Processes).
+// result.Processes).
 type soakSample struct {
 	At       float64
 	Requests int64
 	Errors   int64
 	FailOpen int64
-	Procs    []Resources
+	Procs    []resources
 	// Rest: taken with the traffic paused and nothing in flight.
 	Rest bool
 }
@@ -64,7 +65,7 @@ type soakSampleTable struct {
 	Requests int64                `json:"requests"`
 	Errors   int64                `json:"errors"`
 	FailOpen int64                `json:"fail_open_total"`
-	Procs    map[string]Resources `json:"processes"`
+	Procs    map[string]resources `json:"processes"`
 	Rest     bool                 `json:"at_rest,omitempty"`
 }
 
@@ -91,14 +92,14 @@ type soakProcResult struct {
 }
 
 // judge fills Processes, Samples, Pass and Failures from the samples.
-func (r *SoakResult) judge(procs []soakProcess, samples []soakSample, cfg SoakConfig) {
+func (r *result) judge(procs []soakProcess, samples []soakSample, cfg SoakConfig) {
 	r.Pass = true
 	fail := func(format string, args ...any) {
 		r.Pass = false
 		r.Failures = append(r.Failures, fmt.Sprintf(format, args...))
 	}
 	for _, s := range samples {
-		t := soakSampleTable{At: s.At, Requests: s.Requests, Errors: s.Errors, FailOpen: s.FailOpen, Procs: map[string]Resources{}, Rest: s.Rest}
+		t := soakSampleTable{At: s.At, Requests: s.Requests, Errors: s.Errors, FailOpen: s.FailOpen, Procs: map[string]resources{}, Rest: s.Rest}
 		for i, pr := range procs {
 			t.Procs[pr.Name] = s.Procs[i]
 		}
@@ -130,7 +131,7 @@ func (r *SoakResult) judge(procs []soakProcess, samples []soakSample, cfg SoakCo
 		rest = busy
 	}
 	for i, pr := range procs {
-		pick := func(from []soakSample, f func(Resources) int64) []int64 {
+		pick := func(from []soakSample, f func(resources) int64) []int64 {
 			var v []int64
 			for _, s := range from {
 				v = append(v, f(s.Procs[i]))
@@ -138,10 +139,10 @@ func (r *SoakResult) judge(procs []soakProcess, samples []soakSample, cfg SoakCo
 			return v
 		}
 		p := soakProcResult{Name: pr.Name, Pid: pr.Pid, Judged: pr.Judged,
-			RSSKB:      figure(pick(busy, func(x Resources) int64 { return x.RSSKB }), cfg.Tolerance, 0, pr.Judged),
-			Goroutines: figure(pick(rest, func(x Resources) int64 { return x.Goroutines }), cfg.Tolerance, cfg.Slack, pr.Judged),
-			FDs:        figure(pick(rest, func(x Resources) int64 { return x.FDs }), cfg.Tolerance, cfg.Slack, pr.Judged),
-			Threads:    figure(pick(busy, func(x Resources) int64 { return x.Threads }), 0, 0, false),
+			RSSKB:      figure(pick(busy, func(x resources) int64 { return x.RSSKB }), cfg.Tolerance, 0, pr.Judged),
+			Goroutines: figure(pick(rest, func(x resources) int64 { return x.Goroutines }), cfg.Tolerance, cfg.Slack, pr.Judged),
+			FDs:        figure(pick(rest, func(x resources) int64 { return x.FDs }), cfg.Tolerance, cfg.Slack, pr.Judged),
+			Threads:    figure(pick(busy, func(x resources) int64 { return x.Threads }), 0, 0, false),
 		}
 		for _, f := range []struct {
 			name string
@@ -188,7 +189,7 @@ func figure(vals []int64, tol float64, slack int64, judged bool) soakFigure {
 }
 
 // Tables returns the human view.
-func (r *SoakResult) Tables() []*bench.Table {
+func (r *result) Tables() []*bench.Table {
 	verdict := "PASS"
 	if !r.Pass {
 		verdict = "FAIL"
@@ -239,7 +240,7 @@ func (r *SoakResult) Tables() []*bench.Table {
 
 // timeline shows about ten samples: the PoP's summed RSS, fds and
 // goroutines (judged processes) and the running counts.
-func (r *SoakResult) timeline() *bench.Table {
+func (r *result) timeline() *bench.Table {
 	t := &bench.Table{Title: "Timeline (judged processes summed)", Header: []string{"t s", "requests", "errors", "fail-open (edges' total)", "RSS MB", "fds", "goroutines"}}
 	judged := map[string]bool{}
 	for _, p := range r.Processes {
@@ -264,7 +265,7 @@ func (r *SoakResult) timeline() *bench.Table {
 }
 
 // Summary is one line for the screen.
-func (r *SoakResult) Summary() string {
+func (r *result) Summary() string {
 	if r.Pass {
 		return fmt.Sprintf("soak PASS: %d requests at %.0f/s, every process flat within %.0f%% after warm-up, zero errors, zero fail-open", r.Requests, r.Rate, r.Tolerance)
 	}

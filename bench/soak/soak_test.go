@@ -2,10 +2,11 @@ package soak
 
 import (
 	"context"
-	"github.com/poplimit/poplimit/bench/benchtest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/benchtest"
 )
 
 // TestSoakShort: the soak's short form through a whole launched PoP
@@ -16,7 +17,7 @@ import (
 // RSS is reported, not asserted: 8 s is too short for it to settle.
 func TestSoakShort(t *testing.T) {
 	env := benchtest.Env(t, true)
-	res, err := RunSoak(context.Background(), env, SoakConfig{Duration: 8 * time.Second, CapacityRun: 2 * time.Second,
+	res, err := runSoak(context.Background(), env, SoakConfig{Duration: 8 * time.Second, CapacityRun: 2 * time.Second,
 		Warmup: 2 * time.Second, Interval: 500 * time.Millisecond,
 		// 20/s per identity: the Zipf head is limited even at the rate a
 		// race-instrumented PoP on a loaded host sustains (~300/s).

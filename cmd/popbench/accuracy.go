@@ -2,9 +2,10 @@ package main
 
 import (
 	"fmt"
-	"github.com/poplimit/poplimit/bench/accuracy"
 	"os"
 	"path/filepath"
+
+	"github.com/poplimit/poplimit/bench/accuracy"
 
 	"github.com/urfave/cli/v2"
 
@@ -53,7 +54,7 @@ func accuracyCommand() *cli.Command {
 				}
 				traces = append(traces, tc)
 			}
-			rep, err := runScenario(c, false, "replay", func(env *bench.Env, prog func(int, int)) (*accuracy.AccuracyReport, error) {
+			rep, err := runScenario(c, false, "replay", func(env *bench.Env, prog func(int, int)) (bench.Result, error) {
 				return accuracy.RunAccuracy(c.Context, env, accuracy.AccuracySuiteConfig{
 					TraceConfigs: traces, Precisions: precs, Algorithms: algs, Skews: skews,
 					Sources: c.Int("sources"), Duration: c.Duration("duration"), Seed: c.Uint64("seed"),
@@ -70,7 +71,7 @@ func accuracyCommand() *cli.Command {
 					return err
 				}
 				name := "accuracy-precision" + bench.ChartExt(c.String("chart-format"))
-				if err := accuracy.ChartPrecision(filepath.Join(c.String("out"), name), rep.Rows); err != nil {
+				if err := rep.(interface{ ChartPrecision(string) error }).ChartPrecision(filepath.Join(c.String("out"), name)); err != nil {
 					return err
 				}
 				charts = append(charts, name)

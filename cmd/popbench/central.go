@@ -1,7 +1,6 @@
 package main
 
 import (
-	"path/filepath"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -23,7 +22,7 @@ func centralCommand() *cli.Command {
 			seedFlag(),
 		),
 		Action: func(c *cli.Context) error {
-			rep, err := runScenario(c, !c.Bool("inprocess"), "central", func(env *bench.Env, prog func(int, int)) (*bench.CentralReport, error) {
+			rep, err := runScenario(c, !c.Bool("inprocess"), "central", func(env *bench.Env, prog func(int, int)) (bench.Result, error) {
 				return bench.RunCentral(c.Context, env, bench.CentralConfig{
 					RTT: c.Duration("rtt"), Duration: c.Duration("duration"), Rounds: c.Int("rounds"), Users: c.Int("users"),
 					Workers: c.Int("workers"), InProcess: c.Bool("inprocess"), OutDir: c.String("out"), ChartFormat: c.String("chart-format"),
@@ -33,11 +32,7 @@ func centralCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			var charts []string
-			if rep.Chart != "" {
-				charts = append(charts, filepath.Base(rep.Chart))
-			}
-			return saveReport(c, "central", rep, charts)
+			return saveReport(c, "central", rep, rep.(interface{ ChartFiles() []string }).ChartFiles())
 		},
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -21,6 +22,7 @@ func demoCommand() *cli.Command {
 			&cli.IntFlag{Name: "workers", Usage: "edge worker processes sharing one count per key", Value: 4},
 			&cli.StringFlag{Name: "algorithm", Usage: "sliding, fixed or token", Value: "sliding"},
 			&cli.StringFlag{Name: "arrivals", Usage: "poisson or bursty (on/off) arrivals", Value: "poisson"},
+			&cli.StringFlag{Name: "events", Usage: "every edge's rejection events to kafka://BROKER[,BROKER...]/TOPIC (or a file, '-' for stderr); the report counts events written per second and dropped"},
 		),
 		Action: func(c *cli.Context) error {
 			alg, err := bench.ParseAlgorithm(c.String("algorithm"))
@@ -35,22 +37,19 @@ func demoCommand() *cli.Command {
 			default:
 				return fmt.Errorf("--arrivals %q: want poisson or bursty", c.String("arrivals"))
 			}
-			res, err := runScenario(c, true, "traffic", func(env *bench.Env, prog func(int, int)) (*bench.DemoResult, error) {
+			res, err := runScenario(c, true, "traffic", func(env *bench.Env, prog func(int, int)) (bench.Result, error) {
 				return bench.RunDemo(c.Context, env, bench.DemoConfig{
 					Duration: c.Duration("duration"), Seed: c.Uint64("seed"), Shards: c.Int("shards"),
 					Proxies: c.Int("proxies"), Workers: c.Int("workers"), OutDir: c.String("out"),
 					Algorithm: alg, Progress: prog, ChartFormat: c.String("chart-format"), Arrivals: arrivals,
+					Events: c.String("events"),
 				})
 			})
 			if err != nil {
 				return err
 			}
 			if !c.Bool("json") {
-				fmt.Fprintf(c.App.Writer, "\n%s; %s.\n", res.PoP, res.WorkerKind)
-				for _, line := range res.Story() {
-					fmt.Fprintln(c.App.Writer, "  - "+line)
-				}
-				fmt.Fprintf(c.App.Writer, "\nreport with charts: %s\n", res.Report)
+				res.(interface{ WriteSummary(io.Writer) }).WriteSummary(c.App.Writer)
 			}
 			return nil
 		},

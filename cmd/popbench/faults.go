@@ -2,9 +2,10 @@ package main
 
 import (
 	"fmt"
-	"github.com/poplimit/poplimit/bench/faults"
 	"strings"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/faults"
 
 	"github.com/urfave/cli/v2"
 
@@ -33,7 +34,7 @@ func faultsCommand() *cli.Command {
 				return fmt.Errorf("--burst-conns: %w", err)
 			}
 			burst := bench.BurstConfig{Rounds: c.Int("burst-rounds"), Conns: conns, FloodRate: c.Int("flood-rate"), FloodFor: c.Duration("flood-for")}
-			rep, err := runScenario(c, !c.Bool("inprocess"), "faults", func(env *bench.Env, prog func(int, int)) (*faults.FaultsReport, error) {
+			rep, err := runScenario(c, !c.Bool("inprocess"), "faults", func(env *bench.Env, prog func(int, int)) (bench.Result, error) {
 				return faults.RunFaults(c.Context, env, faults.FaultsConfig{
 					Scenarios: list(c.String("scenarios")), Fault: c.Duration("fault"), Settle: c.Duration("settle"),
 					SlowDelay: c.Duration("slow-delay"), InProcess: c.Bool("inprocess"), OutDir: c.String("out"), ChartFormat: c.String("chart-format"),
@@ -43,8 +44,8 @@ func faultsCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if !c.Bool("json") && rep.Report != "" {
-				fmt.Fprintf(c.App.Writer, "\nreport: %s\n", rep.Report)
+			if path := rep.(interface{ ReportFile() string }).ReportFile(); !c.Bool("json") && path != "" {
+				fmt.Fprintf(c.App.Writer, "\nreport: %s\n", path)
 			}
 			return nil
 		},

@@ -34,7 +34,7 @@ func globalCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			rep, err := runScenario(c, true, "global", func(env *bench.Env, prog func(int, int)) (*bench.GlobalReport, error) {
+			rep, err := runScenario(c, true, "global", func(env *bench.Env, prog func(int, int)) (bench.Result, error) {
 				return bench.RunGlobal(c.Context, env, bench.GlobalConfig{
 					PoPs: c.Int("pops"), Shards: c.Int("shards"), Workers: c.Int("workers"), Quantity: c.Int64("quantity"),
 					Window: c.Duration("window"), Windows: c.Int("windows"), Multiple: c.Float64("multiple"), Delay: c.Duration("delay"),

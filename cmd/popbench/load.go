@@ -1,8 +1,9 @@
 package main
 
 import (
-	"github.com/poplimit/poplimit/bench/openloop"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/openloop"
 
 	"github.com/urfave/cli/v2"
 
@@ -42,7 +43,7 @@ func loadCommand() *cli.Command {
 				return runOpenLoad(c)
 			}
 			if bin := c.String("peer"); bin != "" {
-				res, err := runScenario(c, true, "load", func(env *bench.Env, prog func(int, int)) (*bench.LoadResult, error) {
+				res, err := runScenario(c, true, "load", func(env *bench.Env, prog func(int, int)) (bench.Result, error) {
 					return bench.RunRedisCompare(c.Context, env, bench.LoadConfig{
 						Duration: c.Duration("duration"), Conns: c.Int("conns"), Keys: c.Uint64("keys"), ZipfS: c.Float64("zipf"),
 						Quantity: c.Int64("quantity"), Window: c.Duration("window"), Rounds: c.Int("rounds"),
@@ -58,7 +59,7 @@ func loadCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			res, err := runScenario(c, c.Bool("http"), "load", func(env *bench.Env, prog func(int, int)) (*bench.LoadResult, error) {
+			res, err := runScenario(c, c.Bool("http"), "load", func(env *bench.Env, prog func(int, int)) (bench.Result, error) {
 				return bench.RunLoad(c.Context, env, bench.LoadConfig{
 					Duration: c.Duration("duration"), Conns: c.Int("conns"), Keys: c.Uint64("keys"), ZipfS: c.Float64("zipf"),
 					Quantity: c.Int64("quantity"), Window: c.Duration("window"), Algorithms: algs, Rounds: c.Int("rounds"),

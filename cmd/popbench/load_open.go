@@ -2,9 +2,10 @@ package main
 
 import (
 	"fmt"
-	"github.com/poplimit/poplimit/bench/openloop"
 	"strconv"
 	"strings"
+
+	"github.com/poplimit/poplimit/bench/openloop"
 
 	"github.com/urfave/cli/v2"
 )

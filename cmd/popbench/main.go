@@ -25,6 +25,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -32,6 +33,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -107,7 +109,7 @@ func newEnv(c *cli.Context, edge bool) (*bench.Env, error) {
 // output prints v as JSON with --json, else its tables.
 func output(c *cli.Context, v any, tables []*bench.Table) error {
 	if c.Bool("json") {
-		return bench.WriteJSON(c.App.Writer, v)
+		return writeJSON(c.App.Writer, v)
 	}
 	for _, t := range tables {
 		t.Text(c.App.Writer)
@@ -125,7 +127,7 @@ func saveReport(c *cli.Context, name string, v result, charts []string) error {
 	}
 	command := "popbench " + strings.Join(os.Args[1:], " ")
 	md := filepath.Join(dir, name+".md")
-	if err := bench.WriteTablesReport(md, "popbench "+name, command, v.Tables(), charts); err != nil {
+	if err := writeTablesReport(md, "popbench "+name, command, v.Tables(), charts); err != nil {
 		return err
 	}
 	f, err := os.Create(filepath.Join(dir, name+".json"))
@@ -133,11 +135,32 @@ func saveReport(c *cli.Context, name string, v result, charts []string) error {
 		return err
 	}
 	defer f.Close()
-	if err := bench.WriteJSON(f, v); err != nil {
+	if err := writeJSON(f, v); err != nil {
 		return err
 	}
 	if !c.Bool("json") {
 		fmt.Fprintf(c.App.Writer, "\nreport: %s (JSON: %s)\n", md, f.Name())
 	}
 	return nil
+}
+
+// writeJSON writes v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeTablesReport writes a Markdown report of tables and charts (paths
+// relative to the report's directory), headed by the command that made it.
+func writeTablesReport(path, title, command string, tables []*bench.Table, charts []string) error {
+	rp := &bench.Report{Title: title}
+	rp.Para("Command: `%s` — %s.", command, time.Now().UTC().Format(time.RFC3339))
+	for _, t := range tables {
+		rp.Table(t)
+	}
+	for _, c := range charts {
+		rp.Image(c, c)
+	}
+	return rp.Write(path)
 }

@@ -6,10 +6,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/poplimit/poplimit/bench"
 	"github.com/poplimit/poplimit/bench/fixture"
 )
 
@@ -156,5 +158,17 @@ func TestMemoryCLI(t *testing.T) {
 	r := rep.Rows[0]
 	if r.Algorithm != "sliding" || r.Precision != 1 || r.Limiters != 300 || r.ItemsPerLimiter != 2 || r.SlabPerLimiter <= 0 || r.SlabPerLimiter > 192 {
 		t.Fatalf("%+v: want 2 items and at most 192 slab bytes per limiter", r)
+	}
+}
+
+func TestTablesReportNamesCommandAndLinksCharts(t *testing.T) {
+	tab := &bench.Table{Header: []string{"a"}}
+	tab.Add(1)
+	tr2 := filepath.Join(t.TempDir(), "tables.md")
+	if err := writeTablesReport(tr2, "x", "popbench x", []*bench.Table{tab}, []string{"precision.png"}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(tr2); !strings.Contains(string(b), "`popbench x`") || !strings.Contains(string(b), "![precision.png](precision.png)") {
+		t.Errorf("tables report:\n%s", b)
 	}
 }

@@ -27,7 +27,7 @@ func memoryCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			rep, err := runScenario(c, false, "limiters", func(env *bench.Env, prog func(int, int)) (*bench.MemoryReport, error) {
+			rep, err := runScenario(c, false, "limiters", func(env *bench.Env, prog func(int, int)) (bench.Result, error) {
 				return bench.RunMemory(c.Context, env, bench.MemoryConfig{Limiters: c.Int("limiters"), Algorithms: algs,
 					Precisions: precs, Window: c.Duration("window"), Progress: prog})
 			})

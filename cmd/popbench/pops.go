@@ -29,7 +29,7 @@ func popsCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			rep, err := runScenario(c, !c.Bool("inprocess"), "pops", func(env *bench.Env, prog func(int, int)) (*bench.PopsReport, error) {
+			rep, err := runScenario(c, !c.Bool("inprocess"), "pops", func(env *bench.Env, prog func(int, int)) (bench.Result, error) {
 				return bench.RunPops(c.Context, env, bench.PopsConfig{
 					PoPs: c.Int("pops"), Shards: c.Int("shards"), Workers: c.Int("workers"), Duration: c.Duration("duration"),
 					Quantity: c.Int64("quantity"), Window: c.Duration("window"), Multiple: c.Float64("multiple"),

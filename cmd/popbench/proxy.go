@@ -4,10 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/poplimit/poplimit/bench/proxycmp"
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/poplimit/poplimit/bench/proxycmp"
 
 	"github.com/urfave/cli/v2"
 )
@@ -150,12 +151,5 @@ func runIdleConns(c *cli.Context, n int, out io.Writer) error {
 	if c.Bool("json") {
 		return proxyWriteJSON(out, rep)
 	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "system\tconns\topen at measure\tconnect s\tsettle s\tRSS before KB\tRSS held KB\tbytes/conn\tgoroutines before\theld\tper conn\theap/conn\tanswered\t")
-	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.0f\t%d\t%d\t%.0f\t%d\t%d\t%.3f\t%.0f\t%d/%d\t\n", r.System, r.Conns, r.OpenAtMeasure,
-			r.ConnectSeconds, r.SettleSeconds, r.RSSBeforeKB, r.RSSHeldKB,
-			r.BytesPerConn, r.GoroutinesBefore, r.GoroutinesHeld, r.GoroutinesPerConn, r.HeapPerConn, r.Answered, r.Sampled)
-	}
-	return tw.Flush()
+	return rep.WriteTable(out)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/poplimit/poplimit/bench/rlsbench"
 	"os"
 	"runtime/pprof"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/rlsbench"
 )
 
 // rlsCommand is "popbench rls": gRPC load on anything that speaks

@@ -2,8 +2,9 @@ package main
 
 import (
 	"fmt"
-	"github.com/poplimit/poplimit/bench/soak"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/soak"
 
 	"github.com/urfave/cli/v2"
 
@@ -33,7 +34,7 @@ func soakCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			res, err := runScenario(c, true, "soak", func(env *bench.Env, prog func(int, int)) (*soak.SoakResult, error) {
+			res, err := runScenario(c, true, "soak", func(env *bench.Env, prog func(int, int)) (bench.Result, error) {
 				return soak.RunSoak(c.Context, env, soak.SoakConfig{
 					Duration: c.Duration("duration"), Rate: c.Float64("rate"), CapacityRun: c.Duration("capacity-run"),
 					Warmup: c.Duration("warmup"), Interval: c.Duration("interval"), Conns: c.Int("conns"), Keys: c.Uint64("keys"),
@@ -45,7 +46,7 @@ func soakCommand() *cli.Command {
 				return err
 			}
 			if !c.Bool("json") {
-				fmt.Fprintln(c.App.Writer, "\n"+res.Summary())
+				fmt.Fprintln(c.App.Writer, "\n"+res.(interface{ Summary() string }).Summary())
 			}
 			return saveReport(c, "soak", res, nil)
 		},
