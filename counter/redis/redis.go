@@ -166,7 +166,7 @@ type Limiter struct {
 	r counter.Remote
 	// fields are the limit's 9 script fields with the units and undo
 	// flag left to fill (indexes 2 and 4).
-	fields [9]any
+	fields [fieldsPerLimit]any
 }
 
 var _ counter.Allower = (*Limiter)(nil)
@@ -191,7 +191,7 @@ func (s *Store) NewAllower(l counter.Limit) (*Limiter, error) {
 		if tau >= maxExact/2 {
 			return nil, fmt.Errorf("%w: token bucket tolerance %v above the Redis store's 2^52 ns", counter.ErrBadLimit, time.Duration(tau))
 		}
-		lim.fields = [9]any{"b", r.Suffix(), 0, refund, "0", t, tau, burst, 0}
+		lim.fields = [fieldsPerLimit]any{"b", r.Suffix(), 0, refund, "0", t, tau, burst, 0}
 		return lim, nil
 	}
 	sub, n, ttl := r.Window()
@@ -202,7 +202,7 @@ func (s *Store) NewAllower(l counter.Limit) (*Limiter, error) {
 	if l.Algorithm == counter.FixedWindow {
 		alg = "f"
 	}
-	lim.fields = [9]any{alg, r.Suffix(), 0, refund, "0", l.Quantity, sub, n, ttl.Milliseconds()}
+	lim.fields = [fieldsPerLimit]any{alg, r.Suffix(), 0, refund, "0", l.Quantity, sub, n, ttl.Milliseconds()}
 	return lim, nil
 }
 
