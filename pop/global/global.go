@@ -38,13 +38,12 @@
 //     store: their grants may still reach the pool, which it retries
 //     until its wait runs out); a claim that
 //     fails hands it to the Fallback. A wait that runs out while the home
-//     store is up is decided by the pool under FallbackShare and
-//     FallbackClosed (no unit is admitted that no grant backs); under
-//     FallbackOpen it is admitted on the claim it waits for (it stays
-//     queued: a grant pays its units, or the pool once the queue is
-//     woken), within the room this worker knows the window has, (limit −
-//     the home count it last read) ÷ (PoPs × Workers) units lent and
-//     unpaid at a time. A key new to a worker thus costs its first request one home
+//     store is up admits it on the claim it waits for (it stays queued: a
+//     grant pays its units, or the pool once the queue is woken), within
+//     the room this worker knows the window has, (limit − the home count
+//     it last read) ÷ (PoPs × Workers) units lent and unpaid at a time;
+//     past that room the pool, then the Fallback without its share,
+//     decides. A key new to a worker thus costs its first request one home
 //     round trip;
 //   - before a window ends (2 refill latencies + 100ms ahead) the next
 //     window's pool is claimed for every key active in it (prefetch), so
@@ -69,10 +68,9 @@
 // window, and records it as a debt that the next successful claim of the
 // same window adds to the home counter; FallbackOpen admits; FallbackClosed
 // rejects. A request whose wait for a claim runs out (Config.Wait) while
-// the store is up takes from the pool or is rejected under FallbackShare
-// and FallbackClosed, and is lent its units under FallbackOpen (see
-// above): a slow home store never gives a PoP its share on top of its
-// grants. Claims are
+// the store is up is lent its units under FallbackShare and FallbackOpen
+// (see above) and rejected under FallbackClosed: a slow home store never
+// gives a PoP its share on top of its grants. Claims are
 // retried every Config.RetryEvery per worker and key;
 // the first success marks the store up again, without restart.
 //
@@ -81,7 +79,7 @@
 // Every unit admitted from a pool or handed to a waiting request was
 // granted by the home counter of its window or, while the home store is
 // down (a claim failed: the PoP counts as down in that window), by the
-// share, or (FallbackOpen) was lent to a request whose wait ran out and paid by a later
+// share, or was lent to a request whose wait ran out and paid by a later
 // grant or the pool; lent units left unpaid (their claims fell short or
 // failed) are at most the lending room, S per PoP. With P PoPs, D =
 // Config.Overdraft, S = limit ÷ P, L the limit, the units admitted in one

@@ -82,15 +82,13 @@ func (q *waitq) wakeAllLocked() (lent int64) {
 
 // lend admits w, whose wait ran out with its claim still in flight, on
 // that claim: w stays queued, so a grant (or, once the queue is woken,
-// the pool) pays its units. It does so under FallbackOpen only (a late
-// home store is not a dead one: under FallbackShare a request whose wait
-// runs out takes from the pool or is refused, so no unit is admitted
-// that no grant backs), while the home store is up, as long as the units
-// lent and not yet paid stay within this worker's part of the room it
-// knows the window has, (limit − the home count it last read) ÷ (PoPs ×
-// Workers); otherwise (or once w was granted or woken) it reports false.
+// the pool) pays its units. It does so under FallbackShare and
+// FallbackOpen while the home store is up, as long as the units lent and
+// not yet paid stay within this worker's part of the room it knows the
+// window has, (limit − the home count it last read) ÷ (PoPs × Workers);
+// otherwise (or once w was granted or woken) it reports false.
 func (a *Allower) lend(ks *keyState, win int64, w *waiter) bool {
-	if a.fb != FallbackOpen || a.h.down.Load() {
+	if a.fb == FallbackClosed || a.h.down.Load() {
 		return false
 	}
 	ks.mu.Lock()

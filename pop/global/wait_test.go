@@ -214,7 +214,7 @@ func TestClaimTimeoutHandsOverToFailMode(t *testing.T) {
 		admit   bool
 		refusal bool // counted as a false refusal (the count was never read)
 	}{
-		{global.FallbackShare, false, true}, // a late home is not a dead one: the pool decides
+		{global.FallbackShare, true, false},
 		{global.FallbackOpen, true, false},
 		{global.FallbackClosed, false, true},
 	} {
