@@ -103,7 +103,8 @@ func measureAccuracy(ctx context.Context, name string, tr *bench.Trace, cfg accu
 	var mu sync.Mutex
 	before := in.StoreStats()
 	start := time.Now()
-	var first firstError
+	var firstOnce sync.Once // the first decision error, kept for the report
+	var firstErr error
 	err = bench.Parallel(ctx, len(bySource), par, func(s int) {
 		id := nonce + "." + tr.Clients[s].ID
 		var e int64
@@ -114,7 +115,7 @@ func measureAccuracy(ctx context.Context, name string, tr *bench.Trace, cfg accu
 			res, err := in.Decide(ctx, k, id, route.Path, base.Add(tr.Requests[i].At))
 			if err != nil {
 				e++
-				first.set(err)
+				firstOnce.Do(func() { firstErr = err })
 				continue
 			}
 			allowed[i], decided[i] = res.Allowed, true
@@ -147,7 +148,7 @@ func measureAccuracy(ctx context.Context, name string, tr *bench.Trace, cfg accu
 	res.Elapsed = time.Since(start)
 	res.AgreementPct = -1
 	if errs > 0 && errs == int64(len(tr.Requests)) {
-		return res, fmt.Errorf("bench: every decision failed: %w", first.err)
+		return res, fmt.Errorf("bench: every decision failed: %w", firstErr)
 	}
 	return res, nil
 }

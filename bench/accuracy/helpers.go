@@ -1,7 +1,6 @@
 package accuracy
 
 import (
-	"sync"
 	"time"
 
 	"gonum.org/v1/plot/vg"
@@ -18,21 +17,3 @@ func defaultTo[T int | int64 | uint64 | float64 | time.Duration](v *T, def T) {
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-
-// firstError keeps the first non-nil error it is given. Safe for
-// concurrent use; read err after the writers are done.
-type firstError struct {
-	mu  sync.Mutex
-	err error
-}
-
-func (f *firstError) set(err error) {
-	if err == nil {
-		return
-	}
-	f.mu.Lock()
-	if f.err == nil {
-		f.err = err
-	}
-	f.mu.Unlock()
-}
