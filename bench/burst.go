@@ -11,10 +11,6 @@ import (
 	"time"
 )
 
-// FaultBurst is the burst scenario of popbench faults: bursts at one key
-// and a flood of distinct keys on a healthy store, edges on default flags.
-const FaultBurst = "burst"
-
 // BurstConfig configures RunBurst. Zero means default.
 type BurstConfig struct {
 	// Requests per burst; default 1000.
@@ -83,9 +79,9 @@ func burstPolicy(limit int64) []byte {
 	return []byte(b.String())
 }
 
-// BurstRun is one burst: Requests at one fresh key from Conns connections
+// burstRun is one burst: Requests at one fresh key from Conns connections
 // spread over the edges.
-type BurstRun struct {
+type burstRun struct {
 	Algorithm string `json:"algorithm"`
 	FailMode  string `json:"fail_mode"`
 	Conns     int    `json:"conns"`
@@ -104,8 +100,8 @@ type BurstRun struct {
 	StoreSlow int64 `json:"store_slow"`
 }
 
-// FloodRun is the flood: one request per distinct key at a fixed rate.
-type FloodRun struct {
+// floodRun is the flood: one request per distinct key at a fixed rate.
+type floodRun struct {
 	Rate      int     `json:"rate"`
 	Seconds   float64 `json:"seconds"`
 	Sent      int64   `json:"sent"`
@@ -122,8 +118,8 @@ type FloodRun struct {
 // BurstReport is the result of RunBurst.
 type BurstReport struct {
 	PoP    string      `json:"pop"`
-	Bursts []*BurstRun `json:"bursts"`
-	Flood  *FloodRun   `json:"flood,omitempty"`
+	Bursts []*burstRun `json:"bursts"`
+	Flood  *floodRun   `json:"flood,omitempty"`
 }
 
 // RunBurst launches a PoP (3 memcached shards, one mcproxy, 4 edges on
@@ -138,7 +134,7 @@ func RunBurst(ctx context.Context, env *Env, cfg BurstConfig) (*BurstReport, err
 	if err != nil {
 		return nil, err
 	}
-	defer p.Close()
+	defer p.close()
 	rep := &BurstReport{PoP: p.Describe()}
 	run := 0
 	for _, conns := range cfg.Conns {
@@ -223,7 +219,7 @@ func (s *statusCounts) send(ctx context.Context, client *http.Client, url, key s
 // to edge g mod edges. A fixed window must not straddle a minute boundary
 // (the count would legitimately restart): it waits for the next minute
 // when fewer than 15 s are left.
-func burstOnce(ctx context.Context, p *PoP, client *http.Client, cfg BurstConfig, alg, mode string, conns int, key string) (*BurstRun, error) {
+func burstOnce(ctx context.Context, p *PoP, client *http.Client, cfg BurstConfig, alg, mode string, conns int, key string) (*burstRun, error) {
 	if left := time.Minute - time.Duration(time.Now().UnixNano()%int64(time.Minute)); left < 15*time.Second {
 		select {
 		case <-ctx.Done():
@@ -256,7 +252,7 @@ func burstOnce(ctx context.Context, p *PoP, client *http.Client, cfg BurstConfig
 	if err != nil {
 		return nil, err
 	}
-	r := &BurstRun{Algorithm: alg, FailMode: mode, Conns: conns, Limit: cfg.Limit, Allowance: cfg.Limit,
+	r := &burstRun{Algorithm: alg, FailMode: mode, Conns: conns, Limit: cfg.Limit, Allowance: cfg.Limit,
 		Admitted: st.ok.Load(), Rejected: st.limited.Load(), Status503: st.unavailable.Load(), Other: st.other.Load(),
 		Seconds: el.Seconds(), FailOpen: fo1 - fo0, StoreSlow: slow1 - slow0}
 	if alg == "token_bucket" {
@@ -268,7 +264,7 @@ func burstOnce(ctx context.Context, p *PoP, client *http.Client, cfg BurstConfig
 
 // flood sends one request per fresh API key at cfg.FloodRate for
 // cfg.FloodFor, open loop (request i is due at i/rate), over the edges.
-func flood(ctx context.Context, p *PoP, cfg BurstConfig) (*FloodRun, error) {
+func flood(ctx context.Context, p *PoP, cfg BurstConfig) (*floodRun, error) {
 	fo0, slow0, err := reasonTotals(p)
 	if err != nil {
 		return nil, err
@@ -309,7 +305,7 @@ func flood(ctx context.Context, p *PoP, cfg BurstConfig) (*FloodRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &FloodRun{Rate: cfg.FloodRate, Seconds: el.Seconds(), Sent: total, Admitted: st.ok.Load(),
+	return &floodRun{Rate: cfg.FloodRate, Seconds: el.Seconds(), Sent: total, Admitted: st.ok.Load(),
 		Status503: st.unavailable.Load(), Other: st.other.Load(), FailOpen: fo1 - fo0, StoreSlow: slow1 - slow0,
 		LateMs: float64(late.Load()) / 1e6}, ctx.Err()
 }

@@ -24,7 +24,7 @@ type DemoConfig struct {
 	// ChartFormat is "png" (default) or "svg".
 	ChartFormat string
 	// Arrivals of legitimate and abusive users; default Poisson.
-	Arrivals Arrivals
+	Arrivals arrivals
 	// Algorithm of the limits; default sliding window.
 	Algorithm counter.Algorithm
 	// Progress is called with requests done and the total.

@@ -38,8 +38,8 @@ type Target interface {
 	Workers() int
 }
 
-// Record is the fate of one request of a replay.
-type Record struct {
+// traceRecord is the fate of one request of a replay.
+type traceRecord struct {
 	// Sent is when the request was sent, from the start of the replay.
 	Sent    time.Duration
 	Latency time.Duration
@@ -52,7 +52,7 @@ type Record struct {
 // Replay is the result of ReplayTrace.
 type Replay struct {
 	Trace   *Trace
-	Records []Record // sorted by Sent
+	Records []traceRecord // sorted by Sent
 	Latency *Latency
 	Elapsed time.Duration
 	// Lag is the largest delay between a request's due time and its send
@@ -86,7 +86,7 @@ func ReplayTrace(ctx context.Context, tr *Trace, target Target, cfg ReplayConfig
 		sent time.Duration
 	}
 	jobs := make(chan job, conc)
-	recs := make([]Record, len(tr.Requests))
+	recs := make([]traceRecord, len(tr.Requests))
 	sent := make([]bool, len(tr.Requests))
 	hists := make([]*Latency, conc)
 	var finished atomic.Int64
@@ -105,7 +105,7 @@ func ReplayTrace(ctx context.Context, tr *Trace, target Target, cfg ReplayConfig
 				o := target.Do(ctx, w, c, &tr.Routes[c.Route])
 				lat := time.Since(t0)
 				h.Record(lat)
-				recs[j.i] = Record{Sent: j.sent, Latency: lat, Client: req.Client, Worker: int32(w), Outcome: o}
+				recs[j.i] = traceRecord{Sent: j.sent, Latency: lat, Client: req.Client, Worker: int32(w), Outcome: o}
 				sent[j.i] = true
 				finished.Add(1)
 			}
@@ -167,7 +167,7 @@ dispatch:
 	for _, h := range hists {
 		out.Latency.Merge(h)
 	}
-	out.Records = make([]Record, 0, finished.Load())
+	out.Records = make([]traceRecord, 0, finished.Load())
 	for i, ok := range sent {
 		if ok {
 			out.Records = append(out.Records, recs[i])

@@ -188,7 +188,7 @@ func (e *Env) Close() {
 	e.pops = nil
 	e.mu.Unlock()
 	for _, p := range pops {
-		p.Close()
+		p.close()
 	}
 	if e.upstream != nil {
 		_ = e.upstream.Close()

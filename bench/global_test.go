@@ -56,7 +56,7 @@ func get(ctx context.Context, t *HTTPTarget) Outcome {
 }
 
 // metric sums a metric over the edges given.
-func metric(t *testing.T, name string, edges ...*Edge) float64 {
+func metric(t *testing.T, name string, edges ...*edgeProc) float64 {
 	t.Helper()
 	var v float64
 	for _, e := range edges {
@@ -70,7 +70,7 @@ func metric(t *testing.T, name string, edges ...*Edge) float64 {
 }
 
 // health reads an edge's /healthz.
-func health(t *testing.T, e *Edge) (status string, reasons []string) {
+func health(t *testing.T, e *edgeProc) (status string, reasons []string) {
 	t.Helper()
 	resp, err := http.Get(e.Admin + "/healthz")
 	if err != nil {
@@ -121,7 +121,7 @@ func TestGlobalBurstFromAllPoPs(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	var edges []*Edge
+	var edges []*edgeProc
 	for _, p := range s.pops {
 		edges = append(edges, p.Edges...)
 	}

@@ -29,9 +29,6 @@ func (l *Latency) Record(d time.Duration) {
 // Merge adds every value of o.
 func (l *Latency) Merge(o *Latency) { l.h.Merge(o.h) }
 
-// Count returns the number of values recorded.
-func (l *Latency) Count() int64 { return l.h.TotalCount() }
-
 // Quantile returns the value at q in [0, 100] percent.
 func (l *Latency) Quantile(q float64) time.Duration {
 	return time.Duration(l.h.ValueAtQuantile(q)) * time.Microsecond
@@ -62,22 +59,22 @@ func (l *Latency) Summary() Summary {
 	}
 }
 
-// CDFPoint is one point of a cumulative distribution: the share of values
+// cdfPoint is one point of a cumulative distribution: the share of values
 // (0–1) at or below Value.
-type CDFPoint struct {
+type cdfPoint struct {
 	Value    time.Duration
 	Fraction float64
 }
 
 // CDF returns the distribution at a fixed set of quantiles, for charts.
-func (l *Latency) CDF() []CDFPoint {
+func (l *Latency) CDF() []cdfPoint {
 	if l.h.TotalCount() == 0 {
 		return nil
 	}
 	qs := []float64{0, 1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 97, 99, 99.5, 99.9, 99.99, 100}
-	out := make([]CDFPoint, 0, len(qs))
+	out := make([]cdfPoint, 0, len(qs))
 	for _, q := range qs {
-		out = append(out, CDFPoint{Value: l.Quantile(q), Fraction: q / 100})
+		out = append(out, cdfPoint{Value: l.Quantile(q), Fraction: q / 100})
 	}
 	return out
 }

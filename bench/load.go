@@ -65,8 +65,8 @@ func (c LoadConfig) withDefaults() LoadConfig {
 	return c
 }
 
-// LoadRun is one measured run.
-type LoadRun struct {
+// loadRun is one measured run.
+type loadRun struct {
 	Algorithm  string  `json:"algorithm"`
 	Round      int     `json:"round"`
 	Decisions  int64   `json:"decisions"`
@@ -90,8 +90,8 @@ type loadResult struct {
 	Target string     `json:"target"`
 	Conns  int        `json:"conns"`
 	Keys   uint64     `json:"keys"`
-	Runs   []*LoadRun `json:"runs"`
-	Sums   []*LoadRun `json:"per_algorithm"`
+	Runs   []*loadRun `json:"runs"`
+	Sums   []*loadRun `json:"per_algorithm"`
 }
 
 // RunLoad measures decisions/s and latency by algorithm, closed loop, with
@@ -117,7 +117,7 @@ func runLoad(ctx context.Context, env *Env, cfg LoadConfig) (*loadResult, error)
 		return nil, err
 	}
 	total := cfg.Rounds * len(cfg.Algorithms)
-	sums := map[string]*LoadRun{}
+	sums := map[string]*loadRun{}
 	for round := 1; round <= cfg.Rounds; round++ {
 		for ai, alg := range cfg.Algorithms {
 			target, in, err := loadTarget(ctx, cfg, p, route, alg)
@@ -216,11 +216,11 @@ func loadTarget(ctx context.Context, cfg LoadConfig, p *PoP, route Route, alg co
 
 // add records run and folds it into its algorithm's sum (sums indexes
 // res.Sums by algorithm name).
-func (res *loadResult) add(sums map[string]*LoadRun, run *LoadRun) {
+func (res *loadResult) add(sums map[string]*loadRun, run *loadRun) {
 	res.Runs = append(res.Runs, run)
 	s := sums[run.Algorithm]
 	if s == nil {
-		s = &LoadRun{Algorithm: run.Algorithm, lat: NewLatency()}
+		s = &loadRun{Algorithm: run.Algorithm, lat: NewLatency()}
 		sums[run.Algorithm] = s
 		res.Sums = append(res.Sums, s)
 	}
@@ -249,7 +249,7 @@ func (res *loadResult) finish(rounds int) {
 
 // closedLoop runs cfg.Conns clients for cfg.Duration, each sending the next
 // request when the previous one is answered.
-func ClosedLoop(ctx context.Context, target Target, route Route, cfg LoadConfig, seed uint64, progress func(float64)) *LoadRun {
+func ClosedLoop(ctx context.Context, target Target, route Route, cfg LoadConfig, seed uint64, progress func(float64)) *loadRun {
 	// Warm up: one untimed request per client opens the connections.
 	var warm sync.WaitGroup
 	for g := 0; g < cfg.Conns; g++ {
@@ -264,7 +264,7 @@ func ClosedLoop(ctx context.Context, target Target, route Route, cfg LoadConfig,
 	defer cancel()
 	start := time.Now()
 	var mu sync.Mutex
-	run := &LoadRun{lat: NewLatency()}
+	run := &loadRun{lat: NewLatency()}
 	var wg sync.WaitGroup
 	for g := 0; g < cfg.Conns; g++ {
 		wg.Add(1)

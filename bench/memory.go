@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/poplimit/poplimit/counter"
 )
 
@@ -115,7 +117,7 @@ func runMemory(ctx context.Context, env *Env, cfg MemoryConfig) (*memoryReport, 
 		}
 		rep.PoP = p.Describe()
 		row, err := measureMemory(ctx, p, c.alg, c.prec, cfg)
-		p.Close()
+		p.close()
 		if err != nil {
 			return nil, err
 		}
@@ -144,25 +146,31 @@ func measureMemory(ctx context.Context, p *PoP, alg counter.Algorithm, prec int,
 	var mu sync.Mutex
 	var first firstError
 	done := 0
-	err = Parallel(ctx, n, cfg.Parallel, func(i int) {
-		id := "m" + strconv.Itoa(i)
-		for s := 0; s < steps; s++ {
-			// A store timeout on a loaded machine is retried: the item is
-			// what is measured, not the decision.
-			var err error
-			for try := 0; try < 3 && (try == 0 || err != nil) && ctx.Err() == nil; try++ {
-				_, err = in.Decide(ctx, i+s, id, route.Path, base.Add(time.Duration(s-steps+1)*sub))
+	g := new(errgroup.Group)
+	g.SetLimit(max(1, cfg.Parallel))
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		g.Go(func() error {
+			id := "m" + strconv.Itoa(i)
+			for s := 0; s < steps; s++ {
+				// A store timeout on a loaded machine is retried: the item is
+				// what is measured, not the decision.
+				var err error
+				for try := 0; try < 3 && (try == 0 || err != nil) && ctx.Err() == nil; try++ {
+					_, err = in.Decide(ctx, i+s, id, route.Path, base.Add(time.Duration(s-steps+1)*sub))
+				}
+				first.set(err)
 			}
-			first.set(err)
-		}
-		mu.Lock()
-		done++
-		if cfg.Progress != nil && done%1000 == 0 {
-			cfg.Progress(done, n)
-		}
-		mu.Unlock()
-	})
-	if err != nil {
+			mu.Lock()
+			done++
+			if cfg.Progress != nil && done%1000 == 0 {
+				cfg.Progress(done, n)
+			}
+			mu.Unlock()
+			return nil
+		})
+	}
+	_ = g.Wait() // every call returns nil
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if first.err != nil {

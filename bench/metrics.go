@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// Metrics is a scrape of a Prometheus text endpoint: one sample per line.
-type Metrics []metricSample
+// metricSet is a scrape of a Prometheus text endpoint: one sample per line.
+type metricSet []metricSample
 
 // MetricSample is one line of the text format.
 type metricSample struct {
@@ -22,7 +22,7 @@ type metricSample struct {
 }
 
 // ScrapeMetrics reads admin+"/metrics".
-func ScrapeMetrics(admin string) (Metrics, error) {
+func ScrapeMetrics(admin string) (metricSet, error) {
 	c := http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Get(admin + "/metrics")
 	if err != nil {
@@ -32,7 +32,7 @@ func ScrapeMetrics(admin string) (Metrics, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("bench: %s/metrics: status %d", admin, resp.StatusCode)
 	}
-	var out Metrics
+	var out metricSet
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -111,7 +111,7 @@ func splitLabels(s string) []string {
 
 // Sum adds the values of the samples named name whose label key equals
 // value (key "" matches all).
-func (m Metrics) Sum(name, key, value string) float64 {
+func (m metricSet) Sum(name, key, value string) float64 {
 	var t float64
 	for _, s := range m {
 		if s.Name == name && (key == "" || s.Labels[key] == value) {

@@ -25,7 +25,7 @@ func TestParseMetricLine(t *testing.T) {
 			t.Errorf("%q: got %+v %v", c.line, s, ok)
 		}
 	}
-	m := Metrics{{Name: "a", Labels: map[string]string{"mode": "open"}, Value: 2},
+	m := metricSet{{Name: "a", Labels: map[string]string{"mode": "open"}, Value: 2},
 		{Name: "a", Labels: map[string]string{"mode": "closed"}, Value: 3}}
 	if m.Sum("a", "", "") != 5 || m.Sum("a", "mode", "open") != 2 {
 		t.Fatal("Sum")

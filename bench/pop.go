@@ -114,19 +114,19 @@ func (c PoPConfig) withDefaults() PoPConfig {
 	return c
 }
 
-// Shard is one store shard of a PoP: a memcached process or an embedded
+// shardProc is one store shard of a PoP: a memcached process or an embedded
 // mcproxy shard. Addr is where proxies reach it (a relay when the PoP has
 // ShardDelay or RelayShards).
-type Shard struct {
+type shardProc struct {
 	Addr   string
 	Direct string // the process's own address
-	Relay  *Relay // nil without relays
+	Relay  *relay // nil without relays
 	mc     *procs.Memcached
 	proc   *procs.Proc
 }
 
 // Kill ends the shard process abruptly.
-func (s *Shard) Kill() {
+func (s *shardProc) Kill() {
 	if s.mc != nil {
 		s.mc.Stop()
 		return
@@ -136,7 +136,7 @@ func (s *Shard) Kill() {
 
 // Pause hangs the shard (SIGSTOP) and returns once the process is
 // stopped.
-func (s *Shard) Pause() error {
+func (s *shardProc) Pause() error {
 	var err error
 	if s.mc != nil {
 		err = s.mc.Pause()
@@ -150,7 +150,7 @@ func (s *Shard) Pause() error {
 }
 
 // Resume undoes Pause.
-func (s *Shard) Resume() error {
+func (s *shardProc) Resume() error {
 	if s.mc != nil {
 		return s.mc.Resume()
 	}
@@ -158,7 +158,7 @@ func (s *Shard) Resume() error {
 }
 
 // Restart starts a killed shard again on the same port (empty).
-func (s *Shard) Restart(ctx context.Context) error {
+func (s *shardProc) Restart(ctx context.Context) error {
 	if s.mc != nil {
 		return s.mc.Restart(ctx)
 	}
@@ -166,15 +166,15 @@ func (s *Shard) Restart(ctx context.Context) error {
 }
 
 // Pid returns the shard's process id.
-func (s *Shard) Pid() int {
+func (s *shardProc) Pid() int {
 	if s.mc != nil {
 		return s.mc.Pid()
 	}
 	return s.proc.Pid()
 }
 
-// Edge is one edge worker process.
-type Edge struct {
+// edgeProc is one edge worker process.
+type edgeProc struct {
 	// URL is the worker's base URL, e.g. http://127.0.0.1:41234.
 	URL string
 	// Admin is its admin base URL (/metrics, /healthz, POST /reload).
@@ -186,13 +186,13 @@ type Edge struct {
 type PoP struct {
 	Name    string
 	Store   StoreKind
-	Shards  []*Shard
+	Shards  []*shardProc
 	Proxies []*procs.Proc
-	Edges   []*Edge
+	Edges   []*edgeProc
 	// PolicyFile is the path edges load (rewrite it and POST /reload).
 	PolicyFile string
 	// StoreRelays sit between workers and proxies (PoPConfig.StoreDelay).
-	StoreRelays []*Relay
+	StoreRelays []*relay
 	// Redis is the cluster of a StoreRedis PoP (nil otherwise).
 	Redis     *procs.RedisCluster
 	Config    PoPConfig
@@ -263,7 +263,7 @@ func launchPoP(ctx context.Context, cfg PoPConfig) (pop *PoP, err error) {
 	p := &PoP{Name: cfg.Name, Store: cfg.Store, Config: cfg}
 	defer func() {
 		if err != nil {
-			p.Close()
+			p.close()
 		}
 	}()
 	if cfg.Store == StoreRedis {
@@ -315,9 +315,9 @@ func (p *PoP) startShards(ctx context.Context) error {
 }
 
 // startShard starts shard i and appends it to p.Shards.
-func (p *PoP) startShard(ctx context.Context, i int) (*Shard, error) {
+func (p *PoP) startShard(ctx context.Context, i int) (*shardProc, error) {
 	cfg := p.Config
-	s := &Shard{}
+	s := &shardProc{}
 	if cfg.Store == StoreMemcached {
 		m, err := procs.StartMemcached(ctx, procs.MemcachedConfig{Threads: 1, MemoryMB: cfg.ShardMemoryMB})
 		if err != nil {
@@ -421,7 +421,7 @@ func (p *PoP) startEdges(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		p.Edges = append(p.Edges, &Edge{URL: "http://" + pr.Addr, Admin: "http://" + admin, Proc: pr})
+		p.Edges = append(p.Edges, &edgeProc{URL: "http://" + pr.Addr, Admin: "http://" + admin, Proc: pr})
 	}
 	return nil
 }
@@ -460,8 +460,8 @@ func (p *PoP) RestartProxy(ctx context.Context, i int) error {
 	return pr.Restart(ctx, func() error { return procs.Ping(pr.Addr, 200*time.Millisecond) })
 }
 
-// Close stops edges, proxies, relays and shards. Safe to call twice.
-func (p *PoP) Close() {
+// close stops edges, proxies, relays and shards. Safe to call twice.
+func (p *PoP) close() {
 	p.closeOnce.Do(func() {
 		var wg sync.WaitGroup
 		for _, e := range p.Edges {

@@ -27,7 +27,7 @@ func TestLaunchPoPCleansUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	defer p.close()
 	if len(p.Shards) != 2 || len(p.Proxies) != 2 || len(p.StoreRelays) != 2 {
 		t.Fatalf("%s", p.Describe())
 	}
@@ -65,8 +65,8 @@ func TestLaunchPoPCleansUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	pids := []int{p.Shards[0].Pid(), p.Shards[1].Pid(), p.Proxies[0].Pid(), p.Proxies[1].Pid()}
-	p.Close()
-	p.Close() // twice is fine
+	p.close()
+	p.close() // twice is fine
 	for _, pid := range pids {
 		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 			t.Errorf("pid %d still there after Close: %v", pid, err)

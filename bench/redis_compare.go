@@ -65,7 +65,7 @@ func runRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin stri
 	if err != nil {
 		return nil, err
 	}
-	defer mp.Close()
+	defer mp.close()
 	peer, err := startPeer(ctx, peerBin, env.Dir, rp.Redis.Addrs(), cfg.Quantity)
 	if err != nil {
 		return nil, err
@@ -84,7 +84,7 @@ func runRedisCompare(ctx context.Context, env *Env, cfg LoadConfig, peerBin stri
 		{"poplimit-redis-inproc", inproc(rp, route, cfg.Workers), rp.redisPids},
 		{"poplimit-memcached-inproc", inproc(mp, route, cfg.Workers), func() []int { return mp.allPids()[:len(mp.Shards)+len(mp.Proxies)] }},
 	}
-	sums := map[string]*LoadRun{}
+	sums := map[string]*loadRun{}
 	total := cfg.Rounds * len(sides)
 	for round := 1; round <= cfg.Rounds; round++ {
 		for si, side := range sides {

@@ -8,13 +8,13 @@ import (
 	"time"
 )
 
-// Relay is a loopback TCP proxy that delays every byte by a one-way delay in
+// relay is a loopback TCP proxy that delays every byte by a one-way delay in
 // each direction, so a round trip through it costs 2× the delay more: a
 // stand-in for a store in another region, or a slowed shard. Throughput is
 // not limited by the delay (data in flight is queued, like a long pipe).
 // The delay can be changed while it runs. Close stops it and every
 // connection through it.
-type Relay struct {
+type relay struct {
 	// Addr is the relay's listening address.
 	Addr   string
 	target string
@@ -29,12 +29,12 @@ type Relay struct {
 
 // StartRelay listens on a free loopback port and forwards to target with the
 // given one-way delay.
-func startRelay(target string, oneWay time.Duration) (*Relay, error) {
+func startRelay(target string, oneWay time.Duration) (*relay, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("bench: relay listen: %w", err)
 	}
-	r := &Relay{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	r := &relay{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}}
 	r.delay.Store(int64(oneWay))
 	r.wg.Add(1)
 	go r.accept()
@@ -42,13 +42,13 @@ func startRelay(target string, oneWay time.Duration) (*Relay, error) {
 }
 
 // SetDelay changes the one-way delay for data read from now on.
-func (r *Relay) SetDelay(oneWay time.Duration) { r.delay.Store(int64(oneWay)) }
+func (r *relay) SetDelay(oneWay time.Duration) { r.delay.Store(int64(oneWay)) }
 
 // SetReset turns reset mode on or off. While on, every relayed connection
 // is aborted with a TCP reset (SO_LINGER 0, then close) — those open now
 // and each one accepted — so both ends see ECONNRESET rather than an
 // orderly close. Off, new connections are relayed again.
-func (r *Relay) SetReset(on bool) {
+func (r *relay) SetReset(on bool) {
 	r.reset.Store(on)
 	if !on {
 		return
@@ -76,18 +76,18 @@ func abort(c net.Conn) {
 }
 
 // Delay returns the current one-way delay.
-func (r *Relay) currentDelay() time.Duration { return time.Duration(r.delay.Load()) }
+func (r *relay) currentDelay() time.Duration { return time.Duration(r.delay.Load()) }
 
 // Conns is the number of connections the relay holds open (each relayed
 // connection counts twice: the client's and its own to the target).
-func (r *Relay) openConns() int {
+func (r *relay) openConns() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.conns)
 }
 
 // Close stops the listener and closes every relayed connection.
-func (r *Relay) Close() error {
+func (r *relay) Close() error {
 	if r.closed.Swap(true) {
 		return nil
 	}
@@ -101,7 +101,7 @@ func (r *Relay) Close() error {
 	return err
 }
 
-func (r *Relay) track(c net.Conn) bool {
+func (r *relay) track(c net.Conn) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed.Load() {
@@ -116,14 +116,14 @@ func (r *Relay) track(c net.Conn) bool {
 	return true
 }
 
-func (r *Relay) untrack(c net.Conn) {
+func (r *relay) untrack(c net.Conn) {
 	r.mu.Lock()
 	delete(r.conns, c)
 	r.mu.Unlock()
 	_ = c.Close()
 }
 
-func (r *Relay) accept() {
+func (r *relay) accept() {
 	defer r.wg.Done()
 	for {
 		in, err := r.ln.Accept()
@@ -175,7 +175,7 @@ type chunk struct {
 }
 
 // pipe copies src to dst, holding every chunk until its due time.
-func (r *Relay) pipe(dst, src net.Conn) {
+func (r *relay) pipe(dst, src net.Conn) {
 	q := make(chan chunk, 1024)
 	go func() {
 		defer close(q)

@@ -61,7 +61,7 @@ func (p *PoP) reloadProxies() error {
 // AddShard starts one more shard and reloads every mcproxy with it: a
 // part of the keys (a quarter of them, from three shards to four) moves
 // to the new, empty shard, whose counts start from zero.
-func (p *PoP) AddShard(ctx context.Context) (*Shard, error) {
+func (p *PoP) AddShard(ctx context.Context) (*shardProc, error) {
 	s, err := p.startShard(ctx, len(p.Shards))
 	if err != nil {
 		return nil, err

@@ -42,7 +42,7 @@ func TestRetryAfterOfABurstAdmitsThroughFourEdges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	defer p.close()
 	urls := p.EdgeURLs()
 	client := &http.Client{Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections()

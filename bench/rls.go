@@ -42,11 +42,11 @@ type RLSPoPConfig struct {
 // RLSPoP is a launched RLSPoPConfig. Close stops everything.
 type RLSPoP struct {
 	*PoP
-	RLS []*RLSProc
+	RLS []*rlsProc
 }
 
-// RLSProc is one rls process.
-type RLSProc struct {
+// rlsProc is one rls process.
+type rlsProc struct {
 	GRPC, HTTP string // addresses
 	Proc       *procs.Proc
 }
@@ -87,7 +87,7 @@ func (p *RLSPoP) Close() {
 	for _, r := range p.RLS {
 		r.Proc.Kill()
 	}
-	p.PoP.Close()
+	p.PoP.close()
 }
 
 // LaunchRLSPoP starts cfg's PoP and rls processes on free loopback ports
@@ -125,7 +125,7 @@ func LaunchRLSPoP(ctx context.Context, cfg RLSPoPConfig) (_ *RLSPoP, err error) 
 		if err != nil {
 			return nil, err
 		}
-		p.RLS = append(p.RLS, &RLSProc{GRPC: pr.Addr, HTTP: httpAddr, Proc: pr})
+		p.RLS = append(p.RLS, &rlsProc{GRPC: pr.Addr, HTTP: httpAddr, Proc: pr})
 	}
 	return p, nil
 }

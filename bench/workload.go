@@ -41,12 +41,12 @@ func (k Kind) String() string {
 // MarshalText implements encoding.TextMarshaler (JSON shows the name).
 func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
-// Arrivals names an arrival process.
-type Arrivals int
+// arrivals names an arrival process.
+type arrivals int
 
 const (
 	// Poisson arrivals: exponential gaps at a constant mean rate.
-	Poisson Arrivals = iota
+	Poisson arrivals = iota
 	// Bursty arrivals: an on/off process; during "on" periods the rate is
 	// the mean divided by the on fraction, "off" periods are silent. The
 	// mean rate is the same as Poisson's.
@@ -141,8 +141,8 @@ type WorkloadConfig struct {
 	// default 4; -1 means none.
 	Stuffers      int
 	StuffMultiple float64
-	// Arrivals is the arrival process of legitimate and abusive clients.
-	Arrivals Arrivals
+	// arrivals is the arrival process of legitimate and abusive clients.
+	Arrivals arrivals
 	// OnFraction is the share of time a Bursty client is on; default 0.25.
 	OnFraction float64
 	// MaxRequests bounds the trace; default 2,000,000.
@@ -246,7 +246,7 @@ func (t *Trace) Sort() {
 }
 
 // arrive appends the arrivals of one client at mean rate per second.
-func (t *Trace) Arrive(rng *rand.Rand, a Arrivals, onFraction float64, id int32, rate float64) {
+func (t *Trace) Arrive(rng *rand.Rand, a arrivals, onFraction float64, id int32, rate float64) {
 	if rate <= 0 {
 		return
 	}
@@ -294,20 +294,20 @@ func (t *Trace) boundaryAttack(id int32, r Route, period int) int {
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// Zipf picks identities 0..n-1 with probability proportional to 1/(i+1)^s,
+// zipf picks identities 0..n-1 with probability proportional to 1/(i+1)^s,
 // for load tests over a large key space. It is not safe for concurrent use;
 // give each goroutine its own.
-type Zipf struct{ z *rand.Zipf }
+type zipf struct{ z *rand.Zipf }
 
 // NewZipf returns a Zipf sampler over n identities with exponent s > 1,
 // seeded for reproducibility.
-func NewZipf(seed uint64, s float64, n uint64) (*Zipf, error) {
+func NewZipf(seed uint64, s float64, n uint64) (*zipf, error) {
 	if s <= 1 || n == 0 {
 		return nil, fmt.Errorf("%w: zipf needs s > 1 and n > 0", ErrBadWorkload)
 	}
 	z := rand.NewZipf(rand.New(rand.NewPCG(seed, 1)), s, 1, n-1)
-	return &Zipf{z: z}, nil
+	return &zipf{z: z}, nil
 }
 
 // Next returns the next identity.
-func (z *Zipf) Next() uint64 { return z.z.Uint64() }
+func (z *zipf) Next() uint64 { return z.z.Uint64() }

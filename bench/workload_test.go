@@ -34,7 +34,7 @@ func TestGenerateReproducible(t *testing.T) {
 // TestGenerateRates checks every kind offers what it claims, within the
 // statistical tolerance of a long trace.
 func TestGenerateRates(t *testing.T) {
-	for _, arr := range []Arrivals{Poisson, Bursty} {
+	for _, arr := range []arrivals{Poisson, Bursty} {
 		tr, err := Generate(WorkloadConfig{Seed: 3, Duration: 200 * time.Second, Arrivals: arr, Abusive: 3, Stuffers: 2})
 		if err != nil {
 			t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/poplimit/poplimit/bench"
 
 	"github.com/poplimit/poplimit/counter"
@@ -89,6 +91,7 @@ func measureAccuracy(ctx context.Context, name string, tr *bench.Trace, cfg accu
 	if err != nil {
 		return nil, err
 	}
+	defer in.Close()
 	winMs := route.Window.Milliseconds()
 	base := time.UnixMilli(time.Now().UnixMilli()/winMs*winMs - 20*winMs) // aligned, in the past
 	nonce := strconv.FormatInt(time.Now().UnixNano()%1e12, 36)
@@ -105,30 +108,36 @@ func measureAccuracy(ctx context.Context, name string, tr *bench.Trace, cfg accu
 	start := time.Now()
 	var firstOnce sync.Once // the first decision error, kept for the report
 	var firstErr error
-	err = bench.Parallel(ctx, len(bySource), par, func(s int) {
-		id := nonce + "." + tr.Clients[s].ID
-		var e int64
-		for k, i := range bySource[s] {
-			if ctx.Err() != nil {
-				break
+	g := new(errgroup.Group)
+	g.SetLimit(max(1, par))
+	for s := 0; s < len(bySource) && ctx.Err() == nil; s++ {
+		g.Go(func() error {
+			id := nonce + "." + tr.Clients[s].ID
+			var e int64
+			for k, i := range bySource[s] {
+				if ctx.Err() != nil {
+					break
+				}
+				res, err := in.Decide(ctx, k, id, route.Path, base.Add(tr.Requests[i].At))
+				if err != nil {
+					e++
+					firstOnce.Do(func() { firstErr = err })
+					continue
+				}
+				allowed[i], decided[i] = res.Allowed, true
 			}
-			res, err := in.Decide(ctx, k, id, route.Path, base.Add(tr.Requests[i].At))
-			if err != nil {
-				e++
-				firstOnce.Do(func() { firstErr = err })
-				continue
+			mu.Lock()
+			errs += e
+			done += int64(len(bySource[s]))
+			if cfg.Progress != nil {
+				cfg.Progress(int(done), len(tr.Requests))
 			}
-			allowed[i], decided[i] = res.Allowed, true
-		}
-		mu.Lock()
-		errs += e
-		done += int64(len(bySource[s]))
-		if cfg.Progress != nil {
-			cfg.Progress(int(done), len(tr.Requests))
-		}
-		mu.Unlock()
-	})
-	if err != nil {
+			mu.Unlock()
+			return nil
+		})
+	}
+	_ = g.Wait() // every call returns nil
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	st := in.StoreStats().Sub(before)

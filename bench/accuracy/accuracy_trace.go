@@ -84,9 +84,9 @@ func (c AccuracyTraceConfig) MarshalJSON() ([]byte, error) {
 // ErrBadTraceFile reports an accuracy trace file that cannot be used.
 var errBadTraceFile = errors.New("bench: bad accuracy trace file")
 
-// LoadAccuracyTrace reads an accuracy trace description (JSON, as in
+// loadAccuracyTrace reads an accuracy trace description (JSON, as in
 // testdata/traces/accuracy-near.json). Unknown fields are an error.
-func LoadAccuracyTrace(path string) (AccuracyTraceConfig, error) {
+func loadAccuracyTrace(path string) (AccuracyTraceConfig, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return AccuracyTraceConfig{}, err
@@ -121,10 +121,10 @@ func parseAccuracyTrace(b []byte) (AccuracyTraceConfig, error) {
 	return c, nil
 }
 
-// FindAccuracyTrace resolves a --trace argument: an existing file, or a
+// findAccuracyTrace resolves a --trace argument: an existing file, or a
 // trace name looked up as testdata/traces/accuracy-<name>.json in dir or
 // the nearest parent directory holding go.mod.
-func FindAccuracyTrace(dir, arg string) (string, error) {
+func findAccuracyTrace(dir, arg string) (string, error) {
 	if st, err := os.Stat(arg); err == nil && !st.IsDir() {
 		return arg, nil
 	}
@@ -215,4 +215,18 @@ func generateAccuracy(c AccuracyTraceConfig) (*bench.Trace, error) {
 	}
 	t.Sort()
 	return t, nil
+}
+
+// OpenTrace resolves a --trace argument as a file or a trace name (see
+// findAccuracyTrace) and reads the trace description it names.
+func OpenTrace(dir, arg string) (AccuracyTraceConfig, error) {
+	path, err := findAccuracyTrace(dir, arg)
+	if err != nil {
+		return AccuracyTraceConfig{}, err
+	}
+	c, err := loadAccuracyTrace(path)
+	if err != nil {
+		return AccuracyTraceConfig{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
 }

@@ -13,11 +13,11 @@ import (
 // built-in parameters: a name and its file generate the same trace.
 func TestAccuracyTraceFiles(t *testing.T) {
 	for _, name := range accuracyTraces {
-		path, err := FindAccuracyTrace(".", name)
+		path, err := findAccuracyTrace(".", name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := LoadAccuracyTrace(path)
+		c, err := loadAccuracyTrace(path)
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
@@ -70,7 +70,7 @@ func TestParseAccuracyTrace(t *testing.T) {
 			t.Errorf("%s: %+v", c.name, got)
 		}
 	}
-	if _, err := FindAccuracyTrace(".", "nope"); !errors.Is(err, errBadTraceFile) {
+	if _, err := findAccuracyTrace(".", "nope"); !errors.Is(err, errBadTraceFile) {
 		t.Errorf("missing trace: %v", err)
 	}
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/poplimit/poplimit/bench/fixture"
 )
 
-// Bins returns mcproxy and edge, built once per test binary (the test
+// bins returns mcproxy and edge, built once per test binary (the test
 // package's TestMain must call fixture.Main).
-func Bins(t *testing.T) *bench.Binaries {
+func bins(t *testing.T) *bench.Binaries {
 	return &bench.Binaries{MCProxy: fixture.Binary(t, "mcproxy"), Edge: fixture.Binary(t, "edge")}
 }
 
@@ -28,7 +28,7 @@ func Env(t *testing.T, edge bool) *bench.Env {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	env, err := bench.NewEnv(ctx, bench.EnvConfig{Edge: edge, Dir: t.TempDir(), Bins: Bins(t)})
+	env, err := bench.NewEnv(ctx, bench.EnvConfig{Edge: edge, Dir: t.TempDir(), Bins: bins(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package differential_test
+package differential
 
 import (
 	"maps"
@@ -17,21 +17,20 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/poplimit/poplimit/bench/differential"
 	"github.com/poplimit/poplimit/pop/rls"
 )
 
-// answer is an OK answer whose one descriptor has code, remaining, a
+// oneAnswer is an answer whose one descriptor has code, remaining, a
 // limit of rpu per minute and reset.
-func answer(code rlv3.RateLimitResponse_Code, remaining, rpu uint32, reset time.Duration) differential.Answer {
-	return differential.Answer{Resp: &rlv3.RateLimitResponse{OverallCode: code, Statuses: []*rlv3.RateLimitResponse_DescriptorStatus{{
+func oneAnswer(code rlv3.RateLimitResponse_Code, remaining, rpu uint32, reset time.Duration) answer {
+	return answer{Resp: &rlv3.RateLimitResponse{OverallCode: code, Statuses: []*rlv3.RateLimitResponse_DescriptorStatus{{
 		Code: code, LimitRemaining: remaining, DurationUntilReset: durationpb.New(reset),
 		CurrentLimit: &rlv3.RateLimitResponse_RateLimit{Name: "n", RequestsPerUnit: rpu, Unit: rlv3.RateLimitResponse_RateLimit_MINUTE},
 	}}}}
 }
 
 func TestCompareFlagsTheOneFieldThatDiffers(t *testing.T) {
-	base := answer(rlv3.RateLimitResponse_OK, 3, 5, 30*time.Second)
+	base := oneAnswer(rlv3.RateLimitResponse_OK, 3, 5, 30*time.Second)
 	tests := []struct {
 		name   string
 		change func(*rlv3.RateLimitResponse)
@@ -54,10 +53,10 @@ func TestCompareFlagsTheOneFieldThatDiffers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			peer := differential.Answer{Resp: proto.Clone(base.Resp).(*rlv3.RateLimitResponse)}
+			peer := answer{Resp: proto.Clone(base.Resp).(*rlv3.RateLimitResponse)}
 			tt.change(peer.Resp)
 			var got []string
-			for _, d := range differential.Compare(base, peer) {
+			for _, d := range compare(base, peer) {
 				got = append(got, d.Field)
 			}
 			if !slices.Equal(got, tt.want) {
@@ -65,15 +64,15 @@ func TestCompareFlagsTheOneFieldThatDiffers(t *testing.T) {
 			}
 		})
 	}
-	if d := differential.Compare(differential.Answer{Err: codes.InvalidArgument}, base); len(d) != 1 || d[0].Field != "grpc_code" {
+	if d := compare(answer{Err: codes.InvalidArgument}, base); len(d) != 1 || d[0].Field != "grpc_code" {
 		t.Errorf("an error against an answer: %v, want one grpc_code difference", d)
 	}
 }
 
-// replay is a one-domain replay limiting k0 per value at rpu per minute.
-func replay(rpu uint32) *differential.Replay {
-	return &differential.Replay{Seed: 7, Run: "t", Domains: []differential.Domain{{Name: "d0_t",
-		Nodes: []*differential.Node{{Key: "k0", Limit: &differential.Limit{Unit: "minute", RPU: rpu, Name: "n"}}}}}}
+// oneDomain is a one-domain replay limiting k0 per value at rpu per minute.
+func oneDomain(rpu uint32) *replay {
+	return &replay{Seed: 7, Run: "t", Domains: []domain{{Name: "d0_t",
+		Nodes: []*node{{Key: "k0", Limit: &limit{Unit: "minute", RPU: rpu, Name: "n"}}}}}}
 }
 
 func request(domain string, hits ...uint64) *rlv3.RateLimitRequest {
@@ -89,54 +88,54 @@ func request(domain string, hits ...uint64) *rlv3.RateLimitRequest {
 var at = time.Date(2026, 3, 2, 0, 0, 10, 0, time.UTC)
 
 func TestClassifierSortsEveryStep(t *testing.T) {
-	ok := func(rem uint32) differential.Answer { return answer(rlv3.RateLimitResponse_OK, rem, 3, 50*time.Second) }
-	over := answer(rlv3.RateLimitResponse_OVER_LIMIT, 0, 3, 50*time.Second)
-	type step struct {
+	ok := func(rem uint32) answer { return oneAnswer(rlv3.RateLimitResponse_OK, rem, 3, 50*time.Second) }
+	over := oneAnswer(rlv3.RateLimitResponse_OVER_LIMIT, 0, 3, 50*time.Second)
+	type scripted struct {
 		req       *rlv3.RateLimitRequest
-		rls, peer differential.Answer
+		rls, peer answer
 		at        time.Duration // from at; the step lasts 2 ms
 	}
 	tests := []struct {
 		name  string
-		steps []step
-		want  differential.Result
+		steps []scripted
+		want  Result
 	}{
-		{"equal answers", []step{{request("d0_t", 1), ok(2), ok(2), 0}},
-			differential.Result{Requests: 1, Compared: 1, Equal: 1}},
-		{"one field differs", []step{{request("d0_t", 1), ok(2), ok(1), 0}},
-			differential.Result{Requests: 1, Compared: 1, Unexpected: 1, Classes: map[string]int{"limit_remaining named": 1}}},
+		{"equal answers", []scripted{{request("d0_t", 1), ok(2), ok(2), 0}},
+			Result{Requests: 1, Compared: 1, Equal: 1}},
+		{"one field differs", []scripted{{request("d0_t", 1), ok(2), ok(1), 0}},
+			Result{Requests: 1, Compared: 1, Unexpected: 1, Classes: map[string]int{"limit_remaining named": 1}}},
 		{"malformed request: INVALID_ARGUMENT against UNKNOWN is deliberate",
-			[]step{{request("d0_t"), differential.Answer{Err: codes.InvalidArgument}, differential.Answer{Err: codes.Unknown}, 0}},
-			differential.Result{Requests: 1, Compared: 1, Deliberate: 1, ByDeliberate: map[string]int{"malformed-request": 1}}},
+			[]scripted{{request("d0_t"), answer{Err: codes.InvalidArgument}, answer{Err: codes.Unknown}, 0}},
+			Result{Requests: 1, Compared: 1, Deliberate: 1, ByDeliberate: map[string]int{"malformed-request": 1}}},
 		{"a well-formed request refused by rls is unexpected",
-			[]step{{request("d0_t", 1), differential.Answer{Err: codes.InvalidArgument}, ok(2), 0}},
-			differential.Result{Requests: 1, Compared: 1, Unexpected: 1, Classes: map[string]int{"grpc_code": 1}}},
-		{"hits above the limit: that step's remaining and the window after are deliberate", []step{
+			[]scripted{{request("d0_t", 1), answer{Err: codes.InvalidArgument}, ok(2), 0}},
+			Result{Requests: 1, Compared: 1, Unexpected: 1, Classes: map[string]int{"grpc_code": 1}}},
+		{"hits above the limit: that step's remaining and the window after are deliberate", []scripted{
 			{request("d0_t", 1), ok(2), ok(2), 0},
-			{request("d0_t", 5), answer(rlv3.RateLimitResponse_OVER_LIMIT, 2, 3, 50*time.Second), over, time.Second},
+			{request("d0_t", 5), oneAnswer(rlv3.RateLimitResponse_OVER_LIMIT, 2, 3, 50*time.Second), over, time.Second},
 			{request("d0_t", 1), ok(1), over, 2 * time.Second},
-		}, differential.Result{Requests: 3, Compared: 3, Equal: 1, Deliberate: 2, ByDeliberate: map[string]int{"hits-addend-above-limit": 2}}},
-		{"hits above the limit: the later descriptors of the identity in that request are deliberate", []step{{request("d0_t", 5, 1),
-			differential.Answer{Resp: &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OVER_LIMIT, Statuses: []*rlv3.RateLimitResponse_DescriptorStatus{
-				answer(rlv3.RateLimitResponse_OVER_LIMIT, 3, 3, 50*time.Second).Resp.Statuses[0], ok(2).Resp.Statuses[0]}}},
-			differential.Answer{Resp: &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OVER_LIMIT, Statuses: []*rlv3.RateLimitResponse_DescriptorStatus{
+		}, Result{Requests: 3, Compared: 3, Equal: 1, Deliberate: 2, ByDeliberate: map[string]int{"hits-addend-above-limit": 2}}},
+		{"hits above the limit: the later descriptors of the identity in that request are deliberate", []scripted{{request("d0_t", 5, 1),
+			answer{Resp: &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OVER_LIMIT, Statuses: []*rlv3.RateLimitResponse_DescriptorStatus{
+				oneAnswer(rlv3.RateLimitResponse_OVER_LIMIT, 3, 3, 50*time.Second).Resp.Statuses[0], ok(2).Resp.Statuses[0]}}},
+			answer{Resp: &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OVER_LIMIT, Statuses: []*rlv3.RateLimitResponse_DescriptorStatus{
 				over.Resp.Statuses[0], over.Resp.Statuses[0]}}}, 0},
-		}, differential.Result{Requests: 1, Compared: 1, Deliberate: 1, ByDeliberate: map[string]int{"hits-addend-above-limit": 1}}},
-		{"hits above the limit explain nothing in the next window", []step{
+		}, Result{Requests: 1, Compared: 1, Deliberate: 1, ByDeliberate: map[string]int{"hits-addend-above-limit": 1}}},
+		{"hits above the limit explain nothing in the next window", []scripted{
 			{request("d0_t", 5), over, over, 0},
 			{request("d0_t", 1), ok(2), over, time.Minute},
-		}, differential.Result{Requests: 2, Compared: 2, Equal: 1, Unexpected: 1, Classes: map[string]int{"code,limit_remaining,overall_code named": 1}}},
-		{"a step across a minute boundary is skipped, and its identity's next differences", []step{
+		}, Result{Requests: 2, Compared: 2, Equal: 1, Unexpected: 1, Classes: map[string]int{"code,limit_remaining,overall_code named": 1}}},
+		{"a step across a minute boundary is skipped, and its identity's next differences", []scripted{
 			{request("d0_t", 1), ok(2), ok(2), 50*time.Second - time.Millisecond},
 			{request("d0_t", 1), ok(1), ok(2), 51 * time.Second},
-		}, differential.Result{Requests: 2, Skipped: 2}},
+		}, Result{Requests: 2, Skipped: 2}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := differential.NewClassifier(replay(3), "memcached")
+			c := newClassifier(oneDomain(3), "memcached")
 			for i, s := range tt.steps {
 				t0 := at.Add(s.at)
-				c.Add(i, differential.Step{Req: s.req, RLS: s.rls, Peer: s.peer}, t0, t0.Add(2*time.Millisecond))
+				c.add(i, step{Req: s.req, RLS: s.rls, Peer: s.peer}, t0, t0.Add(2*time.Millisecond))
 			}
 			got := *c.Result
 			if got.Requests != tt.want.Requests || got.Compared != tt.want.Compared || got.Equal != tt.want.Equal ||
@@ -158,7 +157,7 @@ func TestClassifierSortsEveryStep(t *testing.T) {
 
 func TestEveryDeliberateDifferenceHasANameAndAReason(t *testing.T) {
 	seen := map[string]bool{}
-	for _, d := range differential.Deliberates {
+	for _, d := range Deliberates {
 		if d.Name == "" || d.Reason == "" || seen[d.Name] || d.Explains == nil && d.Diverges == nil {
 			t.Errorf("deliberate difference %q: want a unique name, a reason and a rule", d.Name)
 		}
@@ -182,7 +181,7 @@ func TestREADMEListsEveryDeliberateDifference(t *testing.T) {
 	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z-]+)` \\|").FindAllStringSubmatch(table, -1) {
 		listed[m[1]] = true
 	}
-	for _, d := range differential.Deliberates {
+	for _, d := range Deliberates {
 		if !listed[d.Name] {
 			t.Errorf("README.md: no row for the deliberate difference %q", d.Name)
 		}
@@ -194,8 +193,8 @@ func TestREADMEListsEveryDeliberateDifference(t *testing.T) {
 }
 
 func TestGenerateIsASeedsFunction(t *testing.T) {
-	a, b := differential.Generate(5, "r", 50), differential.Generate(5, "r", 50)
-	if !reflect.DeepEqual(a.Files(), b.Files()) {
+	a, b := generate(5, "r", 50), generate(5, "r", 50)
+	if !reflect.DeepEqual(a.files(), b.files()) {
 		t.Error("the same seed gave two configs")
 	}
 	for i := range a.Requests {
@@ -203,7 +202,7 @@ func TestGenerateIsASeedsFunction(t *testing.T) {
 			t.Fatalf("the same seed gave two requests %d", i)
 		}
 	}
-	if c := differential.Generate(6, "r", 50); reflect.DeepEqual(a.Files(), c.Files()) {
+	if c := generate(6, "r", 50); reflect.DeepEqual(a.files(), c.files()) {
 		t.Error("seeds 5 and 6 gave the same config")
 	}
 }
@@ -216,9 +215,9 @@ func TestGeneratedConfigsUseTheFeaturesAndLoadInRLS(t *testing.T) {
 		"second": "unit: second", "minute": "unit: minute", "hour": "unit: hour", "day": "unit: day"}
 	seen := map[string]bool{}
 	for seed := range uint64(50) {
-		rp := differential.Generate(seed, "r", 10)
+		rp := generate(seed, "r", 10)
 		files := map[string][]byte{}
-		for name, body := range rp.Files() {
+		for name, body := range rp.files() {
 			files[name] = []byte(body)
 			for f, s := range features {
 				if strings.Contains(body, s) {

@@ -1,4 +1,4 @@
-package differential_test
+package differential
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/poplimit/poplimit/bench"
-	"github.com/poplimit/poplimit/bench/differential"
 	"github.com/poplimit/poplimit/bench/fixture"
 )
 
@@ -24,7 +23,7 @@ func TestRLSAnswersAsThePeerOnRandomScripts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
-	results, err := differential.RunSeeds(ctx, differential.Config{
+	results, err := RunSeeds(ctx, Config{
 		Seeds: []uint64{1, 2, 3}, Requests: 200, Stores: []bench.StoreKind{bench.StoreMemcached, bench.StoreRedis},
 		RLSBin: fixture.Binary(t, "rls"), MCProxyBin: fixture.Binary(t, "mcproxy"), PeerBin: peer, Dir: t.TempDir(),
 	})

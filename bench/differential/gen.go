@@ -2,7 +2,7 @@
 // lockstep against cmd/rls and its peer envoyproxy/ratelimit and reports
 // every answer that differs: generated from a seed (configs in the peer's
 // descriptor YAML, request scripts), compared field by field, each
-// difference classified as deliberate (Deliberate, with its reason),
+// difference classified as deliberate (with its reason, listed in Deliberates),
 // skipped (a window boundary between the two answers) or unexpected.
 package differential
 
@@ -39,17 +39,17 @@ const (
 )
 
 // Node is one descriptor of a generated config.
-type Node struct {
+type node struct {
 	Key   string
 	Value string // "": a key-only default; a trailing "*": a wildcard
 	// Limit is the node's rate_limit, nil for none.
-	Limit    *Limit
+	Limit    *limit
 	Shadow   bool
-	Children []*Node
+	Children []*node
 }
 
 // Limit is a generated rate_limit.
-type Limit struct {
+type limit struct {
 	Unlimited bool
 	Unit      string // "" when Unlimited
 	RPU       uint32
@@ -58,27 +58,27 @@ type Limit struct {
 }
 
 // Domain is one generated config file.
-type Domain struct {
+type domain struct {
 	Name  string
-	Nodes []*Node
+	Nodes []*node
 }
 
 // Replay is one generated test: the config (its domains carry the run
 // token, so no two replays share a count) and the requests, sent in order.
-type Replay struct {
+type replay struct {
 	Seed     uint64
 	Run      string
-	Domains  []Domain
+	Domains  []domain
 	Requests []*rlv3.RateLimitRequest
 }
 
 // Generate is the replay of seed with n requests, its domains and keys
 // named with run.
-func Generate(seed uint64, run string, n int) *Replay {
+func generate(seed uint64, run string, n int) *replay {
 	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
-	rp := &Replay{Seed: seed, Run: run}
+	rp := &replay{Seed: seed, Run: run}
 	for i := range 2 + r.IntN(2) {
-		d := Domain{Name: fmt.Sprintf("d%d_%s", i, run)}
+		d := domain{Name: fmt.Sprintf("d%d_%s", i, run)}
 		d.Nodes = genNodes(r, 0)
 		genReplaces(r, d.Nodes)
 		rp.Domains = append(rp.Domains, d)
@@ -92,15 +92,15 @@ func Generate(seed uint64, run string, n int) *Replay {
 func pick[T any](r *rand.Rand, xs []T) T { return xs[r.IntN(len(xs))] }
 
 // genNodes is one level of siblings at depth (0: the domain's top).
-func genNodes(r *rand.Rand, depth int) []*Node {
+func genNodes(r *rand.Rand, depth int) []*node {
 	n := 1 + r.IntN(3)
 	if depth == 0 {
 		n++
 	}
 	seen := map[string]bool{}
-	var out []*Node
+	var out []*node
 	for range n {
-		nd := &Node{Key: pick(r, genKeys)}
+		nd := &node{Key: pick(r, genKeys)}
 		switch x := r.Float64(); {
 		case x < 0.3:
 		case x < 0.75:
@@ -129,8 +129,8 @@ func genNodes(r *rand.Rand, depth int) []*Node {
 	return out
 }
 
-func genLimit(r *rand.Rand) *Limit {
-	l := &Limit{}
+func genLimit(r *rand.Rand) *limit {
+	l := &limit{}
 	if r.Float64() < 0.12 {
 		l.Unlimited = true // the peer refuses a unit beside unlimited
 	} else {
@@ -144,11 +144,11 @@ func genLimit(r *rand.Rand) *Limit {
 
 // genReplaces gives some limits a replaces list naming other limits'
 // names (never their own: the peer refuses it).
-func genReplaces(r *rand.Rand, nodes []*Node) {
+func genReplaces(r *rand.Rand, nodes []*node) {
 	var names []string
-	var limits []*Limit
-	var walk func([]*Node)
-	walk = func(ns []*Node) {
+	var limits []*limit
+	var walk func([]*node)
+	walk = func(ns []*node) {
 		for _, n := range ns {
 			if n.Limit != nil {
 				limits = append(limits, n.Limit)
@@ -176,7 +176,7 @@ func genReplaces(r *rand.Rand, nodes []*Node) {
 // sometimes an unknown domain or key, a repeated descriptor, hits_addend
 // on the request and on descriptors; rarely an empty domain or descriptor
 // list (malformed).
-func (rp *Replay) genRequest(r *rand.Rand) *rlv3.RateLimitRequest {
+func (rp *replay) genRequest(r *rand.Rand) *rlv3.RateLimitRequest {
 	req := &rlv3.RateLimitRequest{}
 	d := pick(r, rp.Domains)
 	switch x := r.Float64(); {
@@ -214,7 +214,7 @@ func (rp *Replay) genRequest(r *rand.Rand) *rlv3.RateLimitRequest {
 
 // genEntries walks the config tree from nodes, mostly along configured
 // keys and values (or values a wildcard matches), sometimes off it.
-func genEntries(r *rand.Rand, nodes []*Node) []*rlcommon.RateLimitDescriptor_Entry {
+func genEntries(r *rand.Rand, nodes []*node) []*rlcommon.RateLimitDescriptor_Entry {
 	var out []*rlcommon.RateLimitDescriptor_Entry
 	for len(out) < genMaxEntries {
 		if len(nodes) == 0 || r.Float64() < 0.08 {
@@ -248,7 +248,7 @@ func genEntries(r *rand.Rand, nodes []*Node) []*rlcommon.RateLimitDescriptor_Ent
 
 // Files are the replay's config files in envoyproxy/ratelimit's
 // descriptor YAML, by file name.
-func (rp *Replay) Files() map[string]string {
+func (rp *replay) files() map[string]string {
 	out := map[string]string{}
 	for i, d := range rp.Domains {
 		var b strings.Builder
@@ -259,7 +259,7 @@ func (rp *Replay) Files() map[string]string {
 	return out
 }
 
-func writeNodes(b *strings.Builder, nodes []*Node, indent string) {
+func writeNodes(b *strings.Builder, nodes []*node, indent string) {
 	for _, n := range nodes {
 		fmt.Fprintf(b, "%s- key: %s\n", indent, n.Key)
 		in := indent + "  "
@@ -294,10 +294,10 @@ func writeNodes(b *strings.Builder, nodes []*Node, indent string) {
 }
 
 // Units are the window lengths the replay's config uses.
-func (rp *Replay) Units() []time.Duration {
+func (rp *replay) units() []time.Duration {
 	var out []time.Duration
-	var walk func([]*Node)
-	walk = func(ns []*Node) {
+	var walk func([]*node)
+	walk = func(ns []*node) {
 		for _, n := range ns {
 			if n.Limit != nil && !n.Limit.Unlimited {
 				u := rls.Unit(rlv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(n.Limit.Unit)]).Duration()

@@ -59,23 +59,23 @@ func RunSeeds(ctx context.Context, cfg Config) ([]*Result, error) {
 		return nil, err
 	}
 	type job struct {
-		rp    *Replay
+		rp    *replay
 		store bench.StoreKind
 		res   *Result
 	}
 	var jobs []*job
 	for _, seed := range cfg.Seeds {
 		for _, store := range cfg.Stores {
-			rp := Generate(seed, conformance.NewRun(), cfg.Requests)
+			rp := generate(seed, conformance.NewRun(), cfg.Requests)
 			j := &job{rp: rp, store: store}
 			files := map[string][]byte{}
-			for name, body := range rp.Files() {
+			for name, body := range rp.files() {
 				files[name] = []byte(body)
 			}
 			if _, err := rls.Parse(files, rls.Options{}); err != nil {
 				j.res = &Result{Seed: seed, Store: string(store), Run: rp.Run, Unexpected: 1, Classes: map[string]int{"config": 1},
-					Differences: []Difference{{Seed: seed, Store: string(store), Step: -1, Class: "config",
-						Diffs: []Diff{{Desc: -1, Field: "config", RLS: err.Error(), Peer: "loaded"}}}}}
+					Differences: []difference{{Seed: seed, Store: string(store), Step: -1, Class: "config",
+						Diffs: []diff{{Desc: -1, Field: "config", RLS: err.Error(), Peer: "loaded"}}}}}
 			}
 			for name, body := range files {
 				if err := bench.WriteRLSConfig(confDir, name, string(body)); err != nil {
@@ -92,7 +92,7 @@ func RunSeeds(ctx context.Context, cfg Config) ([]*Result, error) {
 		if j.res != nil {
 			continue
 		}
-		for name, body := range j.rp.Files() {
+		for name, body := range j.rp.files() {
 			if err := bench.WriteRLSConfig(rlsDir, name, body); err != nil {
 				return nil, err
 			}
@@ -108,7 +108,7 @@ func RunSeeds(ctx context.Context, cfg Config) ([]*Result, error) {
 	var out []*Result
 	for _, j := range jobs {
 		if j.res == nil {
-			j.res, err = Run(ctx, j.rp, string(j.store), env.rls[j.store], env.peer)
+			j.res, err = run(ctx, j.rp, string(j.store), env.rls[j.store], env.peer)
 			if err != nil {
 				return out, err
 			}

@@ -38,19 +38,19 @@ type Result struct {
 	ByDeliberate map[string]int `json:"by_deliberate,omitempty"`
 	// Classes counts the unexpected requests by Difference.Class.
 	Classes     map[string]int `json:"classes,omitempty"`
-	Differences []Difference   `json:"differences,omitempty"`
+	Differences []difference   `json:"differences,omitempty"`
 }
 
 // Difference is one unexpected difference, everything needed to replay
 // it: the seed, the step (0-based index of the request), the request and
 // both answers; or a config rls refuses (Req nil, Step -1).
-type Difference struct {
+type difference struct {
 	Seed      uint64
 	Store     string
 	Step      int
 	Req       *rlv3.RateLimitRequest
-	RLS, Peer Answer
-	Diffs     []Diff // the unexplained ones
+	RLS, Peer answer
+	Diffs     []diff // the unexplained ones
 	// Class names the differing fields and the features of the
 	// descriptors concerned (shadow, repeated, hits=0, ...).
 	Class string
@@ -58,7 +58,7 @@ type Difference struct {
 
 // MarshalJSON is d with the request in protobuf text and the answers as
 // String prints them.
-func (d Difference) MarshalJSON() ([]byte, error) {
+func (d difference) MarshalJSON() ([]byte, error) {
 	ds := make([]string, len(d.Diffs))
 	for i, x := range d.Diffs {
 		ds[i] = x.String()
@@ -79,7 +79,7 @@ func (d Difference) MarshalJSON() ([]byte, error) {
 	return json.Marshal(v)
 }
 
-func (d Difference) String() string {
+func (d difference) String() string {
 	ds := make([]string, len(d.Diffs))
 	for i, x := range d.Diffs {
 		ds[i] = x.String()
@@ -94,7 +94,7 @@ func (d Difference) String() string {
 // PaceMargin is how close to a window boundary of the finest unit in use
 // a request may start: closer, the replay waits for the boundary to pass,
 // so the two answers of a request rarely straddle one.
-const PaceMargin = 60 * time.Millisecond
+const paceMargin = 60 * time.Millisecond
 
 // taint marks an identity whose counts differ between the two sides by
 // name's doing until the window ending at until.
@@ -111,9 +111,9 @@ const boundaryTaint = "window-boundary"
 // two answers compared (Compare) and classified (Deliberates). Both
 // services must have loaded rp.Files. A failed call is an answer (its gRPC
 // code), not an error; Run fails only when ctx ends.
-func Run(ctx context.Context, rp *Replay, store string, rls, peer rlv3.RateLimitServiceClient) (*Result, error) {
-	c := NewClassifier(rp, store)
-	units := rp.Units()
+func run(ctx context.Context, rp *replay, store string, rls, peer rlv3.RateLimitServiceClient) (*Result, error) {
+	c := newClassifier(rp, store)
+	units := rp.units()
 	for i, req := range rp.Requests {
 		if len(units) > 0 {
 			if err := pace(ctx, time.Now(), units[0]); err != nil {
@@ -122,14 +122,14 @@ func Run(ctx context.Context, rp *Replay, store string, rls, peer rlv3.RateLimit
 		}
 		t0 := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		a := NewAnswer(rls.ShouldRateLimit(cctx, req))
-		b := NewAnswer(peer.ShouldRateLimit(cctx, req))
+		a := newAnswer(rls.ShouldRateLimit(cctx, req))
+		b := newAnswer(peer.ShouldRateLimit(cctx, req))
 		cancel()
 		t1 := time.Now()
 		if err := ctx.Err(); err != nil {
 			return c.Result, err
 		}
-		c.Add(i, Step{Req: req, RLS: a, Peer: b}, t0, t1)
+		c.add(i, step{Req: req, RLS: a, Peer: b}, t0, t1)
 	}
 	return c.Result, nil
 }
@@ -137,21 +137,21 @@ func Run(ctx context.Context, rp *Replay, store string, rls, peer rlv3.RateLimit
 // Classifier classifies a replay's steps in order into its Result; it
 // remembers the identities whose counts a deliberate difference (or a
 // window boundary) made differ.
-type Classifier struct {
+type classifier struct {
 	Result  *Result
-	rp      *Replay
+	rp      *replay
 	units   []time.Duration
 	tainted map[string]taint
 }
 
 // NewClassifier is an empty Result for rp over store.
-func NewClassifier(rp *Replay, store string) *Classifier {
-	return &Classifier{rp: rp, units: rp.Units(), tainted: map[string]taint{},
+func newClassifier(rp *replay, store string) *classifier {
+	return &classifier{rp: rp, units: rp.units(), tainted: map[string]taint{},
 		Result: &Result{Seed: rp.Seed, Store: store, Run: rp.Run, ByDeliberate: map[string]int{}, Classes: map[string]int{}}}
 }
 
 // Add classifies step i, whose two answers were read between t0 and t1.
-func (c *Classifier) Add(i int, st Step, t0, t1 time.Time) {
+func (c *classifier) add(i int, st step, t0, t1 time.Time) {
 	res, req := c.Result, st.Req
 	res.Requests++
 	for id, t := range c.tainted {
@@ -174,9 +174,9 @@ func (c *Classifier) Add(i int, st Step, t0, t1 time.Time) {
 		}
 		return
 	}
-	diffs := Compare(st.RLS, st.Peer)
+	diffs := compare(st.RLS, st.Peer)
 	explained := c.explain(st, diffs)
-	var unexplained []Diff
+	var unexplained []diff
 	by := ""
 	for k, d := range diffs {
 		switch {
@@ -190,7 +190,7 @@ func (c *Classifier) Add(i int, st Step, t0, t1 time.Time) {
 	case len(unexplained) > 0:
 		res.Compared++
 		res.Unexpected++
-		diff := Difference{Seed: c.rp.Seed, Store: res.Store, Step: i, Req: req, RLS: st.RLS, Peer: st.Peer, Diffs: unexplained, Class: c.rp.class(st, unexplained)}
+		diff := difference{Seed: c.rp.Seed, Store: res.Store, Step: i, Req: req, RLS: st.RLS, Peer: st.Peer, Diffs: unexplained, Class: c.rp.class(st, unexplained)}
 		res.Classes[diff.Class]++
 		res.Differences = append(res.Differences, diff)
 	case by == boundaryTaint:
@@ -218,7 +218,7 @@ func (c *Classifier) Add(i int, st Step, t0, t1 time.Time) {
 // divergedWithin names, per descriptor of st's request, the deliberate
 // difference an earlier descriptor of the same identity in the request
 // diverged the counts by ("" for none).
-func divergedWithin(st Step) []string {
+func divergedWithin(st step) []string {
 	req := st.Req
 	// A descriptor that diverges the counts of its identity does so for
 	// the later descriptors of the same identity in this request too (the
@@ -241,7 +241,7 @@ func divergedWithin(st Step) []string {
 
 // explain names, per difference, the deliberate difference or the taint
 // that explains it ("" for none).
-func (c *Classifier) explain(st Step, diffs []Diff) []string {
+func (c *classifier) explain(st step, diffs []diff) []string {
 	req := st.Req
 	within := divergedWithin(st)
 	explained := make([]string, len(diffs)) // by whom, "" for none
@@ -280,7 +280,7 @@ func (c *Classifier) explain(st Step, diffs []Diff) []string {
 // unit, until just after that end.
 func pace(ctx context.Context, now time.Time, unit time.Duration) error {
 	left := windowEnd(now, unit).Sub(now)
-	if left >= PaceMargin {
+	if left >= paceMargin {
 		return nil
 	}
 	t := time.NewTimer(left + 5*time.Millisecond)
@@ -303,8 +303,8 @@ func windowEnd(t time.Time, unit time.Duration) time.Time {
 
 // stepUnit is the window length of descriptor j's limit as either side
 // answered it.
-func stepUnit(s Step, j int) (time.Duration, bool) {
-	for _, a := range []Answer{s.Peer, s.RLS} {
+func stepUnit(s step, j int) (time.Duration, bool) {
+	for _, a := range []answer{s.Peer, s.RLS} {
 		if st := a.Resp.GetStatuses(); j < len(st) && st[j].GetCurrentLimit() != nil {
 			u := rls.Unit(st[j].GetCurrentLimit().GetUnit())
 			if u < rls.UnitSecond || u > rls.UnitWeek {
@@ -335,7 +335,7 @@ func identity(req *rlv3.RateLimitRequest, j int) string {
 
 // class is the differing fields, then the features of the descriptors
 // they concern, e.g. "code,limit_remaining shadow".
-func (rp *Replay) class(s Step, diffs []Diff) string {
+func (rp *replay) class(s step, diffs []diff) string {
 	var fields, tags []string
 	add := func(xs *[]string, x string) {
 		if !slices.Contains(*xs, x) {
@@ -348,7 +348,7 @@ func (rp *Replay) class(s Step, diffs []Diff) string {
 			continue
 		}
 		j := d.Desc
-		if n := rp.Match(s.Req.GetDomain(), s.Req.Descriptors[j].GetEntries()); n != nil {
+		if n := rp.match(s.Req.GetDomain(), s.Req.Descriptors[j].GetEntries()); n != nil {
 			if n.Shadow {
 				add(&tags, "shadow")
 			}
@@ -364,7 +364,7 @@ func (rp *Replay) class(s Step, diffs []Diff) string {
 				add(&tags, "repeated")
 			}
 		}
-		if s.Hits(j) == 0 {
+		if s.hits(j) == 0 {
 			add(&tags, "hits=0")
 		}
 	}
@@ -378,23 +378,23 @@ func (rp *Replay) class(s Step, diffs []Diff) string {
 // entry: key and value, else the first wildcard matching, else the key
 // alone; the limit of the node of the last entry). It only labels
 // differences; the answers themselves come from the services.
-func (rp *Replay) Match(domain string, entries []*rlcommon.RateLimitDescriptor_Entry) *Node {
-	var nodes []*Node
+func (rp *replay) match(domain string, entries []*rlcommon.RateLimitDescriptor_Entry) *node {
+	var nodes []*node
 	for _, d := range rp.Domains {
 		if d.Name == domain {
 			nodes = d.Nodes
 		}
 	}
-	var cur *Node
+	var cur *node
 	for _, e := range entries {
-		next := find(nodes, func(n *Node) bool { return n.Key == e.Key && n.Value == e.Value })
+		next := find(nodes, func(n *node) bool { return n.Key == e.Key && n.Value == e.Value })
 		if next == nil {
-			next = find(nodes, func(n *Node) bool {
+			next = find(nodes, func(n *node) bool {
 				return n.Key == e.Key && strings.HasSuffix(n.Value, "*") && strings.HasPrefix(e.Value, strings.TrimSuffix(n.Value, "*"))
 			})
 		}
 		if next == nil {
-			next = find(nodes, func(n *Node) bool { return n.Key == e.Key && n.Value == "" })
+			next = find(nodes, func(n *node) bool { return n.Key == e.Key && n.Value == "" })
 		}
 		if next == nil {
 			return nil
@@ -407,7 +407,7 @@ func (rp *Replay) Match(domain string, entries []*rlcommon.RateLimitDescriptor_E
 	return cur
 }
 
-func find(nodes []*Node, f func(*Node) bool) *Node {
+func find(nodes []*node, f func(*node) bool) *node {
 	for _, n := range nodes {
 		if f(n) {
 			return n

@@ -89,8 +89,8 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Run is one measured run of wrk against a proxy.
-type Run struct {
+// round is one measured run of wrk against a proxy.
+type round struct {
 	Proxy    string        `json:"proxy"`
 	Round    int           `json:"round"`
 	Requests int64         `json:"requests"`
@@ -106,7 +106,7 @@ type Run struct {
 
 // Report is the result of Run.
 type Report struct {
-	Runs []Run `json:"runs"`
+	Runs []round `json:"runs"`
 	// Ratios are edge ÷ peer of the medians over rounds (absent without
 	// a peer): CPU per request, requests/s, p99.
 	CPURatio, RPSRatio, P99Ratio float64
@@ -223,7 +223,7 @@ end
 }
 
 // measure runs wrk once against t and reads t's processes' CPU around it.
-func (c Config) measure(ctx context.Context, wrk, script string, t target) (Run, error) {
+func (c Config) measure(ctx context.Context, wrk, script string, t target) (round, error) {
 	pids := t.pids()
 	cpu := func() (time.Duration, error) {
 		var sum time.Duration
@@ -238,23 +238,23 @@ func (c Config) measure(ctx context.Context, wrk, script string, t target) (Run,
 	}
 	before, err := cpu()
 	if err != nil {
-		return Run{}, err
+		return round{}, err
 	}
 	start := time.Now()
 	cmd := exec.CommandContext(ctx, wrk, "-t", strconv.Itoa(c.Threads), "-c", strconv.Itoa(c.Conns),
 		"-d", strconv.Itoa(int(c.Duration.Seconds()))+"s", "--latency", "-s", script, t.url)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return Run{}, fmt.Errorf("edgecmp: wrk %s: %w\n%s", t.name, err, out)
+		return round{}, fmt.Errorf("edgecmp: wrk %s: %w\n%s", t.name, err, out)
 	}
 	elapsed := time.Since(start)
 	after, err := cpu()
 	if err != nil {
-		return Run{}, err
+		return round{}, err
 	}
 	r, err := parseWrk(string(out))
 	if err != nil {
-		return Run{}, fmt.Errorf("edgecmp: %s: %w", t.name, err)
+		return round{}, fmt.Errorf("edgecmp: %s: %w", t.name, err)
 	}
 	r.Proxy, r.CPU = t.name, after-before
 	r.RPS = float64(r.Requests) / elapsed.Seconds()
@@ -266,8 +266,8 @@ func (c Config) measure(ctx context.Context, wrk, script string, t target) (Run,
 }
 
 // parseWrk reads the EDGECMP line wrkScript's done prints.
-func parseWrk(out string) (Run, error) {
-	var r Run
+func parseWrk(out string) (round, error) {
+	var r round
 	for _, line := range strings.Split(out, "\n") {
 		rest, ok := strings.CutPrefix(line, "EDGECMP ")
 		if !ok {

@@ -204,7 +204,7 @@ func children(pid int) []int {
 
 // ratios sets edge ÷ peer of the medians over rounds.
 func (r *Report) ratios() {
-	med := func(proxy string, f func(Run) float64) float64 {
+	med := func(proxy string, f func(round) float64) float64 {
 		var v []float64
 		for _, run := range r.Runs {
 			if run.Proxy == proxy {
@@ -220,15 +220,15 @@ func (r *Report) ratios() {
 		}
 		return (v[len(v)/2-1] + v[len(v)/2]) / 2
 	}
-	ratio := func(f func(Run) float64) float64 {
+	ratio := func(f func(round) float64) float64 {
 		if p := med("nginx", f); p > 0 {
 			return med("edge", f) / p
 		}
 		return 0
 	}
-	r.CPURatio = ratio(func(x Run) float64 { return float64(x.CPUPerRq) })
-	r.RPSRatio = ratio(func(x Run) float64 { return x.RPS })
-	r.P99Ratio = ratio(func(x Run) float64 { return float64(x.P99) })
+	r.CPURatio = ratio(func(x round) float64 { return float64(x.CPUPerRq) })
+	r.RPSRatio = ratio(func(x round) float64 { return x.RPS })
+	r.P99Ratio = ratio(func(x round) float64 { return float64(x.P99) })
 }
 
 // Print writes the runs as a table, then the ratios.

@@ -26,6 +26,9 @@ const (
 	faultReload       = "reload"           // a policy reload on every edge
 	faultConnReset    = "conn-reset"       // every connection to a shard reset (RST)
 	faultReshard      = "shard-add-remove" // a fourth shard added to mcproxy's pool, then removed (SIGHUP reloads)
+	// faultBurst: bursts at one key and a flood of distinct keys on a
+	// healthy store, edges on default flags (bench.RunBurst).
+	faultBurst = "burst"
 )
 
 // FaultScenarios lists every scenario in the order they run.
@@ -59,7 +62,7 @@ type FaultsConfig struct {
 	Seed uint64
 	// Progress is called with requests done and total.
 	Progress func(done, total int)
-	// Burst configures the FaultBurst scenario (its own PoP, edges on
+	// Burst configures the faultBurst scenario (its own PoP, edges on
 	// default flags, no relays); Log defaults to the environment's.
 	Burst bench.BurstConfig
 }
@@ -125,7 +128,7 @@ type report struct {
 	// the warmup): the noise floor of this machine.
 	BaselineErrorPct float64        `json:"baseline_error_pct"`
 	Results          []*faultResult `json:"scenarios"`
-	// Burst is the FaultBurst scenario's report, when it ran.
+	// Burst is the faultBurst scenario's report, when it ran.
 	Burst *bench.BurstReport `json:"burst,omitempty"`
 	// Exited names the PoP's processes (shards, mcproxies, edges) not
 	// running at the end of the run, apart from those the scenarios
@@ -159,7 +162,7 @@ func RunFaults(ctx context.Context, env *bench.Env, cfg FaultsConfig) (bench.Res
 func runFaults(ctx context.Context, env *bench.Env, cfg FaultsConfig) (*report, error) {
 	cfg = cfg.withDefaults()
 	var burst *bench.BurstReport
-	if i := slices.Index(cfg.Scenarios, bench.FaultBurst); i >= 0 {
+	if i := slices.Index(cfg.Scenarios, faultBurst); i >= 0 {
 		// Its own PoP on default flags, first: the other scenarios need
 		// relays and generous deadlines.
 		bc := cfg.Burst

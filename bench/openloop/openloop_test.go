@@ -25,11 +25,11 @@ func TestRunOpenSendsTheSchedule(t *testing.T) {
 	if c.Sent != 200 || calls.Load() != 200 || c.Unsent != 0 || c.Errors != 0 {
 		t.Fatalf("sent %d calls %d unsent %d errors %d, want 200 200 0 0", c.Sent, calls.Load(), c.Unsent, c.Errors)
 	}
-	if got := c.Lateness.Count() + c.Queued; got != 200 {
-		t.Errorf("lateness samples %d + queued %d = %d, want 200", c.Lateness.Count(), c.Queued, got)
+	if got := c.Lateness.Summary().Count + c.Queued; got != 200 {
+		t.Errorf("lateness samples %d + queued %d = %d, want 200", c.Lateness.Summary().Count, c.Queued, got)
 	}
-	if c.Latency.Count() != 200 || c.Service.Count() != 200 {
-		t.Errorf("latency %d service %d samples, want 200", c.Latency.Count(), c.Service.Count())
+	if c.Latency.Summary().Count != 200 || c.Service.Summary().Count != 200 {
+		t.Errorf("latency %d service %d samples, want 200", c.Latency.Summary().Count, c.Service.Summary().Count)
 	}
 }
 
@@ -60,7 +60,7 @@ func TestRunOpenNoCoordinatedOmission(t *testing.T) {
 		t.Errorf("queued %d, want ≥ 28", c.Queued)
 	}
 	// Request 1 (intended 1 ms after request 0) waited ≥ 29 ms.
-	if c.Latency.Count() < 2 || c.Latency.Quantile(100-100.0/50) < 29*time.Millisecond {
+	if c.Latency.Summary().Count < 2 || c.Latency.Quantile(100-100.0/50) < 29*time.Millisecond {
 		t.Errorf("second-highest latency %v, want ≥ 29ms", c.Latency.Quantile(100-100.0/50))
 	}
 }
@@ -96,8 +96,8 @@ func TestRunOpenSlowRequestDelaysOnlyItsWorker(t *testing.T) {
 	if !released.Load() {
 		t.Fatalf("the slow request waited 10s for the other %d: only %d were answered meanwhile", n-1, done.Load())
 	}
-	if c.Sent != n || c.Unsent != 0 || c.Latency.Count() != n {
-		t.Errorf("sent %d unsent %d latencies %d, want %d 0 %d", c.Sent, c.Unsent, c.Latency.Count(), n, n)
+	if c.Sent != n || c.Unsent != 0 || c.Latency.Summary().Count != n {
+		t.Errorf("sent %d unsent %d latencies %d, want %d 0 %d", c.Sent, c.Unsent, c.Latency.Summary().Count, n, n)
 	}
 }
 
@@ -112,8 +112,8 @@ func TestRunOpenIntoAccumulates(t *testing.T) {
 		}
 	}
 	c := per.merged()
-	if c.Sent != 90 || c.Latency.Count() != 90 || c.Unsent != 0 || c.Seconds <= 0 {
-		t.Errorf("sent %d latencies %d unsent %d seconds %v, want 90 90 0 > 0", c.Sent, c.Latency.Count(), c.Unsent, c.Seconds)
+	if c.Sent != 90 || c.Latency.Summary().Count != 90 || c.Unsent != 0 || c.Seconds <= 0 {
+		t.Errorf("sent %d latencies %d unsent %d seconds %v, want 90 90 0 > 0", c.Sent, c.Latency.Summary().Count, c.Unsent, c.Seconds)
 	}
 }
 

@@ -28,36 +28,7 @@ import (
 	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
 
-// RLSLoadConfig configures RunRLSLoad. Zero means default.
-type LoadConfig struct {
-	// Targets are the gRPC addresses driven (client i uses target i mod
-	// len); required.
-	Targets []string
-	// Clients is the number of concurrent closed-loop callers; default 64.
-	// They share Conns connections per target (HTTP/2 streams).
-	Clients int
-	// Conns is the gRPC connections per target; default 4.
-	Conns int
-	// Duration of the timed phase; default 10s.
-	Duration time.Duration
-	// Domain and Key name the descriptors sent: each request carries
-	// Descriptors descriptors {Key: value}, the values Zipf-distributed
-	// over Keys values (each client cycles through rlsRing requests drawn
-	// before the timed phase); defaults "bench", "user", 3, 10000.
-	Domain, Key string
-	Descriptors int
-	Keys        uint64
-	// ZipfS is the Zipf exponent (> 1); default 1.1.
-	ZipfS float64
-	// Seed seeds the value choices; default 1.
-	Seed uint64
-	// Pids are the server-side processes charged with the run's CPU, by
-	// group name ("rls", "mcproxy", "memcached"; RLSResult.CPU and
-	// ServerCPU); none: not measured.
-	Pids map[string][]int
-}
-
-func (c LoadConfig) withDefaults() LoadConfig {
+func (c Config) withDefaults() Config {
 	defaultTo(&c.Clients, 64)
 	defaultTo(&c.Conns, 4)
 	defaultTo(&c.Descriptors, 3)
@@ -94,7 +65,7 @@ type Result struct {
 	Latency         bench.Summary    `json:"latency"`
 	Codes           map[string]int64 `json:"codes"` // overall codes, and gRPC error codes
 	Errors          int64            `json:"errors"`
-	// ServerCPU is the CPU of all RLSLoadConfig.Pids per decision, CPU
+	// ServerCPU is the CPU of all Config.pids per decision, CPU
 	// that of each group, Generator this process's (the load's clients)
 	// per decision: on a shared machine, steadier than decisions/s.
 	ServerCPU procs.PerRequest            `json:"server_cpu_per_decision"`
@@ -120,8 +91,8 @@ func (r *Result) processList() string {
 	return strings.Join(gs, " ")
 }
 
-// RunRLSLoad drives cfg.Targets for cfg.Duration and reports.
-func runLoad(ctx context.Context, cfg LoadConfig) (*Result, error) {
+// runLoad drives cfg.Targets for cfg.Duration and reports.
+func runLoad(ctx context.Context, cfg Config) (*Result, error) {
 	cfg = cfg.withDefaults()
 	if len(cfg.Targets) == 0 {
 		return nil, errors.New("bench: rls load needs a target")
@@ -168,7 +139,7 @@ func runLoad(ctx context.Context, cfg LoadConfig) (*Result, error) {
 	}
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	var wg sync.WaitGroup
-	srv0, gen0, io0 := sampleGroups(cfg.Pids), procs.SelfUsage(), ioGroups(cfg.Pids)
+	srv0, gen0, io0 := sampleGroups(cfg.pids), procs.SelfUsage(), ioGroups(cfg.pids)
 	start := time.Now()
 	for i := range ws {
 		w := &ws[i]
@@ -198,7 +169,7 @@ func runLoad(ctx context.Context, cfg LoadConfig) (*Result, error) {
 	}
 	wg.Wait()
 	el := time.Since(start)
-	srv, gen, io := sampleGroups(cfg.Pids), procs.SelfUsage().Sub(gen0), ioGroups(cfg.Pids)
+	srv, gen, io := sampleGroups(cfg.pids), procs.SelfUsage().Sub(gen0), ioGroups(cfg.pids)
 	return summarize(cfg, ws, el, srv0, srv, gen, io0, io), nil
 }
 
@@ -238,7 +209,7 @@ func ioGroups(groups map[string][]int) map[string]int64 {
 // value of the default 10,000).
 const rlsRing = 512
 
-func rlsRequest(cfg LoadConfig, next func() uint64) *rlv3.RateLimitRequest {
+func rlsRequest(cfg Config, next func() uint64) *rlv3.RateLimitRequest {
 	req := &rlv3.RateLimitRequest{Domain: cfg.Domain, Descriptors: make([]*rlcommon.RateLimitDescriptor, cfg.Descriptors)}
 	for j := range req.Descriptors {
 		req.Descriptors[j] = &rlcommon.RateLimitDescriptor{Entries: []*rlcommon.RateLimitDescriptor_Entry{
@@ -257,7 +228,7 @@ func defaultTo[T int | int64 | uint64 | float64 | time.Duration](v *T, def T) {
 
 // summarize is the Result of a run of ws over el: server CPU from srv0 to
 // srv, generator CPU gen, system calls from io0 to io.
-func summarize(cfg LoadConfig, ws []worker, el time.Duration, srv0, srv map[string]procs.Usage, gen procs.Usage, io0, io map[string]int64) *Result {
+func summarize(cfg Config, ws []worker, el time.Duration, srv0, srv map[string]procs.Usage, gen procs.Usage, io0, io map[string]int64) *Result {
 	res := &Result{Target: cfg.Targets[0], Duration: el, Codes: map[string]int64{}}
 	lat := bench.NewLatency()
 	for _, w := range ws {
@@ -272,9 +243,9 @@ func summarize(cfg LoadConfig, ws []worker, el time.Duration, srv0, srv map[stri
 	res.PerSec = float64(res.Requests) / el.Seconds()
 	decisions := (res.Requests - res.Errors) * int64(cfg.Descriptors)
 	res.DecisionsPerSec = float64(decisions) / el.Seconds()
-	if len(cfg.Pids) > 0 {
+	if len(cfg.pids) > 0 {
 		res.Processes = map[string]int{}
-		for g, pids := range cfg.Pids {
+		for g, pids := range cfg.pids {
 			res.Processes[g] = len(pids)
 		}
 		var all procs.Usage

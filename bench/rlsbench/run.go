@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/poplimit/poplimit/bench"
 	"github.com/poplimit/poplimit/bench/fixture/procs"
@@ -15,9 +16,33 @@ import (
 
 // Config configures Run. Zero means default.
 type Config struct {
-	// Load is the load of every run; its Targets and Pids are set by Run
-	// unless Targets is given.
-	Load LoadConfig
+	// Targets are the gRPC addresses driven (client i uses target i mod
+	// len); none: a launched PoP's, and the peer's.
+	Targets []string
+	// Clients is the number of concurrent closed-loop callers; default 64.
+	// They share Conns connections per target (HTTP/2 streams).
+	Clients int
+	// Conns is the gRPC connections per target; default 4.
+	Conns int
+	// Duration of the timed phase; default 10s.
+	Duration time.Duration
+	// Domain and Key name the descriptors sent: each request carries
+	// Descriptors descriptors {Key: value}, the values Zipf-distributed
+	// over Keys values (each client cycles through rlsRing requests drawn
+	// before the timed phase); defaults "bench", "user", 3, 10000.
+	Domain, Key string
+	Descriptors int
+	Keys        uint64
+	// ZipfS is the Zipf exponent (> 1); default 1.1.
+	ZipfS float64
+	// Seed seeds the value choices; default 1.
+	Seed uint64
+
+	// pids are the server-side processes charged with a run's CPU, by
+	// group name ("rls", "mcproxy", "memcached"; Result.CPU and
+	// ServerCPU); set by Run for launched processes, none: not measured.
+	pids map[string][]int
+
 	// Dir keeps configs and logs; default a temporary directory, removed.
 	Dir string
 	// RLS is the number of rls processes of the launched PoP; default 4.
@@ -40,11 +65,11 @@ type Config struct {
 	Limit int
 }
 
-// Run runs the load on cfg.Load.Targets when given, else on a launched
+// Run runs the load on cfg.Targets when given, else on a launched
 // PoP of rls processes (rounds alternating with the peer when cfg.Peer is
 // set), and returns one Result per run.
 func Run(ctx context.Context, cfg Config) ([]*Result, error) {
-	load := cfg.Load
+	load := cfg
 	if len(load.Targets) > 0 {
 		r, err := runLoad(ctx, load)
 		if err != nil {
@@ -77,7 +102,7 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 	}
 	var results []*Result
 	for range rounds {
-		load.Targets, load.Pids = launched.GRPCAddrs(), launched.PidGroups()
+		load.Targets, load.pids = launched.GRPCAddrs(), launched.PidGroups()
 		r, err := runLoad(ctx, load)
 		if err != nil {
 			return nil, err
@@ -92,7 +117,7 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 			continue
 		}
 		stores := launched.PidGroups() // the peer is charged with the same store processes
-		load.Targets, load.Pids = []string{peer.Addr}, map[string][]int{"memcached": stores["memcached"], "redis": stores["redis"], "ratelimit": {peer.Pid()}}
+		load.Targets, load.pids = []string{peer.Addr}, map[string][]int{"memcached": stores["memcached"], "redis": stores["redis"], "ratelimit": {peer.Pid()}}
 		if r, err = runLoad(ctx, load); err != nil {
 			return nil, err
 		}

@@ -44,13 +44,9 @@ func accuracyCommand() *cli.Command {
 			}
 			var traces []accuracy.AccuracyTraceConfig
 			for _, arg := range list(c.String("trace")) {
-				path, err := accuracy.FindAccuracyTrace(".", arg)
+				tc, err := accuracy.OpenTrace(".", arg)
 				if err != nil {
 					return fmt.Errorf("--trace: %w", err)
-				}
-				tc, err := accuracy.LoadAccuracyTrace(path)
-				if err != nil {
-					return fmt.Errorf("--trace %s: %w", path, err)
 				}
 				traces = append(traces, tc)
 			}

@@ -110,8 +110,8 @@ func rlsConformance(c *cli.Context) error {
 // rlsLoad runs the load on --target, or on a launched PoP (and the peer).
 func rlsLoad(c *cli.Context) error {
 	rs, err := rlsbench.Run(c.Context, rlsbench.Config{
-		Load: rlsbench.LoadConfig{Targets: c.StringSlice("target"), Clients: c.Int("clients"), Conns: c.Int("conns"),
-			Duration: c.Duration("duration"), Descriptors: c.Int("descriptors"), Keys: c.Uint64("keys"), ZipfS: c.Float64("zipf")},
+		Targets: c.StringSlice("target"), Clients: c.Int("clients"), Conns: c.Int("conns"),
+		Duration: c.Duration("duration"), Descriptors: c.Int("descriptors"), Keys: c.Uint64("keys"), ZipfS: c.Float64("zipf"),
 		Dir: c.String("dir"), RLS: c.Int("rls"), RLSBin: c.String("rls-bin"), RLSArgs: c.StringSlice("rls-arg"),
 		Store: bench.StoreKind(c.String("store")), Peer: c.String("peer"), Rounds: c.Int("rounds"), Limit: c.Int("limit"),
 	})
