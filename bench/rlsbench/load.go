@@ -53,7 +53,7 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// RLSResult is one load run.
+// Result is one load run.
 type Result struct {
 	Target   string        `json:"target"`
 	Requests int64         `json:"requests"`

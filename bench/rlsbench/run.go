@@ -209,7 +209,25 @@ func WriteTable(w io.Writer, rs []*Result) {
 		if !strings.HasPrefix(b.Target, "envoyproxy/ratelimit") || b.DecisionsPerSec == 0 || a.Latency.P99 == 0 {
 			return
 		}
-		fmt.Fprintf(w, "round %d: %s / %s: %.2f× the decisions/s, p99 %.2f× (%.1f against %.1f ms)\n", i/2+1, a.Target, b.Target,
+		fmt.Fprintf(w, "round %d: %s / %s: %.2f× the decisions/s, p99 %.2f× (%.1f against %.1f ms)", i/2+1, a.Target, b.Target,
 			a.DecisionsPerSec/b.DecisionsPerSec, a.Latency.P99/b.Latency.P99, a.Latency.P99, b.Latency.P99)
+		own, peerOwn, store, peerStore := a.CPU["rls"].CPUUS(), b.CPU["ratelimit"].CPUUS(), storeCPU(a), storeCPU(b)
+		if own > 0 && peerOwn > 0 {
+			fmt.Fprintf(w, "; the service process alone %.2f× the CPU per decision (%.1f against %.1f µs; the store's processes %.1f against %.1f µs)",
+				own/peerOwn, own, peerOwn, store, peerStore)
+		}
+		fmt.Fprintln(w)
 	}
+}
+
+// storeCPU is the CPU per decision of r's store processes (every group
+// but the services rls and ratelimit).
+func storeCPU(r *Result) float64 {
+	var us float64
+	for g, c := range r.CPU {
+		if g != "rls" && g != "ratelimit" {
+			us += c.CPUUS()
+		}
+	}
+	return us
 }

@@ -177,10 +177,12 @@ type Config struct {
 	// once, without waiting, while the pool is empty; default 0 (wait).
 	// Each unit adds to the bound.
 	Overdraft int64
-	// Wait is the longest a request that finds the pool empty waits for
-	// the claim it needs (the request's context may end it sooner, e.g.
-	// pop's store deadline); then the Fallback decides. Default 300ms:
-	// one home round trip with margin.
+	// Wait bounds how long a request that finds the pool empty waits for
+	// the claim it needs: max(Wait, 2 refill latencies), at most
+	// HomeTimeout (a claim that answers is waited for, however loaded the
+	// host; the request's context may end it sooner, e.g. pop's store
+	// deadline); then the Fallback decides. Default 300ms: one home round
+	// trip with margin.
 	Wait time.Duration
 	// Horizon is how much of the PoP's arrival rate one batch covers
 	// (at least 1.5 refill latencies are used); default 250ms. The
@@ -286,6 +288,12 @@ func (h *Home) latency() time.Duration {
 		return time.Duration(l)
 	}
 	return 100 * time.Millisecond
+}
+
+// waitBound is how long a request waits for a claim: Config.Wait, or two
+// refill latencies when claims take longer, at most one claim's timeout.
+func (h *Home) waitBound() time.Duration {
+	return min(max(h.cfg.Wait, 2*h.latency()), max(h.cfg.HomeTimeout, h.cfg.Wait))
 }
 
 // observe adds one refill's duration to the smoothed latency (the first
@@ -420,7 +428,7 @@ func (a *Allower) AllowN(ctx context.Context, key string, now time.Time, n int64
 // over, the Fallback decides.
 func (a *Allower) empty(ctx context.Context, key string, ks *keyState, win int64, now time.Time, n int64, res counter.Result) (counter.Result, error) {
 	pk := a.key(key, win, 'p')
-	deadline := a.h.clock().Add(a.h.cfg.Wait)
+	deadline := a.h.clock().Add(a.h.waitBound())
 	if d, ok := ctx.Deadline(); ok {
 		// Leave the Fallback time to decide within the request's deadline
 		// (rather than let it expire mid-wait).

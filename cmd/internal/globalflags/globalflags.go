@@ -23,7 +23,7 @@ func Flags() []cli.Flag {
 		&cli.StringFlag{Name: "global-memcached", Usage: "home region's memcached or mcproxy `ADDR` holding the global counts of scope: global limits (pipelined client: one round trip per claim); empty: configurations with global limits are rejected"},
 		&cli.IntFlag{Name: "pops", Value: 1, Usage: "number of PoPs sharing the global limits: with the home store unreachable, fail_mode local credits limit ÷ this per window"},
 		&cli.Int64Flag{Name: "global-overdraft", Value: 0, Usage: "units per global key and window this PoP admits at once, without waiting, while its pool is empty (each adds to the over-admission bound); 0 = wait for the claim (--global-wait)"},
-		&cli.DurationFlag{Name: "global-wait", Value: 300 * time.Millisecond, Usage: "longest a request that finds its PoP's pool of a global key empty waits for the claim on the home store (one home round trip with margin; the store deadline may end it sooner); then the policy's fail mode decides"},
+		&cli.DurationFlag{Name: "global-wait", Value: 300 * time.Millisecond, Usage: "how long a request that finds its PoP's pool of a global key empty waits for the claim on the home store: this (one home round trip with margin), or two recent claim latencies when claims take longer, at most a claim's 1s timeout (the store deadline may end it sooner); then the policy's fail mode decides"},
 		&cli.DurationFlag{Name: "global-horizon", Value: 250 * time.Millisecond, Usage: "how much of the PoP's arrival rate one batch claimed from the home store covers (at least 1.5 refill latencies); a PoP holds about rate × (this + 1.5 refill latencies) tokens, which it strands when its traffic moves away late in a window"},
 	}
 }
