@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/poplimit/poplimit/proxy/fastconn"
+
 	"github.com/urfave/cli/v2"
 	"github.com/valyala/fasthttp"
 
@@ -70,7 +72,11 @@ func newFastEdge(l *pop.Limiter, cfg fastConfig) (*fastEdge, error) {
 			Addr:  addr,
 			IsTLS: u.Scheme == "https",
 			Dial: func(a string) (net.Conn, error) {
-				return (&net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}).Dial("tcp", a)
+				c, err := (&net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}).Dial("tcp", a)
+				if err != nil {
+					return nil, err
+				}
+				return fastconn.New(c), nil // raw socket calls, as the store clients'
 			},
 			// The response body is streamed on as it arrives (the server
 			// writes and closes ctx.Response's body stream); the header
@@ -299,7 +305,10 @@ func (l backoffListener) Accept() (net.Conn, error) {
 	delay := 5 * time.Millisecond
 	for {
 		c, err := l.Listener.Accept()
-		if err == nil || errors.Is(err, net.ErrClosed) {
+		if err == nil {
+			return fastconn.New(c), nil // raw socket calls, as the store clients'
+		}
+		if errors.Is(err, net.ErrClosed) {
 			return c, err
 		}
 		time.Sleep(delay)
