@@ -221,16 +221,17 @@ func (a *Allower) refillLocked(key string, ks *keyState, win int64, now time.Tim
 
 // batch is the units one claim asks for at rate (units/s of the PoP): the
 // rate over max(Horizon, 1.5 latencies) plus the low-water mark, at least 1,
-// at most half of what the window had left at this worker's last claim
-// (the whole limit at its first), so that one PoP's burst does not take
-// the whole window's count.
+// at most half of the PoP's share of what the window had left at this
+// worker's last claim (the whole limit at its first), so that one PoP's
+// burst does not take the whole window's count, nor strand much of it in
+// its pool when the burst ends.
 func (a *Allower) batch(ks *keyState, win int64, rate float64, lat time.Duration) int64 {
 	h := max(a.h.cfg.Horizon, lat+lat/2)
 	b := int64(math.Ceil(rate*h.Seconds())) + lowWater(rate, lat, 1)
 	ks.mu.Lock()
 	left := a.lim.Quantity - ks.knownLocked(win)
 	ks.mu.Unlock()
-	return min(max(b, 1), max(left/2, 1))
+	return min(max(b, 1), max(left/int64(2*max(1, a.h.cfg.PoPs)), 1))
 }
 
 // doRefill is one refill of key's pool for window win: take the PoP's
