@@ -13,7 +13,7 @@ import (
 func TestAccuracyEndToEnd(t *testing.T) {
 	env := benchtest.Env(t, false)
 	rep, err := runAccuracy(context.Background(), env, AccuracySuiteConfig{
-		Traces: []string{traceNear}, Precisions: []int{1, 4},
+		TraceFiles: []string{traceNear}, Precisions: []int{1, 4},
 		Algorithms: []counter.Algorithm{counter.SlidingWindow, counter.FixedWindow, counter.TokenBucket},
 		Skews:      []time.Duration{2 * time.Second}, Sources: 20, Duration: 4 * time.Minute,
 	})

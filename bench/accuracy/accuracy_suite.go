@@ -12,14 +12,13 @@ import (
 
 // AccuracySuiteConfig configures RunAccuracy. Zero means default.
 type AccuracySuiteConfig struct {
-	// Traces to replay, by name with the built-in parameters (equal to
-	// testdata/traces/accuracy-<name>.json); default AccuracyTraces. Ignored
-	// when TraceConfigs is set.
-	Traces []string
-	// TraceConfigs are traces to replay as described (e.g. read with
-	// LoadAccuracyTrace); Sources, Duration and Seed below, when set,
-	// override theirs.
-	TraceConfigs []AccuracyTraceConfig
+	// TraceFiles are the traces to replay as their files describe them:
+	// each a file, or a name looked up as
+	// testdata/traces/accuracy-<name>.json in the working directory or the
+	// nearest parent holding go.mod. Without them, the built-in traces
+	// (below, near and bursts, as those files describe them). Sources,
+	// Duration, Seed, Quantity and Window below, when set, override theirs.
+	TraceFiles []string
 	// Precisions of the sliding window; default [1].
 	Precisions []int
 	// Algorithms; default sliding window only. Fixed window and token bucket
@@ -49,7 +48,7 @@ type report struct {
 	PoP string `json:"pop"`
 	// Traces are the parameters each trace was generated from (the form
 	// of testdata/traces/accuracy-*.json, overrides applied).
-	Traces []AccuracyTraceConfig `json:"traces"`
+	Traces []accuracyTraceConfig `json:"traces"`
 	Rows   []*accuracyResult     `json:"rows"`
 }
 
@@ -67,13 +66,17 @@ func RunAccuracy(ctx context.Context, env *bench.Env, cfg AccuracySuiteConfig) (
 
 // runAccuracy is RunAccuracy returning the report itself.
 func runAccuracy(ctx context.Context, env *bench.Env, cfg AccuracySuiteConfig) (*report, error) {
-	traces := cfg.TraceConfigs
-	if len(traces) == 0 {
-		if len(cfg.Traces) == 0 {
-			cfg.Traces = accuracyTraces
+	var traces []accuracyTraceConfig
+	for _, arg := range cfg.TraceFiles {
+		tc, err := openTrace(".", arg)
+		if err != nil {
+			return nil, err
 		}
-		for _, name := range cfg.Traces {
-			traces = append(traces, AccuracyTraceConfig{Name: name})
+		traces = append(traces, tc)
+	}
+	if len(traces) == 0 {
+		for _, name := range accuracyTraces {
+			traces = append(traces, accuracyTraceConfig{Name: name})
 		}
 	}
 	if len(cfg.Precisions) == 0 {

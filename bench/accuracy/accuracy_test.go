@@ -29,7 +29,7 @@ func TestSlidingExcess(t *testing.T) {
 
 func TestGenerateAccuracyTraces(t *testing.T) {
 	for _, name := range accuracyTraces {
-		tr, err := generateAccuracy(AccuracyTraceConfig{Name: name, Sources: 50, Duration: 5 * time.Minute})
+		tr, err := generateAccuracy(accuracyTraceConfig{Name: name, Sources: 50, Duration: 5 * time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +49,7 @@ func TestGenerateAccuracyTraces(t *testing.T) {
 			}
 		}
 	}
-	if _, err := generateAccuracy(AccuracyTraceConfig{Name: "nope"}); err == nil {
+	if _, err := generateAccuracy(accuracyTraceConfig{Name: "nope"}); err == nil {
 		t.Fatal("unknown trace accepted")
 	}
 }
@@ -60,7 +60,7 @@ func TestGenerateAccuracyTraces(t *testing.T) {
 // with 1.
 func TestAccuracyInMemory(t *testing.T) {
 	ctx := context.Background()
-	tr, err := generateAccuracy(AccuracyTraceConfig{Name: traceNear, Sources: 40, Duration: 6 * time.Minute})
+	tr, err := generateAccuracy(accuracyTraceConfig{Name: traceNear, Sources: 40, Duration: 6 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 
 // Accuracy traces: one route, every source at its own rate. Their
 // parameters and seeds are kept in testdata/traces/accuracy-<name>.json
-// (LoadAccuracyTrace); the built-in defaults of AccuracyTraceConfig are the
+// (loadAccuracyTrace); the built-in defaults of accuracyTraceConfig are the
 // same values, pinned by a test.
 const (
 	// TraceBelow: mostly below the limit, 1% abusive sources at 2–10×.
@@ -31,10 +31,10 @@ const (
 // AccuracyTraces lists the accuracy trace names.
 var accuracyTraces = []string{traceBelow, traceNear, traceBursts}
 
-// AccuracyTraceConfig describes an accuracy trace: a generator (Name) and
+// accuracyTraceConfig describes an accuracy trace: a generator (Name) and
 // its parameters. Zero means default for every field; the JSON form is the
 // one of testdata/traces/accuracy-*.json.
-type AccuracyTraceConfig struct {
+type accuracyTraceConfig struct {
 	// Name is TraceBelow, TraceNear or TraceBursts; default TraceNear.
 	Name string `json:"name"`
 	// About says what the trace stands for (documentation only).
@@ -72,8 +72,8 @@ type AccuracyTraceConfig struct {
 }
 
 // MarshalJSON writes Window and Duration as window_ms and duration_ms.
-func (c AccuracyTraceConfig) MarshalJSON() ([]byte, error) {
-	type plain AccuracyTraceConfig
+func (c accuracyTraceConfig) MarshalJSON() ([]byte, error) {
+	type plain accuracyTraceConfig
 	return json.Marshal(struct {
 		plain
 		WindowMs   int64 `json:"window_ms"`
@@ -86,17 +86,17 @@ var errBadTraceFile = errors.New("bench: bad accuracy trace file")
 
 // loadAccuracyTrace reads an accuracy trace description (JSON, as in
 // testdata/traces/accuracy-near.json). Unknown fields are an error.
-func loadAccuracyTrace(path string) (AccuracyTraceConfig, error) {
+func loadAccuracyTrace(path string) (accuracyTraceConfig, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return AccuracyTraceConfig{}, err
+		return accuracyTraceConfig{}, err
 	}
 	return parseAccuracyTrace(b)
 }
 
-// ParseAccuracyTrace parses the JSON of LoadAccuracyTrace.
-func parseAccuracyTrace(b []byte) (AccuracyTraceConfig, error) {
-	type plain AccuracyTraceConfig
+// parseAccuracyTrace parses the JSON of loadAccuracyTrace.
+func parseAccuracyTrace(b []byte) (accuracyTraceConfig, error) {
+	type plain accuracyTraceConfig
 	var j struct {
 		plain
 		WindowMs   int64 `json:"window_ms"`
@@ -105,9 +105,9 @@ func parseAccuracyTrace(b []byte) (AccuracyTraceConfig, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&j); err != nil {
-		return AccuracyTraceConfig{}, fmt.Errorf("%w: %v", errBadTraceFile, err)
+		return accuracyTraceConfig{}, fmt.Errorf("%w: %v", errBadTraceFile, err)
 	}
-	c := AccuracyTraceConfig(j.plain)
+	c := accuracyTraceConfig(j.plain)
 	c.Window = time.Duration(j.WindowMs) * time.Millisecond
 	c.Duration = time.Duration(j.DurationMs) * time.Millisecond
 	switch {
@@ -143,7 +143,7 @@ func findAccuracyTrace(dir, arg string) (string, error) {
 	}
 }
 
-func (c AccuracyTraceConfig) withDefaults() AccuracyTraceConfig {
+func (c accuracyTraceConfig) withDefaults() accuracyTraceConfig {
 	defaultTo(&c.Seed, 1)
 	defaultTo(&c.Sources, 200)
 	defaultTo(&c.Quantity, 100)
@@ -167,7 +167,7 @@ func (c AccuracyTraceConfig) withDefaults() AccuracyTraceConfig {
 // GenerateAccuracy builds one of the accuracy traces. Offset 0 of the trace
 // is meant to be aligned on a window boundary. The same config always
 // yields the same trace.
-func generateAccuracy(c AccuracyTraceConfig) (*bench.Trace, error) {
+func generateAccuracy(c accuracyTraceConfig) (*bench.Trace, error) {
 	c = c.withDefaults()
 	route := bench.Route{Path: "/api", Quantity: c.Quantity, Window: c.Window}
 	switch c.Name {
@@ -217,16 +217,16 @@ func generateAccuracy(c AccuracyTraceConfig) (*bench.Trace, error) {
 	return t, nil
 }
 
-// OpenTrace resolves a --trace argument as a file or a trace name (see
+// openTrace resolves a --trace argument as a file or a trace name (see
 // findAccuracyTrace) and reads the trace description it names.
-func OpenTrace(dir, arg string) (AccuracyTraceConfig, error) {
+func openTrace(dir, arg string) (accuracyTraceConfig, error) {
 	path, err := findAccuracyTrace(dir, arg)
 	if err != nil {
-		return AccuracyTraceConfig{}, err
+		return accuracyTraceConfig{}, err
 	}
 	c, err := loadAccuracyTrace(path)
 	if err != nil {
-		return AccuracyTraceConfig{}, fmt.Errorf("%s: %w", path, err)
+		return accuracyTraceConfig{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, nil
 }

@@ -25,7 +25,7 @@ func TestAccuracyTraceFiles(t *testing.T) {
 			t.Errorf("%s: name %q, about %q", path, c.Name, c.About)
 		}
 		c.About = ""
-		got, want := c.withDefaults(), AccuracyTraceConfig{Name: name}.withDefaults()
+		got, want := c.withDefaults(), accuracyTraceConfig{Name: name}.withDefaults()
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s:\n got %+v\nwant %+v", path, got, want)
 		}
@@ -39,7 +39,7 @@ func TestAccuracyTraceFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := generateAccuracy(AccuracyTraceConfig{Name: name, Sources: 20, Duration: 3 * time.Minute})
+		b, _ := generateAccuracy(accuracyTraceConfig{Name: name, Sources: 20, Duration: 3 * time.Minute})
 		if !reflect.DeepEqual(a.Requests, b.Requests) || len(a.Requests) == 0 {
 			t.Errorf("%s: file and built-in parameters give different traces", name)
 		}

@@ -152,8 +152,8 @@ type deliberate struct {
 	Diverges func(s step, j int) bool
 }
 
-// Deliberates are the deliberate differences the harness knows.
-var Deliberates = []deliberate{
+// deliberates are the deliberate differences the harness knows.
+var deliberates = []deliberate{
 	{
 		Name:   "malformed-request",
 		Reason: "an empty domain or descriptor list is gRPC INVALID_ARGUMENT in rls (a client error), UNKNOWN in envoyproxy/ratelimit",

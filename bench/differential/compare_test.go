@@ -98,37 +98,37 @@ func TestClassifierSortsEveryStep(t *testing.T) {
 	tests := []struct {
 		name  string
 		steps []scripted
-		want  Result
+		want  result
 	}{
 		{"equal answers", []scripted{{request("d0_t", 1), ok(2), ok(2), 0}},
-			Result{Requests: 1, Compared: 1, Equal: 1}},
+			result{Requests: 1, Compared: 1, Equal: 1}},
 		{"one field differs", []scripted{{request("d0_t", 1), ok(2), ok(1), 0}},
-			Result{Requests: 1, Compared: 1, Unexpected: 1, Classes: map[string]int{"limit_remaining named": 1}}},
+			result{Requests: 1, Compared: 1, Unexpected: 1, Classes: map[string]int{"limit_remaining named": 1}}},
 		{"malformed request: INVALID_ARGUMENT against UNKNOWN is deliberate",
 			[]scripted{{request("d0_t"), answer{Err: codes.InvalidArgument}, answer{Err: codes.Unknown}, 0}},
-			Result{Requests: 1, Compared: 1, Deliberate: 1, ByDeliberate: map[string]int{"malformed-request": 1}}},
+			result{Requests: 1, Compared: 1, Deliberate: 1, ByDeliberate: map[string]int{"malformed-request": 1}}},
 		{"a well-formed request refused by rls is unexpected",
 			[]scripted{{request("d0_t", 1), answer{Err: codes.InvalidArgument}, ok(2), 0}},
-			Result{Requests: 1, Compared: 1, Unexpected: 1, Classes: map[string]int{"grpc_code": 1}}},
+			result{Requests: 1, Compared: 1, Unexpected: 1, Classes: map[string]int{"grpc_code": 1}}},
 		{"hits above the limit: that step's remaining and the window after are deliberate", []scripted{
 			{request("d0_t", 1), ok(2), ok(2), 0},
 			{request("d0_t", 5), oneAnswer(rlv3.RateLimitResponse_OVER_LIMIT, 2, 3, 50*time.Second), over, time.Second},
 			{request("d0_t", 1), ok(1), over, 2 * time.Second},
-		}, Result{Requests: 3, Compared: 3, Equal: 1, Deliberate: 2, ByDeliberate: map[string]int{"hits-addend-above-limit": 2}}},
+		}, result{Requests: 3, Compared: 3, Equal: 1, Deliberate: 2, ByDeliberate: map[string]int{"hits-addend-above-limit": 2}}},
 		{"hits above the limit: the later descriptors of the identity in that request are deliberate", []scripted{{request("d0_t", 5, 1),
 			answer{Resp: &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OVER_LIMIT, Statuses: []*rlv3.RateLimitResponse_DescriptorStatus{
 				oneAnswer(rlv3.RateLimitResponse_OVER_LIMIT, 3, 3, 50*time.Second).Resp.Statuses[0], ok(2).Resp.Statuses[0]}}},
 			answer{Resp: &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OVER_LIMIT, Statuses: []*rlv3.RateLimitResponse_DescriptorStatus{
 				over.Resp.Statuses[0], over.Resp.Statuses[0]}}}, 0},
-		}, Result{Requests: 1, Compared: 1, Deliberate: 1, ByDeliberate: map[string]int{"hits-addend-above-limit": 1}}},
+		}, result{Requests: 1, Compared: 1, Deliberate: 1, ByDeliberate: map[string]int{"hits-addend-above-limit": 1}}},
 		{"hits above the limit explain nothing in the next window", []scripted{
 			{request("d0_t", 5), over, over, 0},
 			{request("d0_t", 1), ok(2), over, time.Minute},
-		}, Result{Requests: 2, Compared: 2, Equal: 1, Unexpected: 1, Classes: map[string]int{"code,limit_remaining,overall_code named": 1}}},
+		}, result{Requests: 2, Compared: 2, Equal: 1, Unexpected: 1, Classes: map[string]int{"code,limit_remaining,overall_code named": 1}}},
 		{"a step across a minute boundary is skipped, and its identity's next differences", []scripted{
 			{request("d0_t", 1), ok(2), ok(2), 50*time.Second - time.Millisecond},
 			{request("d0_t", 1), ok(1), ok(2), 51 * time.Second},
-		}, Result{Requests: 2, Skipped: 2}},
+		}, result{Requests: 2, Skipped: 2}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -157,7 +157,7 @@ func TestClassifierSortsEveryStep(t *testing.T) {
 
 func TestEveryDeliberateDifferenceHasANameAndAReason(t *testing.T) {
 	seen := map[string]bool{}
-	for _, d := range Deliberates {
+	for _, d := range deliberates {
 		if d.Name == "" || d.Reason == "" || seen[d.Name] || d.Explains == nil && d.Diverges == nil {
 			t.Errorf("deliberate difference %q: want a unique name, a reason and a rule", d.Name)
 		}
@@ -181,7 +181,7 @@ func TestREADMEListsEveryDeliberateDifference(t *testing.T) {
 	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z-]+)` \\|").FindAllStringSubmatch(table, -1) {
 		listed[m[1]] = true
 	}
-	for _, d := range Deliberates {
+	for _, d := range deliberates {
 		if !listed[d.Name] {
 			t.Errorf("README.md: no row for the deliberate difference %q", d.Name)
 		}

@@ -23,7 +23,7 @@ func TestRLSAnswersAsThePeerOnRandomScripts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
-	results, err := RunSeeds(ctx, Config{
+	results, err := runSeeds(ctx, Config{
 		Seeds: []uint64{1, 2, 3}, Requests: 200, Stores: []bench.StoreKind{bench.StoreMemcached, bench.StoreRedis},
 		RLSBin: fixture.Binary(t, "rls"), MCProxyBin: fixture.Binary(t, "mcproxy"), PeerBin: peer, Dir: t.TempDir(),
 	})

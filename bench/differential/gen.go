@@ -2,7 +2,7 @@
 // lockstep against cmd/rls and its peer envoyproxy/ratelimit and reports
 // every answer that differs: generated from a seed (configs in the peer's
 // descriptor YAML, request scripts), compared field by field, each
-// difference classified as deliberate (with its reason, listed in Deliberates),
+// difference classified as deliberate (with its reason, listed in deliberates),
 // skipped (a window boundary between the two answers) or unexpected.
 package differential
 

@@ -41,9 +41,23 @@ type Config struct {
 // a Redis Cluster (the Redis store's own, or one of its own without it;
 // REDIS_TYPE=cluster), all loading that directory, and replays each seed
 // against each store in turn. A config rls refuses is reported as an
-// unexpected difference of its replay (Result.Unexpected 1, class
-// "config"); a config the peer refuses fails the run.
-func RunSeeds(ctx context.Context, cfg Config) ([]*Result, error) {
+// unexpected difference of its replay (class "config"); a config the peer
+// refuses fails the run. It returns the report of every replay (tables of
+// the counts, then each unexpected difference and the counts by class and
+// deliberate difference) and the number of unexpected differences.
+func RunSeeds(ctx context.Context, cfg Config) (rep bench.Result, unexpected int, err error) {
+	rs, err := runSeeds(ctx, cfg)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, r := range rs {
+		unexpected += r.Unexpected
+	}
+	return rs, unexpected, nil
+}
+
+// runSeeds is RunSeeds' replays.
+func runSeeds(ctx context.Context, cfg Config) (results, error) {
 	if len(cfg.Seeds) == 0 || cfg.RLSBin == "" || cfg.MCProxyBin == "" || cfg.PeerBin == "" || cfg.Dir == "" {
 		return nil, errors.New("differential: Config needs Seeds, RLSBin, MCProxyBin, PeerBin and Dir")
 	}
@@ -61,7 +75,7 @@ func RunSeeds(ctx context.Context, cfg Config) ([]*Result, error) {
 	type job struct {
 		rp    *replay
 		store bench.StoreKind
-		res   *Result
+		res   *result
 	}
 	var jobs []*job
 	for _, seed := range cfg.Seeds {
@@ -73,7 +87,7 @@ func RunSeeds(ctx context.Context, cfg Config) ([]*Result, error) {
 				files[name] = []byte(body)
 			}
 			if _, err := rls.Parse(files, rls.Options{}); err != nil {
-				j.res = &Result{Seed: seed, Store: string(store), Run: rp.Run, Unexpected: 1, Classes: map[string]int{"config": 1},
+				j.res = &result{Seed: seed, Store: string(store), Run: rp.Run, Unexpected: 1, Classes: map[string]int{"config": 1},
 					Differences: []difference{{Seed: seed, Store: string(store), Step: -1, Class: "config",
 						Diffs: []diff{{Desc: -1, Field: "config", RLS: err.Error(), Peer: "loaded"}}}}}
 			}
@@ -105,7 +119,7 @@ func RunSeeds(ctx context.Context, cfg Config) ([]*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []*Result
+	var out []*result
 	for _, j := range jobs {
 		if j.res == nil {
 			j.res, err = run(ctx, j.rp, string(j.store), env.rls[j.store], env.peer)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -12,12 +14,13 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/prototext"
 
+	"github.com/poplimit/poplimit/bench"
 	"github.com/poplimit/poplimit/pop/rls"
 )
 
-// Result is one replay's outcome. Every request is exactly one of equal,
+// result is one replay's outcome. Every request is exactly one of equal,
 // deliberate, unexpected or skipped; Compared = Requests − Skipped.
-type Result struct {
+type result struct {
 	Seed  uint64 `json:"seed"`
 	Store string `json:"store"`
 	Run   string `json:"run"`
@@ -108,10 +111,10 @@ type taint struct {
 const boundaryTaint = "window-boundary"
 
 // Run replays rp in lockstep: each request to rls, then to peer, then the
-// two answers compared (Compare) and classified (Deliberates). Both
+// two answers compared (Compare) and classified (deliberates). Both
 // services must have loaded rp.Files. A failed call is an answer (its gRPC
 // code), not an error; Run fails only when ctx ends.
-func run(ctx context.Context, rp *replay, store string, rls, peer rlv3.RateLimitServiceClient) (*Result, error) {
+func run(ctx context.Context, rp *replay, store string, rls, peer rlv3.RateLimitServiceClient) (*result, error) {
 	c := newClassifier(rp, store)
 	units := rp.units()
 	for i, req := range rp.Requests {
@@ -138,7 +141,7 @@ func run(ctx context.Context, rp *replay, store string, rls, peer rlv3.RateLimit
 // remembers the identities whose counts a deliberate difference (or a
 // window boundary) made differ.
 type classifier struct {
-	Result  *Result
+	Result  *result
 	rp      *replay
 	units   []time.Duration
 	tainted map[string]taint
@@ -147,7 +150,7 @@ type classifier struct {
 // NewClassifier is an empty Result for rp over store.
 func newClassifier(rp *replay, store string) *classifier {
 	return &classifier{rp: rp, units: rp.units(), tainted: map[string]taint{},
-		Result: &Result{Seed: rp.Seed, Store: store, Run: rp.Run, ByDeliberate: map[string]int{}, Classes: map[string]int{}}}
+		Result: &result{Seed: rp.Seed, Store: store, Run: rp.Run, ByDeliberate: map[string]int{}, Classes: map[string]int{}}}
 }
 
 // Add classifies step i, whose two answers were read between t0 and t1.
@@ -204,7 +207,7 @@ func (c *classifier) add(i int, st step, t0, t1 time.Time) {
 		res.Equal++
 	}
 	for j := range req.Descriptors {
-		for _, e := range Deliberates {
+		for _, e := range deliberates {
 			if e.Diverges == nil || !e.Diverges(st, j) {
 				continue
 			}
@@ -225,7 +228,7 @@ func divergedWithin(st step) []string {
 	// peer counts a request's descriptors in order).
 	within := make([]string, len(req.Descriptors))
 	for j := range req.Descriptors {
-		for _, e := range Deliberates {
+		for _, e := range deliberates {
 			if e.Diverges == nil || !e.Diverges(st, j) {
 				continue
 			}
@@ -255,7 +258,7 @@ func (c *classifier) explain(st step, diffs []diff) []string {
 				explained[k] = within[d.Desc]
 			}
 		}
-		for _, e := range Deliberates {
+		for _, e := range deliberates {
 			if explained[k] == "" && e.Explains != nil && e.Explains(st, d) {
 				explained[k] = e.Name
 			}
@@ -414,4 +417,43 @@ func find(nodes []*node, f func(*node) bool) *node {
 		}
 	}
 	return nil
+}
+
+// results are RunSeeds' replays, in order (JSON: an array of them).
+type results []*result
+
+// Tables are the replays, one row each, and their sums.
+func (rs results) Tables() []*bench.Table {
+	t := &bench.Table{Header: []string{"seed", "store", "requests", "compared", "differing (unexpected)", "deliberate", "skipped"}}
+	var sum result
+	for _, r := range rs {
+		t.Add(r.Seed, r.Store, r.Requests, r.Compared, r.Unexpected, r.Deliberate, r.Skipped)
+		sum.Requests, sum.Compared, sum.Unexpected = sum.Requests+r.Requests, sum.Compared+r.Compared, sum.Unexpected+r.Unexpected
+		sum.Deliberate, sum.Skipped = sum.Deliberate+r.Deliberate, sum.Skipped+r.Skipped
+	}
+	t.Add("all", "", sum.Requests, sum.Compared, sum.Unexpected, sum.Deliberate, sum.Skipped)
+	return []*bench.Table{t}
+}
+
+// WriteSummary writes every unexpected difference, then the count of each
+// class of them and of each deliberate difference, with its reason.
+func (rs results) WriteSummary(w io.Writer) {
+	classes, deliberate := map[string]int{}, map[string]int{}
+	for _, r := range rs {
+		for _, d := range r.Differences {
+			fmt.Fprintln(w, d)
+		}
+		for k, v := range r.Classes {
+			classes[k] += v
+		}
+		for k, v := range r.ByDeliberate {
+			deliberate[k] += v
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(classes)) {
+		fmt.Fprintf(w, "unexpected %-50s %d\n", k, classes[k])
+	}
+	for _, d := range deliberates {
+		fmt.Fprintf(w, "deliberate %-30s %d  (%s)\n", d.Name, deliberate[d.Name], d.Reason)
+	}
 }

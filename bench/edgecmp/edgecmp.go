@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/poplimit/poplimit/bench"
 	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
 
@@ -104,8 +105,8 @@ type round struct {
 	Load1    float64       `json:"load1"`       // the host's 1-minute load average after the run
 }
 
-// Report is the result of Run.
-type Report struct {
+// report is the result of Run.
+type report struct {
 	Runs []round `json:"runs"`
 	// Ratios are edge ÷ peer of the medians over rounds (absent without
 	// a peer): CPU per request, requests/s, p99.
@@ -114,7 +115,7 @@ type Report struct {
 
 // Run starts the upstream, edge (with mcproxy and its shards) and the
 // peer, runs the interleaved rounds and stops everything.
-func (c Config) Run(ctx context.Context) (*Report, error) {
+func (c Config) Run(ctx context.Context) (bench.Result, error) {
 	c = c.withDefaults()
 	if c.Peer != "nginx" && c.Peer != "none" {
 		return nil, fmt.Errorf("edgecmp: peer %q: want nginx or none", c.Peer)
@@ -149,7 +150,7 @@ func (c Config) Run(ctx context.Context) (*Report, error) {
 	if err := os.WriteFile(script, []byte(wrkScript(c.Keys)), 0o644); err != nil {
 		return nil, err
 	}
-	rep := &Report{}
+	rep := &report{}
 	for round := 1; round <= c.Rounds; round++ {
 		for _, t := range targets {
 			if err := ctx.Err(); err != nil {

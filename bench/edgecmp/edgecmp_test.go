@@ -30,7 +30,7 @@ func TestNginxConfLimitsByAPIKey(t *testing.T) {
 }
 
 func TestRatiosAreOfMedians(t *testing.T) {
-	r := &Report{Runs: []round{
+	r := &report{Runs: []round{
 		{Proxy: "edge", CPUPerRq: 100, RPS: 10, P99: 4},
 		{Proxy: "nginx", CPUPerRq: 50, RPS: 20, P99: 2},
 		{Proxy: "edge", CPUPerRq: 300, RPS: 30, P99: 8},

@@ -13,9 +13,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/poplimit/poplimit/bench"
 	"github.com/poplimit/poplimit/bench/fixture/procs"
 )
 
@@ -203,7 +203,7 @@ func children(pid int) []int {
 }
 
 // ratios sets edge ÷ peer of the medians over rounds.
-func (r *Report) ratios() {
+func (r *report) ratios() {
 	med := func(proxy string, f func(round) float64) float64 {
 		var v []float64
 		for _, run := range r.Runs {
@@ -231,16 +231,18 @@ func (r *Report) ratios() {
 	r.P99Ratio = ratio(func(x round) float64 { return float64(x.P99) })
 }
 
-// Print writes the runs as a table, then the ratios.
-func (r *Report) Print(w io.Writer) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tproxy\treq/s\tp50\tp99\tp999\tCPU/req\terrors\tload1\t")
+// Tables are the runs, round by round.
+func (r *report) Tables() []*bench.Table {
+	t := &bench.Table{Header: []string{"round", "proxy", "req/s", "p50", "p99", "p999", "CPU/req", "errors", "load1"}}
 	for _, x := range r.Runs {
-		fmt.Fprintf(tw, "%d\t%s\t%.0f\t%v\t%v\t%v\t%v\t%d\t%.2f\t\n", x.Round, x.Proxy, x.RPS,
-			x.P50.Round(10*time.Microsecond), x.P99.Round(10*time.Microsecond), x.P999.Round(10*time.Microsecond),
-			x.CPUPerRq.Round(100*time.Nanosecond), x.Errors, x.Load1)
+		t.Add(x.Round, x.Proxy, fmt.Sprintf("%.0f", x.RPS), x.P50.Round(10*time.Microsecond).String(), x.P99.Round(10*time.Microsecond).String(),
+			x.P999.Round(10*time.Microsecond).String(), x.CPUPerRq.Round(100*time.Nanosecond).String(), x.Errors, fmt.Sprintf("%.2f", x.Load1))
 	}
-	tw.Flush()
+	return []*bench.Table{t}
+}
+
+// WriteSummary writes the ratios of the medians.
+func (r *report) WriteSummary(w io.Writer) {
 	if r.CPURatio > 0 {
 		fmt.Fprintf(w, "edge/nginx (medians): CPU per request %.2fx, requests/s %.2fx, p99 %.2fx\n", r.CPURatio, r.RPSRatio, r.P99Ratio)
 	}

@@ -101,14 +101,14 @@ func (c OpenLoopConfig) withDefaults() OpenLoopConfig {
 		c.Paths = allOpenPaths
 	}
 	if c.CapacityPath == "" {
-		c.CapacityPath = PathPopGomemcache
+		c.CapacityPath = pathPopGomemcache
 	}
 	defaultTo(&c.CapacityDuration, 2*time.Second)
 	return c
 }
 
-// OpenRun is one open-loop run: one path at one rate.
-type OpenRun struct {
+// pathRun is one open-loop run: one path at one rate.
+type pathRun struct {
 	Path  string  `json:"path"`
 	Rate  float64 `json:"rate"`
 	Round int     `json:"round"`
@@ -144,7 +144,7 @@ type OpenRun struct {
 // OpenSummary is one path at one rate over every round: histograms
 // merged, CPU summed.
 type openSummary struct {
-	OpenRun
+	pathRun
 	// P99Ratio and P50Ratio are this path's over the floor's at the same
 	// rate; AddedP99MS its p99 minus the floor's (0 without a floor).
 	P50Ratio   float64 `json:"p50_ratio_to_floor"`
@@ -178,7 +178,7 @@ type openLoopReport struct {
 	Slice       float64        `json:"seconds_per_slice"`
 	Rounds      int            `json:"rounds"`
 	Paths       []pathInfo     `json:"paths"`
-	Runs        []*OpenRun     `json:"runs"`
+	Runs        []*pathRun     `json:"runs"`
 	Summary     []*openSummary `json:"summary"`
 	Notes       []string       `json:"notes,omitempty"`
 }
@@ -291,7 +291,7 @@ func runOpenLoop(ctx context.Context, cfg OpenLoopConfig) (*openLoopReport, erro
 }
 
 // fill derives the summaries and per-request figures from the raw counts.
-func (r *OpenRun) fill() {
+func (r *pathRun) fill() {
 	c := r.counts
 	r.Latency, r.Service, r.Lateness = c.Latency.Summary(), c.Service.Summary(), c.Lateness.Summary()
 	r.Sent, r.Errors, r.Queued, r.Unsent, r.Senders = c.Sent, c.Errors, c.Queued, c.Unsent, c.Senders

@@ -29,16 +29,16 @@ const (
 	// Twemproxy and through mcproxy, over the same 3 shards.
 	pathNutcracker = "nutcracker"
 	pathMcproxy    = "mcproxy"
-	// PathPopGomemcache and PathPopPipe are a full pop decision (policy
+	// pathPopGomemcache and pathPopPipe are a full pop decision (policy
 	// match, identity, sliding window in the store) through mcproxy, over
 	// gomemcache and over the pipelining PipeStore with one multiplexed
 	// connection (edge's and rls's default client).
-	PathPopGomemcache = "pop-gomemcache"
+	pathPopGomemcache = "pop-gomemcache"
 	pathPopPipe       = "pop-pipe"
 )
 
 // AllOpenPaths is every path, in run order.
-var allOpenPaths = []string{pathGenerator, pathFloor, pathHop, pathNutcracker, pathMcproxy, PathPopGomemcache, pathPopPipe, pathRLS}
+var allOpenPaths = []string{pathGenerator, pathFloor, pathHop, pathNutcracker, pathMcproxy, pathPopGomemcache, pathPopPipe, pathRLS}
 
 // errOpenLoop reports an open-loop run that could not be made.
 var errOpenLoop = errors.New("bench: open loop")
@@ -162,7 +162,7 @@ func openPaths(names []string, t *openTargets) ([]*openPath, error) {
 		case pathMcproxy:
 			p.Detail, p.Proxy, p.Shards = "gomemcache incr through "+t.mcDetail, t.mcPid, t.shardPids
 			p.Op = incrOp(gomc(t.mcAddr), t.keys)
-		case PathPopGomemcache, pathPopPipe:
+		case pathPopGomemcache, pathPopPipe:
 			var st counter.Store = gomc(t.mcAddr)
 			p.Detail = "pop decision (sliding window) over gomemcache through mcproxy (edge --store-client gomemcache)"
 			if name == pathPopPipe {

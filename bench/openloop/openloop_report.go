@@ -16,7 +16,7 @@ func (rep *openLoopReport) summarise(rates []float64, paths []*openPath) {
 		var floor *openSummary
 		var group []*openSummary
 		for _, p := range paths {
-			s := &openSummary{OpenRun: OpenRun{Path: p.Name, Rate: rate, Round: rep.Rounds, counts: newOpenCounts()}}
+			s := &openSummary{pathRun: pathRun{Path: p.Name, Rate: rate, Round: rep.Rounds, counts: newOpenCounts()}}
 			var p99s, ratios, added []float64
 			for _, r := range rep.Runs {
 				if r.Path != p.Name || r.Rate != rate {
@@ -128,7 +128,7 @@ func (rep *openLoopReport) targets() []string {
 	if busiest.Busy >= saturatedBusy {
 		sat = fmt.Sprintf(" [saturated: %s kept the machine %.0f%% busy, so the ratios measure the run queue]", busiest.Path, 100*busiest.Busy)
 	}
-	for _, p := range []string{PathPopGomemcache, pathPopPipe, pathRLS} {
+	for _, p := range []string{pathPopGomemcache, pathPopPipe, pathRLS} {
 		if s := rep.summary(p, half); s != nil {
 			own := ""
 			if p == pathRLS && rep.RLSCapacity > 0 {

@@ -23,9 +23,9 @@ const sliceGrace = time.Second
 
 // measureRound runs one round of every path at rate: cfg.Duration per
 // path, sent in slices of cfg.Slice, the paths rotated slice by slice
-// (rotation k starts at path k mod len(paths)). It returns one OpenRun per
+// (rotation k starts at path k mod len(paths)). It returns one pathRun per
 // path, in paths' order; seed varies the Zipf streams by round.
-func measureRound(ctx context.Context, cfg OpenLoopConfig, rate float64, seed uint64, paths []*openPath) ([]*OpenRun, error) {
+func measureRound(ctx context.Context, cfg OpenLoopConfig, rate float64, seed uint64, paths []*openPath) ([]*pathRun, error) {
 	accs := make([]*openAcc, len(paths))
 	for i, p := range paths {
 		accs[i] = &openAcc{path: p, per: newWorkerCounts(cfg.Workers)}
@@ -42,9 +42,9 @@ func measureRound(ctx context.Context, cfg OpenLoopConfig, rate float64, seed ui
 			}
 		}
 	}
-	runs := make([]*OpenRun, len(accs))
+	runs := make([]*pathRun, len(accs))
 	for i, a := range accs {
-		runs[i] = &OpenRun{Path: a.path.Name, Rate: rate, counts: a.per.merged(),
+		runs[i] = &pathRun{Path: a.path.Name, Rate: rate, counts: a.per.merged(),
 			client: a.client, proxy: a.proxy, shard: a.shard, server: a.server}
 		runs[i].fill()
 	}

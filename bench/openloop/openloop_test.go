@@ -301,7 +301,7 @@ func TestRunOpenGrowsTheSenders(t *testing.T) {
 // machine near full carries the saturation caveat, and not otherwise.
 func TestTargetsSayWhenSaturated(t *testing.T) {
 	sum := func(path string, p99, ratio, busy float64) *openSummary {
-		s := &openSummary{OpenRun: OpenRun{Path: path, Rate: 1000, Busy: busy}, P99Ratio: ratio, MedianP99Ratio: ratio}
+		s := &openSummary{pathRun: pathRun{Path: path, Rate: 1000, Busy: busy}, P99Ratio: ratio, MedianP99Ratio: ratio}
 		s.Latency.P99 = p99
 		return s
 	}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/poplimit/poplimit/bench"
 	"math/rand/v2"
 	"os"
 	"runtime/debug"
@@ -17,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/poplimit/poplimit/bench"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -53,8 +54,8 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Result is one load run.
-type Result struct {
+// result is one load run.
+type result struct {
 	Target   string        `json:"target"`
 	Requests int64         `json:"requests"`
 	Duration time.Duration `json:"duration_ns"`
@@ -80,7 +81,7 @@ type Result struct {
 
 // ProcessList is Processes as "rls×1 mcproxy×1 memcached×3" (groups in
 // name order), "" when none were measured.
-func (r *Result) processList() string {
+func (r *result) processList() string {
 	gs := make([]string, 0, len(r.Processes))
 	for g, n := range r.Processes {
 		if n > 0 {
@@ -92,7 +93,7 @@ func (r *Result) processList() string {
 }
 
 // runLoad drives cfg.Targets for cfg.Duration and reports.
-func runLoad(ctx context.Context, cfg Config) (*Result, error) {
+func runLoad(ctx context.Context, cfg Config) (*result, error) {
 	cfg = cfg.withDefaults()
 	if len(cfg.Targets) == 0 {
 		return nil, errors.New("bench: rls load needs a target")
@@ -228,8 +229,8 @@ func defaultTo[T int | int64 | uint64 | float64 | time.Duration](v *T, def T) {
 
 // summarize is the Result of a run of ws over el: server CPU from srv0 to
 // srv, generator CPU gen, system calls from io0 to io.
-func summarize(cfg Config, ws []worker, el time.Duration, srv0, srv map[string]procs.Usage, gen procs.Usage, io0, io map[string]int64) *Result {
-	res := &Result{Target: cfg.Targets[0], Duration: el, Codes: map[string]int64{}}
+func summarize(cfg Config, ws []worker, el time.Duration, srv0, srv map[string]procs.Usage, gen procs.Usage, io0, io map[string]int64) *result {
+	res := &result{Target: cfg.Targets[0], Duration: el, Codes: map[string]int64{}}
 	lat := bench.NewLatency()
 	for _, w := range ws {
 		lat.Merge(w.lat)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/poplimit/poplimit/bench"
@@ -67,15 +66,16 @@ type Config struct {
 
 // Run runs the load on cfg.Targets when given, else on a launched
 // PoP of rls processes (rounds alternating with the peer when cfg.Peer is
-// set), and returns one Result per run.
-func Run(ctx context.Context, cfg Config) ([]*Result, error) {
+// set), and returns the runs (JSON: an array of them; shown as a table,
+// then each round's ratios).
+func Run(ctx context.Context, cfg Config) (bench.Result, error) {
 	load := cfg
 	if len(load.Targets) > 0 {
 		r, err := runLoad(ctx, load)
 		if err != nil {
 			return nil, err
 		}
-		return []*Result{r}, nil
+		return results{r}, nil
 	}
 	dir := cfg.Dir
 	if dir == "" {
@@ -100,7 +100,7 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 	if peer != nil {
 		rounds = max(cfg.Rounds, 1)
 	}
-	var results []*Result
+	var rs results
 	for range rounds {
 		load.Targets, load.pids = launched.GRPCAddrs(), launched.PidGroups()
 		r, err := runLoad(ctx, load)
@@ -112,7 +112,7 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 			over, peerStore = "Redis Cluster", "Redis Cluster"
 		}
 		r.Target = fmt.Sprintf("rls ×%d over %s", len(launched.RLS), over)
-		results = append(results, r)
+		rs = append(rs, r)
 		if peer == nil {
 			continue
 		}
@@ -122,9 +122,9 @@ func Run(ctx context.Context, cfg Config) ([]*Result, error) {
 			return nil, err
 		}
 		r.Target = "envoyproxy/ratelimit (" + peerStore + ")"
-		results = append(results, r)
+		rs = append(rs, r)
 	}
-	return results, nil
+	return rs, nil
 }
 
 // launch starts 3 memcached + mcproxy (bench.StoreRedis: a Redis Cluster
@@ -193,17 +193,23 @@ func binaries(ctx context.Context, bin, dir string) (rls, mcproxy string, err er
 	return bin, mcproxy, nil
 }
 
-// WriteTable writes rs as a table and, when runs alternate rls and the
-// peer, their ratios round by round (the same machine's load at nearly
-// the same time).
-func WriteTable(w io.Writer, rs []*Result) {
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "target\tserver processes\trequests/s\tdecisions/s\tp50 ms\tp99 ms\tp999 ms\tserver µs/dec\tclient µs/dec\terrors\tcodes")
+// results are Run's runs, in order.
+type results []*result
+
+// Tables are the runs, one row each.
+func (rs results) Tables() []*bench.Table {
+	t := &bench.Table{Header: []string{"target", "server processes", "requests/s", "decisions/s", "p50 ms", "p99 ms", "p999 ms", "server µs/dec", "client µs/dec", "errors", "codes"}}
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t%.1f\t%d\t%v\n", r.Target, r.processList(), r.PerSec, r.DecisionsPerSec,
-			r.Latency.P50, r.Latency.P99, r.Latency.P999, r.ServerCPU.CPUUS(), r.Generator.CPUUS(), r.Errors, r.Codes)
+		t.Add(r.Target, r.processList(), fmt.Sprintf("%.0f", r.PerSec), fmt.Sprintf("%.0f", r.DecisionsPerSec), fmt.Sprintf("%.2f", r.Latency.P50),
+			fmt.Sprintf("%.2f", r.Latency.P99), fmt.Sprintf("%.2f", r.Latency.P999), fmt.Sprintf("%.1f", r.ServerCPU.CPUUS()),
+			fmt.Sprintf("%.1f", r.Generator.CPUUS()), r.Errors, fmt.Sprint(r.Codes))
 	}
-	tw.Flush()
+	return []*bench.Table{t}
+}
+
+// WriteSummary writes, when runs alternate rls and the peer, their ratios
+// round by round (the same machine's load at nearly the same time).
+func (rs results) WriteSummary(w io.Writer) {
 	for i := 0; i+1 < len(rs); i += 2 {
 		a, b := rs[i], rs[i+1]
 		if !strings.HasPrefix(b.Target, "envoyproxy/ratelimit") || b.DecisionsPerSec == 0 || a.Latency.P99 == 0 {
@@ -222,7 +228,7 @@ func WriteTable(w io.Writer, rs []*Result) {
 
 // storeCPU is the CPU per decision of r's store processes (every group
 // but the services rls and ratelimit).
-func storeCPU(r *Result) float64 {
+func storeCPU(r *result) float64 {
 	var us float64
 	for g, c := range r.CPU {
 		if g != "rls" && g != "ratelimit" {

@@ -42,17 +42,9 @@ func accuracyCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("--skew: %w", err)
 			}
-			var traces []accuracy.AccuracyTraceConfig
-			for _, arg := range list(c.String("trace")) {
-				tc, err := accuracy.OpenTrace(".", arg)
-				if err != nil {
-					return fmt.Errorf("--trace: %w", err)
-				}
-				traces = append(traces, tc)
-			}
 			rep, err := runScenario(c, false, "replay", func(env *bench.Env, prog func(int, int)) (bench.Result, error) {
 				return accuracy.RunAccuracy(c.Context, env, accuracy.AccuracySuiteConfig{
-					TraceConfigs: traces, Precisions: precs, Algorithms: algs, Skews: skews,
+					TraceFiles: list(c.String("trace")), Precisions: precs, Algorithms: algs, Skews: skews,
 					Sources: c.Int("sources"), Duration: c.Duration("duration"), Seed: c.Uint64("seed"),
 					Quantity: c.Int64("quantity"), Window: c.Duration("window"), Workers: c.Int("workers"),
 					NoPoP: c.Bool("no-pop"), Progress: prog,

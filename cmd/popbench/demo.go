@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -37,7 +36,7 @@ func demoCommand() *cli.Command {
 			default:
 				return fmt.Errorf("--arrivals %q: want poisson or bursty", c.String("arrivals"))
 			}
-			res, err := runScenario(c, true, "traffic", func(env *bench.Env, prog func(int, int)) (bench.Result, error) {
+			_, err = runScenario(c, true, "traffic", func(env *bench.Env, prog func(int, int)) (bench.Result, error) {
 				return bench.RunDemo(c.Context, env, bench.DemoConfig{
 					Duration: c.Duration("duration"), Seed: c.Uint64("seed"), Shards: c.Int("shards"),
 					Proxies: c.Int("proxies"), Workers: c.Int("workers"), OutDir: c.String("out"),
@@ -45,13 +44,7 @@ func demoCommand() *cli.Command {
 					Events: c.String("events"),
 				})
 			})
-			if err != nil {
-				return err
-			}
-			if !c.Bool("json") {
-				res.(interface{ WriteSummary(io.Writer) }).WriteSummary(c.App.Writer)
-			}
-			return nil
+			return err
 		},
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -52,13 +51,7 @@ nginx master + workers), then edge/nginx ratios of the medians.
 			if err != nil {
 				return err
 			}
-			if c.Bool("json") {
-				e := json.NewEncoder(c.App.Writer)
-				e.SetIndent("", "  ")
-				return e.Encode(rep)
-			}
-			rep.Print(c.App.Writer)
-			return nil
+			return output(c, rep, rep.Tables())
 		},
 	}
 }

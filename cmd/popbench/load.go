@@ -3,8 +3,6 @@ package main
 import (
 	"time"
 
-	"github.com/poplimit/poplimit/bench/openloop"
-
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/bench"
@@ -34,7 +32,7 @@ func loadCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-senders", Usage: "open loop: the sending goroutines start at --conns and grow, one each time a request comes due with no other sender free, up to this many (as an edge serves each request on its own goroutine; on the gomemcache paths each holds a connection); default --conns: a fixed pool"},
 			&cli.DurationFlag{Name: "slice", Usage: "open loop: each path runs this long before the next takes over (the paths rotate through each round's --duration)", Value: 100 * time.Millisecond},
 			&cli.StringFlag{Name: "mcproxy", Usage: "open loop: mcproxy binary (default: go build ./cmd/mcproxy)"},
-			&cli.StringFlag{Name: "capacity-path", Usage: "open loop: the path whose closed-loop capacity the N% rates are shares of (pop-gomemcache: one round trip per store operation, like the floor and proxy paths; pop-pipe, rls, …)", Value: openloop.PathPopGomemcache},
+			&cli.StringFlag{Name: "capacity-path", Usage: "open loop: the path whose closed-loop capacity the N% rates are shares of (default pop-gomemcache: one round trip per store operation, like the floor and proxy paths; pop-pipe, rls, …)"},
 			&cli.StringFlag{Name: "rls-bin", Usage: "open loop: rls binary of the rls path (default: go build ./cmd/rls)"},
 			&cli.StringFlag{Name: "peer", Usage: "with --store redis: in the same run, interleaved, poplimit over the Redis Cluster, poplimit over memcached and envoyproxy/ratelimit's Redis backend (this `BINARY`, built from source) on the same cluster, all over HTTP, fixed window per second"},
 		),

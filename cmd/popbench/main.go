@@ -114,6 +114,9 @@ func output(c *cli.Context, v any, tables []*bench.Table) error {
 	for _, t := range tables {
 		t.Text(c.App.Writer)
 	}
+	if s, ok := v.(interface{ WriteSummary(io.Writer) }); ok {
+		s.WriteSummary(c.App.Writer)
+	}
 	return nil
 }
 

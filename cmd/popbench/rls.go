@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"runtime/pprof"
 	"time"
@@ -44,7 +43,7 @@ Differential: --seeds randomized replays (configs in envoyproxy/ratelimit's YAML
 scripts of --requests requests, from seeds --first-seed, --first-seed+1, ...) in lockstep against
 one rls per --store (memcached: over mcproxy; redis: a Redis Cluster; both, the default here) and
 --peer over a Redis Cluster. Each answer pair is compared (codes, limit_remaining, current_limit,
-duration_until_reset within 1 s); a difference is deliberate (bench/differential's Deliberates,
+duration_until_reset within 1 s); a difference is deliberate (bench/differential's deliberates,
 with reasons), skipped (a window boundary between the two answers) or unexpected: every unexpected
 one is printed with its seed, step, request and both answers, and the command fails.
 
@@ -118,14 +117,7 @@ func rlsLoad(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	w := c.App.Writer
-	if c.Bool("json") {
-		e := json.NewEncoder(w)
-		e.SetIndent("", "  ")
-		return e.Encode(rs)
-	}
-	rlsbench.WriteTable(w, rs)
-	return nil
+	return output(c, rs, rs.Tables())
 }
 
 // startCPUProfile profiles this process into file until stop.
