@@ -308,3 +308,38 @@ func (r *realPoPs) pathSum(t *testing.T, path string) float64 {
 	}
 	return v
 }
+
+// TestWaitFollowsSlowClaims: once the worker's claims take longer than
+// Config.Wait (a loaded host, a far home), a request that finds the pool
+// empty waits up to two claim latencies, within the claim timeout, and is
+// decided by the claim that answers rather than by the fail mode.
+func TestWaitFollowsSlowClaims(t *testing.T) {
+	const wait = 150 * time.Millisecond
+	r := newRealPoPs(t, 1, 1, minute, global.Config{Wait: wait, HomeTimeout: 2 * time.Second}, global.FallbackClosed)
+	now := midWindow()
+	a := r.allow[0][0]
+	slowHome := func(d time.Duration) {
+		if err := r.home.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		time.AfterFunc(d, func() { _ = r.home.Resume() })
+	}
+	defer r.home.Resume()
+	// A first claim of 600ms teaches the worker its claim latency; the
+	// request behind it is past the wait and refused (fail_mode closed).
+	slowHome(600 * time.Millisecond)
+	if res, err := a.AllowN(context.Background(), "slowclaim{a}", now, 1); err != nil || res.Allowed {
+		t.Fatalf("first request behind a 600ms claim: %+v, %v; want refused by the closed fail mode", res, err)
+	}
+	r.wait()
+	slowHome(400 * time.Millisecond)
+	begin := time.Now()
+	res, err := a.AllowN(context.Background(), "slowclaim{b}", now, 1)
+	took := time.Since(begin)
+	if err != nil || !res.Allowed {
+		t.Fatalf("request behind a 400ms claim after a 600ms one: %+v, %v after %v; want admitted by the claim", res, err, took)
+	}
+	if took < 300*time.Millisecond {
+		t.Errorf("admitted after %v: the home store was paused for 400ms", took)
+	}
+}
