@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/poplimit/poplimit/bench"
-
 	"github.com/poplimit/poplimit/counter"
 )
 

@@ -19,13 +19,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/poplimit/poplimit/proxy/fastconn"
-
 	"github.com/urfave/cli/v2"
 	"github.com/valyala/fasthttp"
 
 	"github.com/poplimit/poplimit/cmd/internal/daemon"
 	"github.com/poplimit/poplimit/pop"
+	"github.com/poplimit/poplimit/proxy/fastconn"
 )
 
 // fastConfig is the proxied listener's configuration under the fasthttp

@@ -5,11 +5,10 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/poplimit/poplimit/bench/accuracy"
-
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/bench"
+	"github.com/poplimit/poplimit/bench/accuracy"
 )
 
 func accuracyCommand() *cli.Command {
