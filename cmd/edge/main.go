@@ -45,6 +45,7 @@ import (
 	"github.com/poplimit/poplimit/cmd/internal/daemon"
 	"github.com/poplimit/poplimit/cmd/internal/eventsflag"
 	"github.com/poplimit/poplimit/cmd/internal/globalflags"
+	"github.com/poplimit/poplimit/cmd/internal/procsflag"
 	"github.com/poplimit/poplimit/cmd/internal/storeflags"
 	"github.com/poplimit/poplimit/counter"
 	"github.com/poplimit/poplimit/pop"
@@ -103,6 +104,7 @@ func newApp() *cli.App {
 			&cli.StringFlag{Name: "reload-token", EnvVars: []string{"EDGE_RELOAD_TOKEN"}, Usage: "POST /reload requires 'Authorization: Bearer TOKEN' (env EDGE_RELOAD_TOKEN); empty = no token"},
 			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof under /debug/pprof/ on the admin listener"},
 			&cli.BoolFlag{Name: "shadow", Usage: "dry run: every limit counts and decides, but would-be rejections are admitted and reported (poplimit_shadow_rejections_total, events with \"shadow\": true, X-RateLimit-Shadow with the policy's shadow_header); enforce by restarting without it, or per limit/policy with shadow: in the policy file and a reload"},
+			procsflag.Flag(),
 		}, append(append(storeflags.Flags(), globalflags.Flags()...), eventsflag.Flags()...)...),
 		Action: run,
 	}
@@ -112,6 +114,11 @@ func run(c *cli.Context) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := daemon.StopContext(context.Background())
 	defer stop()
+	procsDone, err := procsflag.Start(ctx, c, logger)
+	if err != nil {
+		return err
+	}
+	defer func() { stop(); <-procsDone }()
 
 	upstream, err := url.Parse(c.String("upstream"))
 	if err != nil || upstream.Host == "" {

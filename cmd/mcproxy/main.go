@@ -20,7 +20,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +29,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/poplimit/poplimit/cmd/internal/daemon"
+	"github.com/poplimit/poplimit/cmd/internal/procsflag"
 	"github.com/poplimit/poplimit/proxy"
 	"github.com/poplimit/poplimit/proxy/embedded"
 	"github.com/poplimit/poplimit/proxy/protocol"
@@ -93,7 +93,7 @@ func newApp() *cli.App {
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 5 * time.Second, Usage: "on SIGTERM, how long in-flight requests may take before connections are closed"},
 			&cli.DurationFlag{Name: "drain-timeout", Value: 30 * time.Second, Usage: "on reload, how long replaced shards may take to answer their in-flight requests"},
 			&cli.DurationFlag{Name: "gc-every", Value: daemon.DefaultGCEvery, Usage: "collect garbage at least this often (when the runtime has not on its own): mcproxy's heap is a few MB and its collections minutes apart at a moderate load, which lets its resident set climb for minutes; a collection every 10s keeps it flat for a few milliseconds of CPU per collection (0: only the runtime's own pacing)"},
-			&cli.IntFlag{Name: "procs", Usage: "threads running proxy code at once (GOMAXPROCS). 0: follow the load, one until it is 70% busy (fewer thread wake-ups and less CPU per request than on more), doubling up to one per core above, halving when the load fits in half of them under 60% busy (daemon.GovernProcs); the GOMAXPROCS environment variable, when set, fixes it instead. N: always N"},
+			procsflag.Flag(),
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json (log/slog, to stderr)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "log level: debug, info, warn or error"},
 		},
@@ -123,25 +123,19 @@ func run(c *cli.Context) error {
 		return err
 	}
 	slog.SetDefault(log)
-	switch n := c.Int("procs"); {
-	case n < 0:
-		return fmt.Errorf("--procs %d: want 0 (follow the load) or more", n)
-	case n > 0:
-		runtime.GOMAXPROCS(n)
-	}
-	adaptive := c.Int("procs") == 0 && os.Getenv("GOMAXPROCS") == ""
-	pools, err := poolsFromFlags(c, log)
-	if err != nil {
-		return err
-	}
 	// Signals are caught, and the admin endpoint serves, before the
 	// memcached listeners open: once the proxy answers, a SIGTERM is a
 	// graceful stop (not the default death) and /metrics is up.
 	ctx, stop := daemon.StopContext(context.Background())
 	defer stop()
-	if adaptive { // on one P from before the proxy serves
-		procsDone := daemon.GovernProcs(ctx, daemon.ProcsConfig{Logger: log})
-		defer func() { stop(); <-procsDone }()
+	procsDone, err := procsflag.Start(ctx, c, log) // from before the proxy serves
+	if err != nil {
+		return err
+	}
+	defer func() { stop(); <-procsDone }()
+	pools, err := poolsFromFlags(c, log)
+	if err != nil {
+		return err
 	}
 	p := proxy.NewProxy(proxyConfig(c, log))
 	stopOps, err := serveOps(c, p, log)

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// GOMAXPROCS that follows the load (mcproxy's --procs 0, the default).
+// GOMAXPROCS that follows the load (the --procs 0 default of mcproxy and edge).
 //
 // GovernProcs runs the process on one P while it is lightly or moderately
 // loaded, doubling the Ps (up to Max) once they are more than Raise busy,
