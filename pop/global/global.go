@@ -217,7 +217,7 @@ func dur(d, def time.Duration) time.Duration {
 type Home struct {
 	cfg   Config
 	clock func() time.Time
-	wg    sync.WaitGroup
+	jobs  jobs // refills and payments running
 	lat   atomic.Int64 // smoothed refill latency, ns
 	down  atomic.Bool
 	since atomic.Int64 // unix ns of the last up/down change
@@ -279,8 +279,45 @@ func (h *Home) HealthReasons() []string {
 	return []string{fmt.Sprintf("global store unreachable since %s (%s): PoP enforcing its allocation, then the fallback", s.Since.UTC().Format(time.RFC3339), s.Err)}
 }
 
-// Wait waits for the refills in flight (tests, shutdown).
-func (h *Home) Wait() { h.wg.Wait() }
+// Wait waits for the refills in flight (tests, shutdown); refills that
+// start later (a prefetch timer) are not waited for.
+func (h *Home) Wait() { h.jobs.wait() }
+
+// jobs counts background work; wait returns once none runs. Unlike a
+// sync.WaitGroup, work may start while or after wait runs (timers do).
+type jobs struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed while n is 0; nil before the first start
+}
+
+// start counts one job; done must follow.
+func (j *jobs) start() {
+	j.mu.Lock()
+	if j.n == 0 {
+		j.idle = make(chan struct{})
+	}
+	j.n++
+	j.mu.Unlock()
+}
+
+// done ends one job.
+func (j *jobs) done() {
+	j.mu.Lock()
+	if j.n--; j.n == 0 {
+		close(j.idle)
+	}
+	j.mu.Unlock()
+}
+
+func (j *jobs) wait() {
+	j.mu.Lock()
+	idle := j.idle
+	j.mu.Unlock()
+	if idle != nil {
+		<-idle
+	}
+}
 
 // latency is the smoothed refill latency; 100ms before the first refill.
 func (h *Home) latency() time.Duration {

@@ -201,9 +201,9 @@ func (a *Allower) refillLocked(key string, ks *keyState, win int64, now time.Tim
 		ks.prefetched = win + 1
 	}
 	ks.inflight[win] = now
-	a.h.wg.Add(1)
+	a.h.jobs.start()
 	go func() {
-		defer a.h.wg.Done()
+		defer a.h.jobs.done()
 		demand, wake := a.doRefill(key, ks, win, now, rate, prefetch)
 		ks.mu.Lock()
 		delete(ks.inflight, win)

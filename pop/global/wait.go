@@ -112,9 +112,9 @@ func (a *Allower) lend(ks *keyState, win int64, w *waiter) bool {
 // of key's window (what the pool lacks is over-admission, within the
 // lending cap).
 func (a *Allower) payLent(key string, win, units int64) {
-	a.h.wg.Add(1)
+	a.h.jobs.start()
 	go func() {
-		defer a.h.wg.Done()
+		defer a.h.jobs.done()
 		ctx, cancel := context.WithTimeout(context.Background(), a.h.cfg.LockTTL)
 		defer cancel()
 		pk := a.key(key, win, 'p')
@@ -257,14 +257,14 @@ func (a *Allower) kickLocked(key string, ks *keyState, win int64, q *waitq, now 
 		return // the refill takes the demand when it claims
 	}
 	q.covered += need
-	a.h.wg.Add(1)
+	a.h.jobs.start()
 	go a.claimDemand(key, ks, win, need, now)
 }
 
 // claimDemand claims d units for the requests of win waiting here, hands
 // the grant to them and credits what they no longer need to the pool.
 func (a *Allower) claimDemand(key string, ks *keyState, win, d int64, now time.Time) {
-	defer a.h.wg.Done()
+	defer a.h.jobs.done()
 	start := a.h.clock()
 	ctx, cancel := context.WithTimeout(context.Background(), a.h.cfg.LockTTL)
 	defer cancel()
