@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -94,7 +93,7 @@ func runProxyCommand(c *cli.Context) error {
 			return err
 		}
 		if c.Bool("json") {
-			return proxyWriteJSON(out, rep)
+			return writeJSON(out, rep)
 		}
 		return rep.WriteTable(out)
 	}
@@ -113,7 +112,7 @@ func runProxyCommand(c *cli.Context) error {
 		results = append(results, res)
 	}
 	if c.Bool("json") {
-		return proxyWriteJSON(out, results)
+		return writeJSON(out, results)
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "addr\tmix\tconns\tseconds\tops/s\tp50 ms\tp99 ms\tp999 ms\terrors\thits\tmisses\t")
@@ -132,12 +131,6 @@ func runProxyCommand(c *cli.Context) error {
 	return nil
 }
 
-func proxyWriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
 // runIdleConns is "popbench proxy --idle-conns N".
 func runIdleConns(c *cli.Context, n int, out io.Writer) error {
 	var progress io.Writer = c.App.ErrWriter
@@ -149,7 +142,7 @@ func runIdleConns(c *cli.Context, n int, out io.Writer) error {
 		return err
 	}
 	if c.Bool("json") {
-		return proxyWriteJSON(out, rep)
+		return writeJSON(out, rep)
 	}
 	return rep.WriteTable(out)
 }
