@@ -217,7 +217,7 @@ func dur(d, def time.Duration) time.Duration {
 type Home struct {
 	cfg   Config
 	clock func() time.Time
-	jobs  jobs // refills and payments running
+	jobs  jobs         // refills and payments running
 	lat   atomic.Int64 // smoothed refill latency, ns
 	down  atomic.Bool
 	since atomic.Int64 // unix ns of the last up/down change
