@@ -17,8 +17,10 @@ build:
 	$(GO) build ./...
 	GOBIN=$(CURDIR)/bin $(GO) install -buildvcs=auto ./cmd/...
 
+# vet: go vet, and gofmt must have nothing to change.
 vet:
 	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 # lint: staticcheck, pinned (the go command fetches it through the module
 # proxy on first use; nothing is added to go.mod).
