@@ -1,11 +1,8 @@
 package main
 
 import (
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -30,19 +27,6 @@ func TestEdgeProcs(t *testing.T) {
 	if err := os.WriteFile(policy, []byte(strings.Replace(reloadPolicy, "QUANTITY", "10", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	gauge := regexp.MustCompile(`(?m)^go_sched_gomaxprocs_threads (\d+)$`)
-	procsOf := func(admin string) string {
-		resp, err := http.Get("http://" + admin + "/metrics")
-		if err != nil {
-			return ""
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if m := gauge.FindSubmatch(b); m != nil {
-			return string(m[1])
-		}
-		return ""
-	}
 	for _, tt := range []struct {
 		name, env string
 		args      []string
@@ -58,7 +42,7 @@ func TestEdgeProcs(t *testing.T) {
 			p := fixture.Start(t, bin, append([]string{"--listen", fixture.FreeAddr(t), "--admin", admin,
 				"--upstream", "http://127.0.0.1:1", "--policy", policy}, tt.args...)...)
 			deadline := time.Now().Add(10 * time.Second)
-			for got := procsOf(admin); got != tt.want; got = procsOf(admin) {
+			for got := fixture.GOMAXPROCS(admin); got != tt.want; got = fixture.GOMAXPROCS(admin) {
 				if p.Exited() || time.Now().After(deadline) {
 					t.Fatalf("GOMAXPROCS %q, want %s (exited: %v)", got, tt.want, p.Exited())
 				}

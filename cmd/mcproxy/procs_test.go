@@ -1,7 +1,6 @@
 package main
 
 import (
-	"regexp"
 	"runtime"
 	"testing"
 
@@ -17,15 +16,6 @@ func TestMcproxyProcs(t *testing.T) {
 		t.Skip("one CPU: nothing to govern")
 	}
 	bin := buildMcproxy(t)
-	gauge := regexp.MustCompile(`(?m)^go_sched_gomaxprocs_threads (\d+)$`)
-	procsOf := func(admin string) string {
-		_, body := getBody(t, "http://"+admin+"/metrics")
-		m := gauge.FindStringSubmatch(body)
-		if m == nil {
-			t.Fatalf("/metrics has no go_sched_gomaxprocs_threads:\n%s", body)
-		}
-		return m[1]
-	}
 	for _, tt := range []struct {
 		name, env string
 		args      []string
@@ -39,7 +29,7 @@ func TestMcproxyProcs(t *testing.T) {
 			t.Setenv("GOMAXPROCS", tt.env) // "" counts as unset, for the runtime too
 			admin := fixture.FreeAddr(t)
 			p := startMcproxy(t, bin, "", append([]string{"--embedded", "1", "--admin", admin}, tt.args...)...)
-			waitFor(t, "GOMAXPROCS "+tt.want, p, func() bool { return procsOf(admin) == tt.want })
+			waitFor(t, "GOMAXPROCS "+tt.want, p, func() bool { return fixture.GOMAXPROCS(admin) == tt.want })
 			p.stop(t)
 		})
 	}
