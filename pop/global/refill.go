@@ -102,11 +102,12 @@ func (ks *keyState) popRateLocked(now time.Time, workers int) float64 {
 
 // steadyRateLocked is the PoP's rate at the key without the current
 // bucket (whose arrivals a burst fills with requests that wait and are
-// claimed exactly), at least one arrival per rateBucket/5 per worker: the
+// claimed exactly), at least one arrival per rateBucket at the PoP: the
 // batch of a window's first claim, so a sequential client's next requests
-// find tokens.
+// find tokens while a cold key's burst strands at most that batch (about
+// 2 units) in a PoP whose demand was all granted.
 func (ks *keyState) steadyRateLocked(workers int) float64 {
-	return max(ks.rate, 1/(rateBucket/5).Seconds()) * float64(workers)
+	return max(ks.rate*float64(workers), 1/rateBucket.Seconds())
 }
 
 // retryAfter is when the refill of win in flight here should be done
