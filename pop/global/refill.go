@@ -59,6 +59,10 @@ func (ks *keyState) readLocked(win, c int64) {
 	s.count = max(s.count, c)
 }
 
+// coldBatch bounds the batch of a claim sent for waiting requests before
+// any claim of the window landed: at most 1/coldBatch of the limit.
+const coldBatch = 50
+
 // rateBucket is the period over which arrivals are averaged.
 const rateBucket = 250 * time.Millisecond
 
@@ -102,12 +106,11 @@ func (ks *keyState) popRateLocked(now time.Time, workers int) float64 {
 
 // steadyRateLocked is the PoP's rate at the key without the current
 // bucket (whose arrivals a burst fills with requests that wait and are
-// claimed exactly), at least one arrival per rateBucket at the PoP: the
+// claimed exactly), at least one arrival per rateBucket/5 per worker: the
 // batch of a window's first claim, so a sequential client's next requests
-// find tokens while a cold key's burst strands at most that batch (about
-// 2 units) in a PoP whose demand was all granted.
+// find tokens.
 func (ks *keyState) steadyRateLocked(workers int) float64 {
-	return max(ks.rate*float64(workers), 1/rateBucket.Seconds())
+	return max(ks.rate, 1/(rateBucket/5).Seconds()) * float64(workers)
 }
 
 // retryAfter is when the refill of win in flight here should be done
@@ -274,12 +277,21 @@ func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, r
 	have := number(pool) - poolBase
 	lat := a.h.latency()
 	credited := number(vals[ck])
+	ks.mu.Lock()
+	known := ks.knownLocked(win)
+	ks.mu.Unlock()
 	var b int64
 	if got && !(present && (prefetch || have >= lowWater(rate, lat, 1))) {
 		b = a.batch(ks, win, rate, lat)
 	}
 	if !prefetch {
 		demand = a.takeDemand(ks, win)
+	}
+	if demand > 0 && known == 0 {
+		// Requests wait before any claim of the window landed here: maybe
+		// a burst, whose claims are exact and after which a batch would be
+		// stranded in the pool; keep that under coldBatch of the limit.
+		b = min(b, max(1, a.lim.Quantity/coldBatch))
 	}
 	if present && have > 0 && demand > 0 && b == 0 {
 		return demand, true // the pool holds tokens: the waiting requests take them
