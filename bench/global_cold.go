@@ -62,7 +62,8 @@ func warmConns(ctx context.Context, targets []*HTTPTarget, conns int) {
 
 // sendCold runs the cold-key scenario: at each window's start, keys fresh
 // clients send, at every PoP, one request then (2ms later) burst − 1 more
-// at once, to /g and to /p on the same edges.
+// at once to /g; half a window later the same to /p on the same edges (so
+// each route's burst has the machine to itself).
 func sendCold(ctx context.Context, cfg GlobalConfig, targets []*HTTPTarget) *globalColdReport {
 	burst := coldBurst(cfg)
 	rep := &globalColdReport{Keys: cfg.Keys, Burst: burst}
@@ -88,6 +89,10 @@ func sendCold(ctx context.Context, cfg GlobalConfig, targets []*HTTPTarget) *glo
 			client := &Client{ID: fmt.Sprintf("cold-%x-%d-%d", run, w, k)}
 			for p, t := range targets {
 				for _, path := range []string{"/g", "/p"} {
+					due := due
+					if path == "/p" {
+						due = due.Add(cfg.Window / 2)
+					}
 					for i := 0; i < burst; i++ {
 						wg.Add(1)
 						go func() {
@@ -95,8 +100,8 @@ func sendCold(ctx context.Context, cfg GlobalConfig, targets []*HTTPTarget) *glo
 							at := due
 							if i > 0 {
 								at = due.Add(2 * time.Millisecond)
-								time.Sleep(time.Until(at))
 							}
+							time.Sleep(time.Until(at))
 							o := t.Do(ctx, p+i, client, &Route{Path: path})
 							d := time.Since(at)
 							mu.Lock()

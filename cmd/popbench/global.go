@@ -19,7 +19,7 @@ func globalCommand() *cli.Command {
 			&cli.IntFlag{Name: "pops", Usage: "PoPs, each its own shards, mcproxy and edge workers", Value: 3},
 			&cli.IntFlag{Name: "shards", Usage: "shards per PoP", Value: 2},
 			&cli.IntFlag{Name: "workers", Usage: "edge workers per PoP", Value: 2},
-			&cli.Int64Flag{Name: "quantity", Usage: "global limit per window", Value: 500},
+			&cli.Int64Flag{Name: "quantity", Usage: "global limit per window (with --cold, 100 unless set: a burst a 2-core host serves within a home round trip)", Value: 500},
 			&cli.DurationFlag{Name: "window", Usage: "limit window (fixed, epoch-aligned); 500 per 10s is 3,000/min in short windows", Value: 10 * time.Second},
 			&cli.IntFlag{Name: "windows", Usage: "length of the run in windows (it starts on a boundary; the split shifts halfway)", Value: 3},
 			&cli.Float64Flag{Name: "multiple", Usage: "offered rate over the limit", Value: 2},
@@ -34,9 +34,13 @@ func globalCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			quantity := c.Int64("quantity")
+			if c.Bool("cold") && !c.IsSet("quantity") {
+				quantity = coldQuantity
+			}
 			rep, err := runScenario(c, true, "global", func(env *bench.Env, prog func(int, int)) (bench.Result, error) {
 				return bench.RunGlobal(c.Context, env, bench.GlobalConfig{
-					PoPs: c.Int("pops"), Shards: c.Int("shards"), Workers: c.Int("workers"), Quantity: c.Int64("quantity"),
+					PoPs: c.Int("pops"), Shards: c.Int("shards"), Workers: c.Int("workers"), Quantity: quantity,
 					Window: c.Duration("window"), Windows: c.Int("windows"), Multiple: c.Float64("multiple"), Delay: c.Duration("delay"),
 					Before: before, After: after, NoCentral: c.Bool("no-central"), Cold: c.Bool("cold"), Keys: c.Int("keys"), Progress: prog,
 				})
@@ -48,6 +52,9 @@ func globalCommand() *cli.Command {
 		},
 	}
 }
+
+// coldQuantity is --cold's limit when --quantity is not set.
+const coldQuantity = 100
 
 // parseSplit reads "70,20,10/10,20,70" as two weight lists.
 func parseSplit(s string) (before, after []float64, err error) {
