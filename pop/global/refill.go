@@ -254,7 +254,19 @@ func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, r
 	lk := a.key(key, win, 'l')
 	until := start.Add(a.h.cfg.LockTTL)
 	end := time.UnixMilli((win + 1) * a.wms)
+	pk, ck, dk := a.key(key, win, 'p'), a.key(key, win, 'c'), a.key(key, win, 'd')
+	type read struct {
+		vals map[string][]byte
+		err  error
+	}
+	reads := make(chan read, 1)
+	go func() { // the pool's read goes with the lock's round trip
+		vals, err := local.GetMulti(ctx, []string{pk, ck, dk})
+		reads <- read{vals, err}
+	}()
 	got, holder, _ := a.lock(ctx, lk, start, until)
+	r := <-reads
+	a.m.localOps.Inc()
 	if !got && holder >= end.UnixMilli() {
 		ks.mu.Lock()
 		ks.exhausted = win + 1 // another worker found the window used up
@@ -267,10 +279,8 @@ func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, r
 			a.unlock(ctx, lk, until)
 		}
 	}()
-	pk, ck, dk := a.key(key, win, 'p'), a.key(key, win, 'c'), a.key(key, win, 'd')
-	vals, err := local.GetMulti(ctx, []string{pk, ck, dk})
-	a.m.localOps.Inc()
-	if err != nil {
+	vals := r.vals
+	if r.err != nil {
 		return 0, true
 	}
 	pool, present := vals[pk]
@@ -388,17 +398,21 @@ func (a *Allower) claimFailed(ctx context.Context, key string, ks *keyState, win
 
 // claimInFlight is claim on key's home count of win, counted in the PoP's
 // claims in flight for win (kind 'f', see lastTokens) until landed is
-// called: after the grant is credited, or the claim failed.
+// called (exactly once): after the grant is credited, or the claim failed.
 func (a *Allower) claimInFlight(ctx context.Context, key string, win int64, delta uint64) (c uint64, landed func(), err error) {
 	fk := a.key(key, win, 'f')
-	_, ferr := incrCreate(ctx, a.h.cfg.Local, fk, 1, 0, a.ttl())
-	a.m.localOps.Inc()
+	counted := make(chan error, 1)
+	go func() { // counted while the claim travels: it lands long before the grant
+		_, err := incrCreate(ctx, a.h.cfg.Local, fk, 1, 0, a.ttl())
+		counted <- err
+	}()
 	landed = func() {
-		if ferr == nil {
+		if <-counted == nil {
 			_, _ = a.h.cfg.Local.Decr(ctx, fk, 1)
 			a.m.localOps.Inc()
 		}
 	}
+	a.m.localOps.Inc()
 	hctx, hcancel := context.WithTimeout(ctx, a.h.cfg.HomeTimeout)
 	defer hcancel()
 	c, err = a.claim(hctx, a.key(key, win, 'h'), delta)
