@@ -59,8 +59,8 @@ func (ks *keyState) readLocked(win, c int64) {
 	s.count = max(s.count, c)
 }
 
-// coldBatch bounds the batch of a claim sent for waiting requests before
-// any claim of the window landed: at most 1/coldBatch of the limit.
+// coldBatch bounds the batch of a claim that carries waiting requests:
+// at most 1/coldBatch of the limit.
 const coldBatch = 50
 
 // rateBucket is the period over which arrivals are averaged.
@@ -287,9 +287,6 @@ func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, r
 	have := number(pool) - poolBase
 	lat := a.h.latency()
 	credited := number(vals[ck])
-	ks.mu.Lock()
-	known := ks.knownLocked(win)
-	ks.mu.Unlock()
 	var b int64
 	if got && !(present && (prefetch || have >= lowWater(rate, lat, 1))) {
 		b = a.batch(ks, win, rate, lat)
@@ -297,10 +294,10 @@ func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, r
 	if !prefetch {
 		demand = a.takeDemand(ks, win)
 	}
-	if demand > 0 && known == 0 {
-		// Requests wait before any claim of the window landed here: maybe
-		// a burst, whose claims are exact and after which a batch would be
-		// stranded in the pool; keep that under coldBatch of the limit.
+	if demand > 0 {
+		// Requests wait: maybe a burst, whose claims are exact and after
+		// which a batch would be stranded in the pool; the batch only
+		// seeds the pool (the low-water refills size it then).
 		b = min(b, max(1, a.lim.Quantity/coldBatch))
 	}
 	if present && have > 0 && demand > 0 && b == 0 {

@@ -219,10 +219,12 @@ func (ks *keyState) claimingLocked(win int64) bool {
 
 // kickLocked sends a claim for the waiting units of win no claim covers,
 // if the schedule (see waitq) lets it go now, else arranges to look again
-// at q.next. The window's first claim by this worker is a refill (with a
-// batch for the requests to come, under the PoP's lock); later ones ask
-// for the waiting units only. now is the decision's instant (zero: the
-// Home clock's).
+// at q.next. A claim sent while no refill of this worker is in flight is
+// a refill (under the PoP's lock, with a batch that seeds the pool: for
+// the steady rate at the window's first claim, the current one later), so
+// a PoP whose requests all wait still gets a pool; the others ask for the
+// waiting units only. now is the decision's instant (zero: the Home
+// clock's).
 func (a *Allower) kickLocked(key string, ks *keyState, win int64, q *waitq, now time.Time) {
 	need := q.queued - q.covered
 	if need <= 0 || ks.exhausted == win+1 || a.h.down.Load() {
@@ -252,9 +254,14 @@ func (a *Allower) kickLocked(key string, ks *keyState, win int64, q *waitq, now 
 	} else {
 		q.next = t.Add(max(minGap, t.Sub(q.first)))
 	}
-	_, refilling := ks.inflight[win]
-	if !refilling && ks.knownLocked(win) == 0 && a.refillLocked(key, ks, win, now, ks.steadyRateLocked(a.h.cfg.Workers), false, true) {
-		return // the refill takes the demand when it claims
+	if _, refilling := ks.inflight[win]; !refilling {
+		rate := ks.steadyRateLocked(a.h.cfg.Workers)
+		if ks.knownLocked(win) > 0 {
+			rate = ks.popRateLocked(now, a.h.cfg.Workers)
+		}
+		if a.refillLocked(key, ks, win, now, rate, false, true) {
+			return // the refill takes the demand when it claims
+		}
 	}
 	q.covered += need
 	a.h.jobs.start()
