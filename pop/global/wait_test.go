@@ -31,6 +31,13 @@ type realPoPs struct {
 
 func newRealPoPs(t *testing.T, pops, workers int, lim counter.Limit, cfg global.Config, fb global.Fallback) *realPoPs {
 	t.Helper()
+	return newRealPoPsHome(t, pops, workers, lim, cfg, fb, nil)
+}
+
+// newRealPoPsHome is newRealPoPs with every worker's home store wrapped by
+// wrap (nil: as is).
+func newRealPoPsHome(t *testing.T, pops, workers int, lim counter.Limit, cfg global.Config, fb global.Fallback, wrap func(counter.Store) counter.Store) *realPoPs {
+	t.Helper()
 	ms := fixture.Memcached(t, 1+pops)
 	store := func(addr string) counter.Store {
 		s := memcached.NewPipeStore(memcached.PipeConfig{Addr: addr, Timeout: 5 * time.Second})
@@ -51,6 +58,9 @@ func newRealPoPs(t *testing.T, pops, workers int, lim counter.Limit, cfg global.
 			}
 			c := cfg
 			c.Local, c.Home, c.PoPs, c.Workers, c.Metrics = local, store(ms[0].Addr), pops, workers, m
+			if wrap != nil {
+				c.Home = wrap(c.Home)
+			}
 			h, err := global.NewHome(c)
 			if err != nil {
 				t.Fatal(err)
@@ -341,5 +351,58 @@ func TestWaitFollowsSlowClaims(t *testing.T) {
 	}
 	if took < 300*time.Millisecond {
 		t.Errorf("admitted after %v: the home store was paused for 400ms", took)
+	}
+}
+
+// farStore is a home store one round trip of rtt away (each call waits
+// rtt first).
+type farStore struct {
+	counter.Store
+	rtt time.Duration
+}
+
+func (f farStore) Incr(ctx context.Context, key string, delta uint64) (uint64, error) {
+	time.Sleep(f.rtt)
+	return f.Store.Incr(ctx, key, delta)
+}
+
+func (f farStore) Add(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+	time.Sleep(f.rtt)
+	return f.Store.Add(ctx, key, value, ttl)
+}
+
+// TestSteadyTrafficOnAColdKeyGetsAPool: a fresh key's steady traffic,
+// arriving faster than the home store answers, waits on its first claims
+// only: the claims for waiting requests seed the PoP's pool, whose refills
+// then serve most requests at once (at least half here).
+func TestSteadyTrafficOnAColdKeyGetsAPool(t *testing.T) {
+	lim := counter.Limit{Name: "g", Algorithm: counter.FixedWindow, Quantity: 100000, Window: time.Minute}
+	r := newRealPoPsHome(t, 1, 2, lim, global.Config{}, global.FallbackClosed,
+		func(s counter.Store) counter.Store { return farStore{s, 40 * time.Millisecond} })
+	midWindow()
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; i < 300; i++ { // 500/s for 0.6s, alternating workers
+		<-tick.C
+		a := r.allow[0][i%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := a.AllowN(context.Background(), "steady{cold}", time.Now(), 1)
+			if err != nil || !res.Allowed {
+				refused.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := refused.Load(); n != 0 {
+		t.Fatalf("%d of 300 requests refused or failed with the home store up and the limit far away", n)
+	}
+	pool, waited := r.pathSum(t, "pool"), r.pathSum(t, "waited")
+	t.Logf("pool %v, waited %v", pool, waited)
+	if pool < 150 {
+		t.Errorf("%v of 300 requests served from the pool, %v waited: the PoP's requests kept waiting on exact claims", pool, waited)
 	}
 }
