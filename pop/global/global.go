@@ -621,11 +621,16 @@ func (a *Allower) timedOut(ctx context.Context, key string, ks *keyState, win, n
 
 // reject counts a rejection on path, and as a false refusal when the home
 // count this worker last read for win is below the limit (the window is
-// not known to be used up).
+// not known to be used up); while claims of this worker for win are in
+// flight, the counts they return decide instead (see delivered).
 func (a *Allower) reject(ks *keyState, win int64, res counter.Result, path int) counter.Result {
 	a.m.decisions(path).Inc()
 	ks.mu.Lock()
 	under := ks.exhausted != win+1 && ks.knownLocked(win) < a.lim.Quantity
+	if under && ks.sent[win] > 0 {
+		ks.suspect[win]++
+		under = false
+	}
 	ks.mu.Unlock()
 	if under {
 		a.m.falseRefusals.Inc()

@@ -35,6 +35,7 @@ type keyState struct {
 	nextTry    time.Time           // while the home store is down: next claim
 	waits      map[int64]*waitq    // windows with requests waiting on a claim
 	sent       map[int64]int       // claims sent to the home store, not yet delivered
+	suspect    map[int64]int64     // rejections whose claims in flight tell whether they were false
 }
 
 // seenCount is the largest home count of window win−1 that a claim of
@@ -71,7 +72,7 @@ func (a *Allower) state(key string, now time.Time, n int64) *keyState {
 	s.mu.Lock()
 	ks, ok := s.m[key]
 	if !ok {
-		ks = &keyState{bucketAt: now, inflight: map[int64]time.Time{}, waits: map[int64]*waitq{}, sent: map[int64]int{}}
+		ks = &keyState{bucketAt: now, inflight: map[int64]time.Time{}, waits: map[int64]*waitq{}, sent: map[int64]int{}, suspect: map[int64]int64{}}
 		s.m[key] = ks
 	}
 	s.mu.Unlock()
@@ -155,12 +156,20 @@ func (ks *keyState) send(win int64) bool {
 	return true
 }
 
-// delivered ends what send began.
-func (ks *keyState) delivered(win int64) {
+// delivered ends what send began. Once no claim of win is in flight, the
+// rejections that waited for their counts (see reject) are false refusals
+// if the window is still not known to be used up.
+func (a *Allower) delivered(ks *keyState, win int64) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	if ks.sent[win]--; ks.sent[win] <= 0 {
-		delete(ks.sent, win)
+	if ks.sent[win]--; ks.sent[win] > 0 {
+		return
+	}
+	delete(ks.sent, win)
+	n := ks.suspect[win]
+	delete(ks.suspect, win)
+	if n > 0 && ks.exhausted != win+1 && ks.knownLocked(win) < a.lim.Quantity {
+		a.m.falseRefusals.Add(float64(n))
 	}
 }
 
@@ -310,7 +319,7 @@ func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, r
 	if !ks.send(win) {
 		return demand, true
 	}
-	defer ks.delivered(win)
+	defer a.delivered(ks, win)
 	var debt int64
 	if number(vals[dk]) > 0 {
 		debt = a.takeDebt(ctx, dk)

@@ -304,7 +304,7 @@ func (a *Allower) claimDemand(key string, ks *keyState, win, d int64, now time.T
 			wake = true
 		}
 	}
-	ks.delivered(win)
+	a.delivered(ks, win)
 	a.claimed(key, ks, win, d, wake)
 }
 

@@ -222,7 +222,7 @@ func TestClaimTimeoutHandsOverToFailMode(t *testing.T) {
 	for _, tc := range []struct {
 		fb      global.Fallback
 		admit   bool
-		refusal bool // counted as a false refusal (the count was never read)
+		refusal bool // counted as a false refusal (the claims return a count under the limit)
 	}{
 		{global.FallbackShare, true, false},
 		{global.FallbackOpen, true, false},
@@ -248,8 +248,8 @@ func TestClaimTimeoutHandsOverToFailMode(t *testing.T) {
 			if !tc.admit && res.RetryAfter <= 0 {
 				t.Errorf("rejected without Retry-After: %+v", res)
 			}
-			if got := r.counterSum(t, "poplimit_global_false_refusals_total"); (got > 0) != tc.refusal {
-				t.Errorf("false refusals %v", got)
+			if got := r.counterSum(t, "poplimit_global_false_refusals_total"); got != 0 {
+				t.Errorf("false refusals %v with the claim still in flight: its count decides", got)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Millisecond)
 			defer cancel()
@@ -264,6 +264,10 @@ func TestClaimTimeoutHandsOverToFailMode(t *testing.T) {
 				t.Errorf("a request cancelled while waiting: %v, want context.Canceled", err)
 			}
 			r.home.Resume()
+			r.wait()
+			if got := r.counterSum(t, "poplimit_global_false_refusals_total"); (got > 0) != tc.refusal {
+				t.Errorf("false refusals %v once the claims returned a count under the limit", got)
+			}
 		})
 	}
 }
@@ -404,5 +408,35 @@ func TestSteadyTrafficOnAColdKeyGetsAPool(t *testing.T) {
 	t.Logf("pool %v, waited %v", pool, waited)
 	if pool < 150 {
 		t.Errorf("%v of 300 requests served from the pool, %v waited: the PoP's requests kept waiting on exact claims", pool, waited)
+	}
+}
+
+// TestRefusalDuringAClaimIsFalseOnlyIfTheCountHadRoom: a request refused
+// while its worker's claim is in flight (its wait ran out, fail mode
+// closed) is a false refusal only if the count the claim returns is under
+// the limit; here another PoP used the window up first.
+func TestRefusalDuringAClaimIsFalseOnlyIfTheCountHadRoom(t *testing.T) {
+	lim := counter.Limit{Name: "g", Algorithm: counter.FixedWindow, Quantity: 10, Window: time.Minute}
+	r := newRealPoPs(t, 2, 1, lim, global.Config{Wait: 150 * time.Millisecond, HomeTimeout: 2 * time.Second}, global.FallbackClosed)
+	now := midWindow()
+	key := "usedup{a}"
+	for i := 0; i < 10; i++ {
+		if res, err := r.allow[0][0].AllowN(context.Background(), key, now, 1); err != nil || !res.Allowed {
+			t.Fatalf("PoP 0, request %d of the limit's 10: %+v, %v", i+1, res, err)
+		}
+	}
+	if err := r.home.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer r.home.Resume()
+	if res, err := r.allow[1][0].AllowN(context.Background(), key, now, 1); err != nil || res.Allowed {
+		t.Fatalf("PoP 1 behind a paused home, fail mode closed: %+v, %v; want refused", res, err)
+	}
+	if err := r.home.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	r.wait()
+	if got := r.counterSum(t, "poplimit_global_false_refusals_total"); got != 0 {
+		t.Errorf("false refusals %v: the claim in flight returned a used-up count", got)
 	}
 }
