@@ -404,7 +404,7 @@ func (r *globalReport) Tables() []*Table {
 
 // opsTable is the edges' figures of the global limit.
 func (r *globalReport) opsTable() *Table {
-	o := &Table{Title: "Global limit: store operations per decision, tokens and false refusals (edges' metrics: rejections while the home count last read was under the limit)",
+	o := &Table{Title: "Global limit: store operations per decision, tokens and false refusals (edges' metrics: rejections while the home count was under the limit as far as the edge knew: the count it last read, or the counts its claims in flight returned)",
 		Header: []string{"PoP store ops/decision", "home store ops/decision", "tokens claimed", "tokens expired", "false refusals", "paths"}}
 	o.Add(r.PoPOpsPerDecision, r.HomeOpsPerDecision, r.Claimed, r.Expired, r.FalseRefusals, fmt.Sprint(r.Paths))
 	return o
