@@ -60,8 +60,8 @@ func (ks *keyState) readLocked(win, c int64) {
 	s.count = max(s.count, c)
 }
 
-// coldBatch bounds the batch of a claim that carries waiting requests:
-// at most 1/coldBatch of the limit.
+// coldBatch bounds the batch of a refill sent while requests of its window
+// wait at the worker: at most 1/coldBatch of the limit.
 const coldBatch = 50
 
 // rateBucket is the period over which arrivals are averaged.
@@ -192,15 +192,11 @@ func (a *Allower) Sweep(now time.Time) {
 }
 
 // refill starts a refill of key's pool for window win unless one is in
-// flight in this worker, the window is exhausted, the home store is down
-// and the key's retry time has not come, or (unless prefetching) requests
-// of win wait on claims of this worker (their claims are sized to them).
+// flight in this worker, the window is exhausted, or the home store is
+// down and the key's retry time has not come.
 func (a *Allower) refill(key string, ks *keyState, win int64, now time.Time, rate float64, prefetch bool) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	if q := ks.waits[win]; q != nil && !prefetch && (q.claims > 0 || q.queued > 0) {
-		return
-	}
 	a.refillLocked(key, ks, win, now, rate, prefetch, false)
 }
 
@@ -300,13 +296,14 @@ func (a *Allower) doRefill(key string, ks *keyState, win int64, now time.Time, r
 	if got && !(present && (prefetch || have >= lowWater(rate, lat, 1))) {
 		b = a.batch(ks, win, rate, lat)
 	}
+	waiting := false
 	if !prefetch {
-		demand = a.takeDemand(ks, win)
+		demand, waiting = a.takeDemand(ks, win)
 	}
-	if demand > 0 {
-		// Requests wait: maybe a burst, whose claims are exact and after
-		// which a batch would be stranded in the pool; the batch only
-		// seeds the pool (the low-water refills size it then).
+	if waiting {
+		// Requests of win wait here: maybe a burst, whose claims are exact
+		// and after which a batch would be stranded in the pool; the batch
+		// only seeds the pool (the refills after the wait size it).
 		b = min(b, max(1, a.lim.Quantity/coldBatch))
 	}
 	if present && have > 0 && demand > 0 && b == 0 {

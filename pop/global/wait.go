@@ -173,17 +173,17 @@ func (a *Allower) leave(key string, ks *keyState, win int64, w *waiter, now time
 }
 
 // takeDemand moves the waiting units of win no claim covers into the
-// caller's claim.
-func (a *Allower) takeDemand(ks *keyState, win int64) int64 {
+// caller's claim; waiting reports whether requests of win wait here.
+func (a *Allower) takeDemand(ks *keyState, win int64) (d int64, waiting bool) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	q := ks.waits[win]
-	if q == nil || q.queued <= q.covered {
-		return 0
+	if q == nil || q.queued <= 0 {
+		return 0, false
 	}
-	d := q.queued - q.covered
+	d = max(q.queued-q.covered, 0)
 	q.covered += d
-	return d
+	return d, true
 }
 
 // settleLocked follows a claim's end (or a request's leaving): with wake
