@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/poplimit/poplimit/bench/fixture"
 )
@@ -27,27 +26,9 @@ func TestEdgeProcs(t *testing.T) {
 	if err := os.WriteFile(policy, []byte(strings.Replace(reloadPolicy, "QUANTITY", "10", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, tt := range []struct {
-		name, env string
-		args      []string
-		want      string
-	}{
-		{"default", "", nil, "1"},
-		{"flag", "", []string{"--procs", "2"}, "2"},
-		{"env", "2", nil, "2"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Setenv("GOMAXPROCS", tt.env) // "" counts as unset, for the runtime too
-			admin := fixture.FreeAddr(t)
-			p := fixture.Start(t, bin, append([]string{"--listen", fixture.FreeAddr(t), "--admin", admin,
-				"--upstream", "http://127.0.0.1:1", "--policy", policy}, tt.args...)...)
-			deadline := time.Now().Add(10 * time.Second)
-			for got := fixture.GOMAXPROCS(admin); got != tt.want; got = fixture.GOMAXPROCS(admin) {
-				if p.Exited() || time.Now().After(deadline) {
-					t.Fatalf("GOMAXPROCS %q, want %s (exited: %v)", got, tt.want, p.Exited())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-		})
-	}
+	fixture.CheckProcs(t, func(t *testing.T, admin string, args []string) func() bool {
+		p := fixture.Start(t, bin, append([]string{"--listen", fixture.FreeAddr(t), "--admin", admin,
+			"--upstream", "http://127.0.0.1:1", "--policy", policy}, args...)...)
+		return p.Exited
+	})
 }

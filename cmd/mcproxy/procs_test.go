@@ -16,21 +16,17 @@ func TestMcproxyProcs(t *testing.T) {
 		t.Skip("one CPU: nothing to govern")
 	}
 	bin := buildMcproxy(t)
-	for _, tt := range []struct {
-		name, env string
-		args      []string
-		want      string
-	}{
-		{"default", "", nil, "1"},
-		{"flag", "", []string{"--procs", "2"}, "2"},
-		{"env", "2", nil, "2"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Setenv("GOMAXPROCS", tt.env) // "" counts as unset, for the runtime too
-			admin := fixture.FreeAddr(t)
-			p := startMcproxy(t, bin, "", append([]string{"--embedded", "1", "--admin", admin}, tt.args...)...)
-			waitFor(t, "GOMAXPROCS "+tt.want, p, func() bool { return fixture.GOMAXPROCS(admin) == tt.want })
-			p.stop(t)
-		})
-	}
+	fixture.CheckProcs(t, func(t *testing.T, admin string, args []string) func() bool {
+		p := startMcproxy(t, bin, "", append([]string{"--embedded", "1", "--admin", admin}, args...)...)
+		t.Cleanup(func() { p.stop(t) })
+		return func() bool {
+			select {
+			case err := <-p.done:
+				p.done <- err
+				return true
+			default:
+				return false
+			}
+		}
+	})
 }
