@@ -115,10 +115,7 @@ var minute = counter.Limit{Name: "g", Algorithm: counter.FixedWindow, Quantity: 
 // midWindow is an instant 10s into the current minute window: a test
 // that would straddle a boundary waits for it.
 func midWindow() time.Time {
-	now := time.Now()
-	if now.Sub(now.Truncate(time.Minute)) > 50*time.Second {
-		time.Sleep(time.Until(now.Truncate(time.Minute).Add(time.Minute)))
-	}
+	fixture.AwayFromBoundary(time.Minute, 10*time.Second)
 	return time.Now().Truncate(time.Minute).Add(10 * time.Second)
 }
 
