@@ -328,7 +328,9 @@ func testDownThenBack(t *testing.T, opts []kfake.Opt) {
 			t.Fatalf("buffered %d records, bound %d", b, bound)
 		}
 	}
-	if slowest > 50*time.Millisecond {
+	// A Produce that waited for room would wait for the brokers, which stay
+	// down until this loop ends; a second only absorbs scheduler and GC pauses.
+	if slowest > time.Second {
 		t.Errorf("slowest Produce took %v while brokers were down", slowest)
 	}
 	full := testutil.ToFloat64(s.m.dropped.WithLabelValues(DropBufferFull))
