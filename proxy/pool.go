@@ -372,6 +372,9 @@ func (pc *poolConn) run() {
 		if redial {
 			var err error
 			if s, err = pc.dial(); err != nil {
+				pc.mu.Lock()
+				pc.dialing, pc.dialingBytes = 0, 0 // out of in_queue before their callers hear
+				pc.mu.Unlock()
 				for _, c := range calls {
 					c.Finish(err)
 				}

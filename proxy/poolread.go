@@ -263,14 +263,20 @@ func (s *session) end(err error, unanswered []*Call) {
 	rest := s.pending
 	s.pending = nil
 	s.mu.Unlock()
+	// Counted before any caller learns of its failure (as the reader
+	// counts before it answers): a Stats read after the reply sees it.
 	failed, wireBytes := 0, 0
 	for _, calls := range [2][]*Call{unanswered, rest} {
 		for _, c := range calls {
 			failed++
 			wireBytes += c.wire
-			c.Finish(s.err)
 		}
 	}
 	s.pc.doneBytes.Add(uint64(wireBytes))
 	s.pc.doneCalls.Add(uint64(failed))
+	for _, calls := range [2][]*Call{unanswered, rest} {
+		for _, c := range calls {
+			c.Finish(s.err)
+		}
+	}
 }
