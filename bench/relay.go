@@ -180,10 +180,11 @@ func (r *relay) pipe(dst, src net.Conn) {
 	go func() {
 		defer close(q)
 		buf := make([]byte, 32<<10)
+		read := stampedReader(src)
 		for {
-			n, err := src.Read(buf)
+			n, at, err := read(buf)
 			if n > 0 {
-				q <- chunk{due: time.Now().Add(r.currentDelay()), data: append([]byte(nil), buf[:n]...)}
+				q <- chunk{due: at.Add(r.currentDelay()), data: append([]byte(nil), buf[:n]...)}
 			}
 			if err != nil {
 				return
@@ -208,5 +209,13 @@ func (r *relay) pipe(dst, src net.Conn) {
 	if tc, ok := dst.(*net.TCPConn); ok && !r.reset.Load() {
 		// (In reset mode dst is about to be reset: no FIN first.)
 		_ = tc.CloseWrite()
+	}
+}
+
+// plainReader reads c, stamping each read with the time it returned.
+func plainReader(c net.Conn) func([]byte) (int, time.Time, error) {
+	return func(p []byte) (int, time.Time, error) {
+		n, err := c.Read(p)
+		return n, time.Now(), err
 	}
 }
