@@ -454,7 +454,7 @@ func (a *Allower) AllowN(ctx context.Context, key string, now time.Time, n int64
 		a.m.localOps.Inc()
 	}
 	a.m.pool.Set(0)
-	return a.empty(ctx, key, ks, win, now, n, res)
+	return a.empty(ctx, key, ks, win, now, n, err != nil, res)
 }
 
 // empty decides a request that found the pool empty: it waits (at most
@@ -463,7 +463,7 @@ func (a *Allower) AllowN(ctx context.Context, key string, now time.Time, n int64
 // takes its units from their grant or the pool; the window exhausted, it
 // is rejected until the window ends; the home store down, or the wait
 // over, the Fallback decides.
-func (a *Allower) empty(ctx context.Context, key string, ks *keyState, win int64, now time.Time, n int64, res counter.Result) (counter.Result, error) {
+func (a *Allower) empty(ctx context.Context, key string, ks *keyState, win int64, now time.Time, n int64, absent bool, res counter.Result) (counter.Result, error) {
 	pk := a.key(key, win, 'p')
 	deadline := a.h.clock().Add(a.h.waitBound())
 	if d, ok := ctx.Deadline(); ok {
@@ -504,7 +504,7 @@ func (a *Allower) empty(ctx context.Context, key string, ks *keyState, win int64
 			res.RetryAfter = min(ks.retryAfter(win, now, a.h.latency()), res.Reset)
 			return a.reject(ks, win, res, pathEmpty), nil
 		}
-		w := a.join(key, ks, win, n, now)
+		w := a.join(key, ks, win, n, now, absent)
 		if w == nil {
 			if joins++; joins > 2 {
 				res.RetryAfter = min(ks.retryAfter(win, now, a.h.latency()), res.Reset)
@@ -540,6 +540,7 @@ func (a *Allower) empty(ctx context.Context, key string, ks *keyState, win int64
 		// Woken without a grant: the pool may hold tokens now.
 		v, err := a.h.cfg.Local.Decr(ctx, pk, uint64(n))
 		a.m.localOps.Inc()
+		absent = errors.Is(err, counter.ErrNotFound)
 		switch {
 		case err == nil && int64(v)-poolBase >= 0:
 			res.Allowed, res.Remaining = true, int64(v)-poolBase

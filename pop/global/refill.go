@@ -36,6 +36,7 @@ type keyState struct {
 	waits      map[int64]*waitq    // windows with requests waiting on a claim
 	sent       map[int64]int       // claims sent to the home store, not yet delivered
 	suspect    map[int64]int64     // rejections whose claims in flight tell whether they were false
+	born       int64               // window id + 1 of the key's first request at this worker
 }
 
 // seenCount is the largest home count of window win−1 that a claim of
@@ -72,7 +73,8 @@ func (a *Allower) state(key string, now time.Time, n int64) *keyState {
 	s.mu.Lock()
 	ks, ok := s.m[key]
 	if !ok {
-		ks = &keyState{bucketAt: now, inflight: map[int64]time.Time{}, waits: map[int64]*waitq{}, sent: map[int64]int{}, suspect: map[int64]int64{}}
+		ks = &keyState{bucketAt: now, inflight: map[int64]time.Time{}, waits: map[int64]*waitq{}, sent: map[int64]int{}, suspect: map[int64]int64{},
+			born: now.UnixMilli()/a.wms + 1}
 		s.m[key] = ks
 	}
 	s.mu.Unlock()

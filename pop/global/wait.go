@@ -24,6 +24,7 @@ type waitq struct {
 	first   time.Time // when the oldest of them was sent (Home clock)
 	next    time.Time // earliest send of the next one (Home clock)
 	timer   bool      // a timer will look at the queue at next
+	absent  bool      // a request of the queue found no pool at the PoP
 }
 
 // waiter is one request of a waitq.
@@ -130,14 +131,16 @@ func (a *Allower) payLent(key string, win, units int64) {
 // join queues a request of n units for win and starts the claim it needs;
 // it returns nil when no claim can serve it (the window exhausted, the
 // home store down: the caller decides without waiting). now is the
-// decision's instant.
-func (a *Allower) join(key string, ks *keyState, win int64, n int64, now time.Time) *waiter {
+// decision's instant; absent is set when the request found no pool at the
+// PoP.
+func (a *Allower) join(key string, ks *keyState, win int64, n int64, now time.Time, absent bool) *waiter {
 	w := &waiter{n: n, done: make(chan struct{})}
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	q := ks.waitqLocked(win)
 	q.queue = append(q.queue, w)
 	q.queued += n
+	q.absent = q.absent || absent
 	a.kickLocked(key, ks, win, q, now)
 	if !ks.claimingLocked(win) || (ks.exhausted == win+1 && ks.sent[win] == 0) {
 		q.queue = q.queue[:len(q.queue)-1]
@@ -223,8 +226,13 @@ func (ks *keyState) claimingLocked(win int64) bool {
 // a refill (under the PoP's lock, with a batch that seeds the pool: for
 // the steady rate at the window's first claim, the current one later), so
 // a PoP whose requests all wait still gets a pool; the others ask for the
-// waiting units only. now is the decision's instant (zero: the Home
-// clock's).
+// waiting units only. The worker's first claim of win for requests that
+// found no pool at the PoP, of a key it first saw in win (a cold key),
+// asks their units at once, beside the refill rather than after its
+// lock: a cold key's first request pays one home round trip, not a
+// PoP-store one too. (A key seen before keeps the refill first: its
+// requests take the pool another worker fills.) now is the decision's
+// instant (zero: the Home clock's).
 func (a *Allower) kickLocked(key string, ks *keyState, win int64, q *waitq, now time.Time) {
 	need := q.queued - q.covered
 	if need <= 0 || ks.exhausted == win+1 || a.h.down.Load() {
@@ -259,18 +267,30 @@ func (a *Allower) kickLocked(key string, ks *keyState, win int64, q *waitq, now 
 		if ks.knownLocked(win) > 0 {
 			rate = ks.popRateLocked(now, a.h.cfg.Workers)
 		}
+		if q.absent && ks.born == win+1 && ks.knownLocked(win) == 0 && ks.sent[win] == 0 {
+			q.covered += need
+			a.h.jobs.start()
+			go a.claimDemand(key, ks, win, need, now, false)
+			q.claims++ // the refill's, for the seeding batch
+			if !a.refillLocked(key, ks, win, now, rate, false, true) {
+				q.claims--
+			}
+			return
+		}
 		if a.refillLocked(key, ks, win, now, rate, false, true) {
 			return // the refill takes the demand when it claims
 		}
 	}
 	q.covered += need
 	a.h.jobs.start()
-	go a.claimDemand(key, ks, win, need, now)
+	go a.claimDemand(key, ks, win, need, now, true)
 }
 
 // claimDemand claims d units for the requests of win waiting here, hands
-// the grant to them and credits what they no longer need to the pool.
-func (a *Allower) claimDemand(key string, ks *keyState, win, d int64, now time.Time) {
+// the grant to them and credits what they no longer need to the pool;
+// with chargeDebt, the claim also charges the PoP's fallback debt (a
+// PoP-store round trip before it).
+func (a *Allower) claimDemand(key string, ks *keyState, win, d int64, now time.Time, chargeDebt bool) {
 	defer a.h.jobs.done()
 	start := a.h.clock()
 	ctx, cancel := context.WithTimeout(context.Background(), a.h.cfg.LockTTL)
@@ -281,7 +301,10 @@ func (a *Allower) claimDemand(key string, ks *keyState, win, d int64, now time.T
 		return
 	}
 	dk := a.key(key, win, 'd')
-	debt := a.takeDebt(ctx, dk)
+	var debt int64
+	if chargeDebt {
+		debt = a.takeDebt(ctx, dk)
+	}
 	c, landed, err := a.claimInFlight(ctx, key, win, uint64(d+debt))
 	if err != nil {
 		landed()

@@ -437,3 +437,84 @@ func TestRefusalDuringAClaimIsFalseOnlyIfTheCountHadRoom(t *testing.T) {
 		t.Errorf("false refusals %v: the claim in flight returned a used-up count", got)
 	}
 }
+
+// slowPipe is a memcached client whose every call waits d first: a store
+// one round trip of d away.
+type slowPipe struct {
+	*memcached.PipeStore
+	d time.Duration
+}
+
+func (s slowPipe) Incr(ctx context.Context, key string, delta uint64) (uint64, error) {
+	time.Sleep(s.d)
+	return s.PipeStore.Incr(ctx, key, delta)
+}
+
+func (s slowPipe) Decr(ctx context.Context, key string, delta uint64) (uint64, error) {
+	time.Sleep(s.d)
+	return s.PipeStore.Decr(ctx, key, delta)
+}
+
+func (s slowPipe) Add(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+	time.Sleep(s.d)
+	return s.PipeStore.Add(ctx, key, value, ttl)
+}
+
+func (s slowPipe) GetMulti(ctx context.Context, keys []string) (map[string][]byte, error) {
+	time.Sleep(s.d)
+	return s.PipeStore.GetMulti(ctx, keys)
+}
+
+func (s slowPipe) Gets(ctx context.Context, key string) ([]byte, counter.CASToken, error) {
+	time.Sleep(s.d)
+	return s.PipeStore.Gets(ctx, key)
+}
+
+func (s slowPipe) CompareAndSwap(ctx context.Context, key string, value []byte, cas counter.CASToken, ttl time.Duration) error {
+	time.Sleep(s.d)
+	return s.PipeStore.CompareAndSwap(ctx, key, value, cas, ttl)
+}
+
+func (s slowPipe) GetMultiIncr(ctx context.Context, keys []string, incrKey string, delta uint64, ttl time.Duration) (map[string][]byte, uint64, error) {
+	time.Sleep(s.d)
+	return s.PipeStore.GetMultiIncr(ctx, keys, incrKey, delta, ttl)
+}
+
+// TestColdKeyFirstRequestPaysOneHomeRoundTrip: a key's first request at a
+// worker, with PoP and home stores each a round trip of 100ms away, is
+// decided after its pool read and one claim (200ms), not after a PoP-store
+// round trip more for the refill's lock (300ms); later keys the same.
+func TestColdKeyFirstRequestPaysOneHomeRoundTrip(t *testing.T) {
+	const rtt = 100 * time.Millisecond
+	ms := fixture.Memcached(t, 2)
+	pipe := func(addr string) slowPipe {
+		s := memcached.NewPipeStore(memcached.PipeConfig{Addr: addr, Timeout: 5 * time.Second})
+		t.Cleanup(func() { s.Close() })
+		return slowPipe{s, rtt}
+	}
+	m, err := global.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := global.NewHome(global.Config{Local: pipe(ms[1].Addr), Home: pipe(ms[0].Addr), Metrics: m, Wait: time.Second, HomeTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Wait()
+	a, err := h.New(counter.Limit{Name: "g", Algorithm: counter.FixedWindow, Quantity: 100, Window: time.Minute}, global.FallbackClosed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := midWindow()
+	for i := 0; i < 3; i++ {
+		begin := time.Now()
+		res, err := a.AllowN(context.Background(), fmt.Sprintf("fresh{%d}", i), now, 1)
+		took := time.Since(begin)
+		if err != nil || !res.Allowed {
+			t.Fatalf("key %d's first request: %+v, %v; want admitted", i, res, err)
+		}
+		if took >= 2*rtt+rtt/2 {
+			t.Errorf("key %d's first request decided after %v: want its pool read and one claim, %v (+ less than %v)", i, took, 2*rtt, rtt/2)
+		}
+	}
+}
