@@ -26,18 +26,24 @@ func TestRelayStampsBytesWhenTheKernelReceivedThem(t *testing.T) {
 	}
 	defer s.Close()
 	read := stampedReader(s)
-	sent := time.Now()
-	if _, err := c.Write([]byte("get k\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(100 * time.Millisecond)
+	// The kernel starts stamping received packets shortly after the first
+	// socket asks for it (a deferred switch): the first tries may read no
+	// stamp, and fall back to the read's time.
 	buf := make([]byte, 64)
-	n, at, err := read(buf)
-	if err != nil || string(buf[:n]) != "get k\r\n" {
-		t.Fatalf("read %q, %v", buf[:n], err)
+	var late time.Duration
+	for try := 0; try < 5 && late < 40*time.Millisecond; try++ {
+		if _, err := c.Write([]byte("get k\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		n, at, err := read(buf)
+		if err != nil || string(buf[:n]) != "get k\r\n" {
+			t.Fatalf("read %q, %v", buf[:n], err)
+		}
+		late = time.Since(at)
 	}
-	if late := time.Since(at); late < 90*time.Millisecond || at.Before(sent.Add(-time.Second)) {
-		t.Errorf("stamped %v before the read returned (sent %v before it), want the arrival, about 100ms before", late, time.Since(sent))
+	if late < 40*time.Millisecond || late > 5*time.Second {
+		t.Errorf("stamped %v before the read returned, want the arrival, about 50ms before", late)
 	}
 	_ = c.Close()
 	if n, _, err := read(buf); n != 0 || err == nil {
