@@ -481,11 +481,11 @@ func (s slowPipe) GetMultiIncr(ctx context.Context, keys []string, incrKey strin
 }
 
 // TestColdKeyFirstRequestPaysOneHomeRoundTrip: a key's first request at a
-// worker, with PoP and home stores each a round trip of 100ms away, is
-// decided after its pool read and one claim (200ms), not after a PoP-store
-// round trip more for the refill's lock (300ms); later keys the same.
+// worker, with PoP and home stores each a round trip of 200ms away, is
+// decided after its pool read and one claim (400ms), not after a PoP-store
+// round trip more for the refill's lock (600ms); later keys the same.
 func TestColdKeyFirstRequestPaysOneHomeRoundTrip(t *testing.T) {
-	const rtt = 100 * time.Millisecond
+	const rtt = 200 * time.Millisecond
 	ms := fixture.Memcached(t, 2)
 	pipe := func(addr string) slowPipe {
 		s := memcached.NewPipeStore(memcached.PipeConfig{Addr: addr, Timeout: 5 * time.Second})
