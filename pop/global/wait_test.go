@@ -355,23 +355,6 @@ func TestWaitFollowsSlowClaims(t *testing.T) {
 	}
 }
 
-// farStore is a home store one round trip of rtt away (each call waits
-// rtt first).
-type farStore struct {
-	counter.Store
-	rtt time.Duration
-}
-
-func (f farStore) Incr(ctx context.Context, key string, delta uint64) (uint64, error) {
-	time.Sleep(f.rtt)
-	return f.Store.Incr(ctx, key, delta)
-}
-
-func (f farStore) Add(ctx context.Context, key string, value []byte, ttl time.Duration) error {
-	time.Sleep(f.rtt)
-	return f.Store.Add(ctx, key, value, ttl)
-}
-
 // TestSteadyTrafficOnAColdKeyGetsAPool: a fresh key's steady traffic,
 // arriving faster than the home store answers, waits on its first claims
 // only: the claims for waiting requests seed the PoP's pool, whose refills
@@ -379,7 +362,7 @@ func (f farStore) Add(ctx context.Context, key string, value []byte, ttl time.Du
 func TestSteadyTrafficOnAColdKeyGetsAPool(t *testing.T) {
 	lim := counter.Limit{Name: "g", Algorithm: counter.FixedWindow, Quantity: 100000, Window: time.Minute}
 	r := newRealPoPsHome(t, 1, 2, lim, global.Config{}, global.FallbackClosed,
-		func(s counter.Store) counter.Store { return farStore{s, 40 * time.Millisecond} })
+		func(s counter.Store) counter.Store { return slowPipe{s.(*memcached.PipeStore), 40 * time.Millisecond} })
 	midWindow()
 	var wg sync.WaitGroup
 	var refused atomic.Int64
