@@ -620,6 +620,13 @@ func (a *Allower) timedOut(ctx context.Context, key string, ks *keyState, win, n
 	return a.reject(ks, win, res, pathTimeout), nil
 }
 
+// roomLocked reports whether a refusal in win now would be false: the
+// window is not known to be used up and the home count this worker last
+// read is under the limit.
+func (a *Allower) roomLocked(ks *keyState, win int64) bool {
+	return ks.exhausted != win+1 && ks.knownLocked(win) < a.lim.Quantity
+}
+
 // reject counts a rejection on path, and as a false refusal when the home
 // count this worker last read for win is below the limit (the window is
 // not known to be used up); while claims of this worker for win are in
@@ -627,7 +634,7 @@ func (a *Allower) timedOut(ctx context.Context, key string, ks *keyState, win, n
 func (a *Allower) reject(ks *keyState, win int64, res counter.Result, path int) counter.Result {
 	a.m.decisions(path).Inc()
 	ks.mu.Lock()
-	under := ks.exhausted != win+1 && ks.knownLocked(win) < a.lim.Quantity
+	under := a.roomLocked(ks, win)
 	if under && ks.sent[win] > 0 {
 		ks.suspect[win]++
 		under = false

@@ -170,7 +170,7 @@ func (a *Allower) delivered(ks *keyState, win int64) {
 	delete(ks.sent, win)
 	n := ks.suspect[win]
 	delete(ks.suspect, win)
-	if n > 0 && ks.exhausted != win+1 && ks.knownLocked(win) < a.lim.Quantity {
+	if n > 0 && a.roomLocked(ks, win) {
 		a.m.falseRefusals.Add(float64(n))
 	}
 }
