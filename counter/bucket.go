@@ -1,32 +1,51 @@
 package counter
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strconv"
 	"time"
 )
 
-// readTAT reads the theoretical arrival time under k: t (a full bucket)
-// when absent.
-func (lim *Limiter) readTAT(ctx context.Context, k string, t int64) (tat int64, tok CASToken, found bool, err error) {
+// readTAT reads the theoretical arrival time under k, and the latest now
+// a decision on it was made at (0 when the item has none): tat is t (a
+// full bucket) when absent.
+func (lim *Limiter) readTAT(ctx context.Context, k string, t int64) (tat, last int64, tok CASToken, found bool, err error) {
 	val, tok, err := lim.store.Gets(ctx, k)
 	if errors.Is(err, ErrNotFound) {
-		return t, tok, false, nil
+		return t, 0, tok, false, nil
 	}
 	if err != nil {
-		return 0, tok, false, err
+		return 0, 0, tok, false, err
 	}
-	v, err := parseCount(val)
-	return v, tok, true, err
+	tat, last, err = parseTAT(val)
+	return tat, last, tok, true, err
 }
 
-// writeTAT writes next under k if it is unchanged since readTAT (cas, or
-// add when it was absent), with a TTL until next (from t) + 1 s: the item
-// is useless once tat ≤ now. lost reports a lost race.
-func (lim *Limiter) writeTAT(ctx context.Context, k string, next, t int64, tok CASToken, found bool) (lost bool, err error) {
-	var buf [24]byte
+// parseTAT parses a bucket item, "tat last" (unix ns each), or "tat"
+// alone as written before the item carried its clock.
+func parseTAT(b []byte) (tat, last int64, err error) {
+	b = bytes.TrimSpace(b)
+	if i := bytes.IndexByte(b, ' '); i >= 0 {
+		if last, err = parseCount(b[i+1:]); err != nil {
+			return 0, 0, err
+		}
+		b = b[:i]
+	}
+	tat, err = parseCount(b)
+	return tat, last, err
+}
+
+// writeTAT writes next and the clock it was decided at under k if it is
+// unchanged since readTAT (cas, or add when it was absent), with a TTL
+// until next (from t) + 1 s: the item is useless once tat ≤ now. lost
+// reports a lost race.
+func (lim *Limiter) writeTAT(ctx context.Context, k string, next, clock, t int64, tok CASToken, found bool) (lost bool, err error) {
+	var buf [48]byte
 	b := strconv.AppendInt(buf[:0], next, 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, clock, 10)
 	ttl := time.Duration(next-t) + time.Second
 	if found {
 		err = lim.store.CompareAndSwap(ctx, k, b, tok, ttl)
@@ -49,14 +68,15 @@ func (lim *Limiter) undoBucket(ctx context.Context, key string, now time.Time, n
 		if attempt > 0 {
 			lim.casRetries.Add(1)
 		}
-		tat, tok, found, err := lim.readTAT(ctx, k, t)
+		tat, last, tok, found, err := lim.readTAT(ctx, k, t)
 		if err != nil {
 			return err
 		}
-		if tat <= t {
+		clock := max(t, last)
+		if tat <= clock {
 			return nil // full: nothing to give back
 		}
-		lost, err := lim.writeTAT(ctx, k, max(tat-n*lim.g.t, t), t, tok, found)
+		lost, err := lim.writeTAT(ctx, k, max(tat-n*lim.g.t, clock), clock, t, tok, found)
 		if err != nil || !lost {
 			return err
 		}
@@ -98,15 +118,20 @@ func (lim *Limiter) bucketBatch(ctx context.Context, key string, ws []*waiter) {
 		if attempt > 0 {
 			lim.casRetries.Add(1)
 		}
-		tat0, tok, found, err := lim.readTAT(ctx, k, tMin)
+		tat0, last, tok, found, err := lim.readTAT(ctx, k, tMin)
 		if err != nil {
 			finishAll(ws, err)
 			return
 		}
-		tat, rejected := tat0, false
+		tat, clock, rejected := tat0, last, false
 		for _, w := range ws {
 			t := w.now.UnixNano()
-			next, allowed := g.decide(tat, t, w.n)
+			// A now older than one tat was already decided at is decided
+			// at that later clock: workers' requests reach the store out
+			// of their nows' order, and GCRA at an earlier now refuses
+			// the last token a moment too full.
+			clock = max(clock, t)
+			next, allowed := g.decide(tat, clock, w.n)
 			if !allowed && lost {
 				// A rejection after a lost race is not charged (Count
 				// mode), so mostly rejected attack traffic does not keep
@@ -121,7 +146,7 @@ func (lim *Limiter) bucketBatch(ctx context.Context, key string, ws []*waiter) {
 			finishAll(ws, nil) // nothing to write
 			return
 		}
-		raced, err := lim.writeTAT(ctx, k, tat, tMin, tok, found)
+		raced, err := lim.writeTAT(ctx, k, tat, clock, tMin, tok, found)
 		if err != nil || !raced {
 			finishAll(ws, err)
 			return

@@ -30,6 +30,7 @@ type localShard struct {
 type localEntry struct {
 	sids, vals, scratch []int64
 	tat                 int64
+	clock               int64 // the latest now the bucket decided at
 	// The sub-window of the last call, to skip divisions on the hot path.
 	curID, curStart int64 // id and its first ms
 	curSlot         int   // slot of sub-window curID − n
@@ -99,7 +100,8 @@ func (lo *local) AllowN(_ context.Context, key string, now time.Time, n int64) (
 	var r Result
 	if lo.l.Algorithm == TokenBucket {
 		t := now.UnixNano()
-		next, ok := lo.g.decide(e.tat, t, n)
+		e.clock = max(e.clock, t) // as the store-backed bucket: bucket.go
+		next, ok := lo.g.decide(e.tat, e.clock, n)
 		e.tat = next
 		r = lo.g.result(next, t, n, ok)
 	} else {
@@ -172,7 +174,7 @@ func (lo *local) Undo(_ context.Context, key string, now time.Time, n int64) err
 		return nil
 	}
 	if lo.l.Algorithm == TokenBucket {
-		t := now.UnixNano()
+		t := max(now.UnixNano(), e.clock)
 		if e.tat > t {
 			e.tat = max(e.tat-n*lo.g.t, t)
 		}

@@ -85,8 +85,22 @@ for i = 1, m do
   local a, b, c, d = tonumber(ARGV[o + 6]), tonumber(ARGV[o + 7]), tonumber(ARGV[o + 8]), tonumber(ARGV[o + 9])
   if p.alg == "b" then
     p.key = id_key .. p.suffix
-    local rel, found = tat_rel(redis.call('GET', p.key))
-    p.tat, p.found = rel, found
+    -- The item is "tat last": last is the latest now the bucket decided at
+    -- (absent in items written before it carried one). A now older than
+    -- last is decided at last: workers' calls reach the shard out of their
+    -- nows' order, and GCRA at an earlier now refuses the last token a
+    -- moment too full. p.tat, p.next are relative to that clock; p.shift
+    -- is its distance from now.
+    local v = redis.call('GET', p.key)
+    local last
+    if v then
+      local sp = string.find(v, " ", 1, true)
+      if sp then v, last = string.sub(v, 1, sp - 1), string.sub(v, sp + 1) end
+    end
+    p.shift = 0
+    if last then p.shift = math.max(tat_rel(last), 0) end
+    local rel, found = tat_rel(v)
+    p.tat, p.found = rel - p.shift, found
     local t, tau, burst = a, b, c
     if p.undo then
       p.next = p.tat
@@ -176,10 +190,11 @@ for i = 1, m do
       if p.next <= 0 then
         redis.call('DEL', p.key)
       else
-        redis.call('SET', p.key, tat_abs(p.next), 'PX', math.floor(p.next / 1000000) + 1000)
+        redis.call('SET', p.key, tat_abs(p.next + p.shift) .. " " .. tat_abs(p.shift), 'PX',
+          math.floor(p.next / 1000000) + 1000)
       end
     end
-    out[#out + 1] = p.next -- what the limit decided, charged or not
+    out[#out + 1] = p.next + p.shift -- what the limit decided, charged or not, from now
   else
     local cur = p.counts[p.nw + 1]
     if p.undo then
