@@ -75,7 +75,7 @@ func newFastEdge(l *pop.Limiter, cfg fastConfig) (*fastEdge, error) {
 				if err != nil {
 					return nil, err
 				}
-				return fastconn.New(c), nil // raw socket calls, as the store clients'
+				return &upstreamConn{Conn: fastconn.New(c)}, nil // raw socket calls, as the store clients'
 			},
 			// The response body is streamed on as it arrives (the server
 			// writes and closes ctx.Response's body stream); the header
@@ -305,7 +305,7 @@ func (l backoffListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err == nil {
-			return fastconn.New(c), nil // raw socket calls, as the store clients'
+			return &clientConn{Conn: fastconn.New(c)}, nil // raw socket calls, as the store clients'
 		}
 		if errors.Is(err, net.ErrClosed) {
 			return c, err

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -333,5 +334,88 @@ func TestConnReadEachSeesCloseWithData(t *testing.T) {
 				t.Fatalf("got %q, %v; want \"get k\" then EOF", got, err)
 			}
 		})
+	}
+}
+
+// TestConnWriteReadExchanges: WriteRead writes the request and returns
+// the reply the peer sends once it has read it, exchange after exchange.
+func TestConnWriteReadExchanges(t *testing.T) {
+	c, s := tcpPair(t)
+	fc := New(c)
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			n, err := s.Read(buf)
+			if err != nil {
+				return
+			}
+			time.Sleep(time.Millisecond) // the reply comes after the wait began
+			s.Write(bytes.ToUpper(buf[:n]))
+		}
+	}()
+	fc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64)
+	for _, req := range []string{"get a", "get b", "incr c 1"} {
+		n, err := fc.WriteRead([]byte(req), buf)
+		if err != nil || string(buf[:n]) != strings.ToUpper(req) {
+			t.Fatalf("%q: got %q, %v", req, buf[:n], err)
+		}
+	}
+}
+
+// TestConnWriteReadPeerClosedBefore: a peer that closed while the
+// connection was idle (its FIN arrived before the call) answers the write
+// with a reset, which ends the wait with an error instead of a hang.
+func TestConnWriteReadPeerClosedBefore(t *testing.T) {
+	c, s := tcpPair(t)
+	fc := New(c)
+	s.Close()
+	time.Sleep(10 * time.Millisecond) // the FIN is queued
+	fc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	_, err := fc.WriteRead([]byte("get k"), make([]byte, 64))
+	if err == nil {
+		t.Fatal("WriteRead to a closed peer succeeded")
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("WriteRead to a closed peer waited for the deadline: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("WriteRead to a closed peer took %v", d)
+	}
+}
+
+// TestConnWriteReadFullSocket: a request larger than the socket takes at
+// once is written in full (as Write) before the reply is read.
+func TestConnWriteReadFullSocket(t *testing.T) {
+	c, s := tcpPair(t)
+	fc := New(c)
+	req := bytes.Repeat([]byte("x"), 8<<20)
+	go func() {
+		time.Sleep(20 * time.Millisecond) // the socket fills first
+		got, err := io.ReadFull(s, make([]byte, len(req)))
+		if err == nil && got == len(req) {
+			s.Write([]byte("done"))
+		}
+	}()
+	fc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	fc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 64)
+	n, err := fc.WriteRead(req, buf)
+	if err != nil || string(buf[:n]) != "done" {
+		t.Fatalf("got %q, %v; want done", buf[:n], err)
+	}
+}
+
+// TestConnWriteReadDeadline: with no reply, the read deadline ends the
+// wait.
+func TestConnWriteReadDeadline(t *testing.T) {
+	c, _ := tcpPair(t)
+	fc := New(c)
+	fc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	_, err := fc.WriteRead([]byte("get k"), make([]byte, 64))
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("got %v, want a deadline error", err)
 	}
 }

@@ -32,6 +32,21 @@ func (s *Conn) initRaw() {
 		}
 		return true
 	}
+	s.wrFn = func(fd uintptr) bool {
+		if !s.wrote {
+			for s.werrno == 0 && s.wn < len(s.wp) {
+				if !s.write(fd) {
+					return true // full: WriteRead finishes outside
+				}
+			}
+			if s.werrno != 0 {
+				return true
+			}
+			s.wrote = true
+			return false // wait for the reply without reading first
+		}
+		return s.readFn(fd)
+	}
 	s.eachFn = func(fd uintptr) bool {
 		for {
 			p := s.fill()

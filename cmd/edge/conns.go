@@ -1,0 +1,90 @@
+package main
+
+import (
+	"sync"
+
+	"github.com/poplimit/poplimit/proxy/fastconn"
+)
+
+// readAhead is the read-ahead buffer of clientConn: as large as most
+// requests' headers.
+const readAhead = 4 << 10
+
+var aheadPool = sync.Pool{New: func() any { b := make([]byte, readAhead); return &b }}
+
+// clientConn is a client connection of the fasthttp core. fasthttp waits
+// for the next request with a one-byte read (ReduceMemoryUsage: an idle
+// connection holds no buffer) and then reads the rest; clientConn reads
+// what has arrived into a pooled buffer at once, so a request costs one
+// read(2), not two. The buffer is held only while it has unread bytes.
+// One goroutine reads at a time (fasthttp's serving loop).
+type clientConn struct {
+	*fastconn.Conn
+	ahead    *[]byte // unread bytes in (*ahead)[off:end]; nil when none
+	off, end int
+}
+
+func (c *clientConn) Read(p []byte) (int, error) {
+	if c.ahead != nil {
+		n := copy(p, (*c.ahead)[c.off:c.end])
+		if c.off += n; c.off == c.end {
+			aheadPool.Put(c.ahead)
+			c.ahead = nil
+		}
+		return n, nil
+	}
+	if len(p) >= readAhead {
+		return c.Conn.Read(p)
+	}
+	b := aheadPool.Get().(*[]byte)
+	n, err := c.Conn.Read(*b)
+	k := copy(p, (*b)[:n])
+	if k < n {
+		c.ahead, c.off, c.end = b, k, n
+	} else {
+		aheadPool.Put(b)
+	}
+	return k, err
+}
+
+// deferWrite is the largest request upstreamConn sends with the read of
+// its reply.
+const deferWrite = 4 << 10
+
+// upstreamConn is a connection to the upstream. fasthttp's HostClient
+// writes a request and then reads its response, on one goroutine; a
+// request up to deferWrite bytes is sent by that read (fastconn.WriteRead),
+// which waits for the response instead of first reading to find the socket
+// empty. Sound because an upstream sends nothing unprompted: what it sent
+// while the connection was idle (a close) draws a reset on the write.
+type upstreamConn struct {
+	*fastconn.Conn
+	pend []byte // written by the caller, not sent yet
+}
+
+func (c *upstreamConn) Write(p []byte) (int, error) {
+	if len(c.pend)+len(p) <= deferWrite {
+		if c.pend == nil {
+			c.pend = make([]byte, 0, deferWrite)
+		}
+		c.pend = append(c.pend, p...)
+		return len(p), nil
+	}
+	if len(c.pend) > 0 {
+		_, err := c.Conn.Write(c.pend)
+		c.pend = c.pend[:0]
+		if err != nil {
+			return 0, err
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *upstreamConn) Read(p []byte) (int, error) {
+	if len(c.pend) == 0 {
+		return c.Conn.Read(p)
+	}
+	n, err := c.Conn.WriteRead(c.pend, p)
+	c.pend = c.pend[:0]
+	return n, err
+}
