@@ -41,8 +41,8 @@ type Conn struct {
 	tryFn   func(fd uintptr) bool // one write attempt
 	writeFn func(fd uintptr) bool // write all of wp, waiting for room
 
-	wrote   bool                  // WriteRead: w is written, wait for the reply
-	wrFn    func(fd uintptr) bool // WriteRead's registration
+	wrote bool                  // WriteRead: w is written, wait for the reply
+	wrFn  func(fd uintptr) bool // WriteRead's registration
 
 	fill    func() []byte // ReadEach's arguments and result
 	consume func(n int) ReadNext
