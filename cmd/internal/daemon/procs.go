@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"math"
 	"runtime"
 	"time"
 )
@@ -10,11 +11,13 @@ import (
 // GOMAXPROCS that follows the load (the --procs 0 default of mcproxy and edge).
 //
 // GovernProcs runs the process on one P while it is lightly or moderately
-// loaded, doubling the Ps (up to Max) once they are more than Raise busy,
-// and halving them again once the load would fit in half of them under
-// Lower busy. Why: one P costs fewer thread wake-ups per request, until it
-// is busy enough that requests queue behind each other. The defaults'
-// measurements are in bench/RESULTS.md ("Figures behind code defaults").
+// loaded, doubling the Ps (up to Max) once they are more than Raise busy
+// while the machine has Room idle cores for them, and halving them again
+// once the load would fit in half of them under Lower busy. Why: one P
+// costs fewer thread wake-ups per request, until it is busy enough that
+// requests queue behind each other; and a P no core is free to run adds
+// wake-ups, not throughput. The defaults' measurements are in
+// bench/RESULTS.md ("Figures behind code defaults").
 
 // ProcsConfig configures GovernProcs. Zero means default.
 type ProcsConfig struct {
@@ -29,6 +32,9 @@ type ProcsConfig struct {
 	// Default 0.7: one P is cheaper per request (fewer thread wake-ups)
 	// until it nears saturation.
 	Raise float64
+	// Room: the Ps double only while the machine's cores were idle at
+	// least this much (in cores, over the interval). Default 0.5.
+	Room float64
 	// Lower: when, for LowerAfter consecutive intervals, the process used
 	// less than this share of half its Ps' time, the Ps halve (at least
 	// one). Default 0.6: under Raise, so a load that halves them is under
@@ -41,6 +47,10 @@ type ProcsConfig struct {
 	// default getrusage(RUSAGE_SELF) (nil where that does not exist:
 	// GovernProcs then leaves GOMAXPROCS alone).
 	CPU func() time.Duration
+	// MachineIdle returns the idle time of all the machine's cores so far;
+	// default /proc/stat's idle and iowait where it exists (nil elsewhere:
+	// the Ps then double on the process's CPU use alone).
+	MachineIdle func() time.Duration
 	// SetProcs sets the number of Ps; default runtime.GOMAXPROCS.
 	SetProcs func(n int)
 	// Now is the clock of the intervals; default time.Now.
@@ -59,6 +69,9 @@ func (c ProcsConfig) withDefaults() ProcsConfig {
 	if c.Raise <= 0 {
 		c.Raise = 0.7
 	}
+	if c.Room <= 0 {
+		c.Room = 0.5
+	}
 	if c.Lower <= 0 {
 		c.Lower = 0.6
 	}
@@ -67,6 +80,9 @@ func (c ProcsConfig) withDefaults() ProcsConfig {
 	}
 	if c.CPU == nil {
 		c.CPU = processCPU
+	}
+	if c.MachineIdle == nil {
+		c.MachineIdle = machineIdle()
 	}
 	if c.SetProcs == nil {
 		c.SetProcs = func(n int) { runtime.GOMAXPROCS(n) }
@@ -109,6 +125,10 @@ func (g *procsGovernor) run(ctx context.Context) {
 	t := time.NewTicker(cfg.Interval)
 	defer t.Stop()
 	lastCPU, lastAt := cfg.CPU(), cfg.Now()
+	var lastIdle time.Duration
+	if cfg.MachineIdle != nil {
+		lastIdle = cfg.MachineIdle()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -121,11 +141,17 @@ func (g *procsGovernor) run(ctx context.Context) {
 			continue
 		}
 		cores := float64(cpu-lastCPU) / float64(wall)
+		free := math.Inf(1)
+		if cfg.MachineIdle != nil {
+			idle := cfg.MachineIdle()
+			free = float64(idle-lastIdle) / float64(wall)
+			lastIdle = idle
+		}
 		lastCPU, lastAt = cpu, at
 		from := g.procs
-		if to := g.step(cores); to != from {
+		if to := g.step(cores, free); to != from {
 			cfg.SetProcs(to)
-			cfg.Logger.Debug("GOMAXPROCS changed", "from", from, "to", to, "cores_used", cores)
+			cfg.Logger.Debug("GOMAXPROCS changed", "from", from, "to", to, "cores_used", cores, "cores_idle", free)
 		}
 	}
 }
@@ -142,12 +168,17 @@ func newProcsGovernor(cfg ProcsConfig) *procsGovernor {
 	return &procsGovernor{cfg: cfg, procs: 1}
 }
 
-// step records one interval in which the process used cores CPUs on
-// average, and returns the count of Ps to run on from now.
-func (g *procsGovernor) step(cores float64) int {
+// step records one interval in which the process used cores CPUs and the
+// machine left free CPUs idle on average (+Inf: unknown), and returns the
+// count of Ps to run on from now.
+func (g *procsGovernor) step(cores, free float64) int {
 	p := g.procs
 	if p < g.cfg.Max && cores > g.cfg.Raise*float64(p) {
 		g.under = 0
+		if free < g.cfg.Room {
+			g.over = 0 // busy, but no core to run another P
+			return p
+		}
 		if g.over++; g.over >= 2 {
 			g.procs, g.over = min(2*p, g.cfg.Max), 0
 		}

@@ -2,10 +2,14 @@ package daemon
 
 import (
 	"context"
+	"math"
 	"sync"
 	"testing"
 	"time"
 )
+
+// unknown is the machine's idle cores when MachineIdle is nil.
+var unknown = math.Inf(1)
 
 // TestProcsGovernorStep: the Ps double after two busy intervals (not
 // one), stop at Max, halve only after LowerAfter quiet intervals in a
@@ -30,33 +34,33 @@ func TestProcsGovernorStep(t *testing.T) {
 		{5.9, 6},
 	}
 	for i, s := range steps {
-		if got := g.step(s.cores); got != s.want {
+		if got := g.step(s.cores, unknown); got != s.want {
 			t.Fatalf("step %d (%.2f cores): %d Ps, want %d", i, s.cores, got, s.want)
 		}
 	}
 	// Halving from 6 needs < 0.45 × 3 = 1.35 cores for 20 intervals.
 	for i := range 19 {
-		if got := g.step(1.0); got != 6 {
+		if got := g.step(1.0, unknown); got != 6 {
 			t.Fatalf("quiet interval %d: %d Ps, want 6 still", i, got)
 		}
 	}
-	if got := g.step(1.4); got != 6 { // not quiet enough: the count restarts
+	if got := g.step(1.4, unknown); got != 6 { // not quiet enough: the count restarts
 		t.Fatalf("1.4 cores: %d Ps, want 6", got)
 	}
 	for range 19 {
-		g.step(1.0)
+		g.step(1.0, unknown)
 	}
-	if got := g.step(1.0); got != 3 {
+	if got := g.step(1.0, unknown); got != 3 {
 		t.Fatalf("after 20 quiet intervals: %d Ps, want 3", got)
 	}
 	for range 20 {
-		g.step(0.1)
+		g.step(0.1, unknown)
 	}
 	if got := g.procs; got != 1 {
 		t.Fatalf("after 20 idle intervals at 3: %d Ps, want 1", got)
 	}
 	for range 100 {
-		if got := g.step(0); got != 1 {
+		if got := g.step(0, unknown); got != 1 {
 			t.Fatalf("idle at 1: %d Ps", got)
 		}
 	}
@@ -69,7 +73,7 @@ func TestProcsGovernorStep(t *testing.T) {
 func TestGovernProcs(t *testing.T) {
 	var mu sync.Mutex
 	var now time.Time
-	var cpu time.Duration
+	var cpu, idle time.Duration
 	busy := 1.9 // cores used per interval
 	var set []int
 	changed := make(chan int, 64)
@@ -82,7 +86,13 @@ func TestGovernProcs(t *testing.T) {
 			defer mu.Unlock()
 			now = now.Add(10 * time.Millisecond)
 			cpu += time.Duration(busy * float64(10*time.Millisecond))
+			idle += 10 * time.Millisecond // one core free
 			return now
+		},
+		MachineIdle: func() time.Duration {
+			mu.Lock()
+			defer mu.Unlock()
+			return idle
 		},
 		CPU: func() time.Duration {
 			mu.Lock()
@@ -136,23 +146,62 @@ func TestGovernProcsOff(t *testing.T) {
 func TestProcsGovernorDefaults(t *testing.T) {
 	g := newProcsGovernor(ProcsConfig{Max: 2}.withDefaults())
 	for range 50 {
-		if got := g.step(0.6); got != 1 {
+		if got := g.step(0.6, unknown); got != 1 {
 			t.Fatalf("0.6 cores: %d Ps, want 1", got)
 		}
 	}
-	g.step(0.75)
-	if got := g.step(0.75); got != 2 {
+	g.step(0.75, unknown)
+	if got := g.step(0.75, unknown); got != 2 {
 		t.Fatalf("0.75 cores twice: %d Ps, want 2", got)
 	}
 	for range 50 {
-		if got := g.step(0.65); got != 2 {
+		if got := g.step(0.65, unknown); got != 2 {
 			t.Fatalf("0.65 cores at 2 Ps: %d Ps, want 2", got)
 		}
 	}
 	for range 19 {
-		g.step(0.55)
+		g.step(0.55, unknown)
 	}
-	if got := g.step(0.55); got != 1 {
+	if got := g.step(0.55, unknown); got != 1 {
 		t.Fatalf("0.55 cores for 20 intervals at 2 Ps: %d Ps, want 1", got)
+	}
+}
+
+// TestProcsGovernorNeedsAnIdleCore: a busy process gets a second P only
+// while the machine has Room idle cores to run it; a busy interval without
+// them breaks the run of two that doubling needs.
+func TestProcsGovernorNeedsAnIdleCore(t *testing.T) {
+	g := newProcsGovernor(ProcsConfig{Max: 4}.withDefaults())
+	for range 50 {
+		if got := g.step(0.95, 0.1); got != 1 {
+			t.Fatalf("0.95 cores busy, 0.1 idle on the machine: %d Ps, want 1", got)
+		}
+	}
+	g.step(0.95, 1.0)
+	if got := g.step(0.95, 0.2); got != 1 {
+		t.Fatalf("the second busy interval had no idle core: %d Ps, want 1", got)
+	}
+	g.step(0.95, 1.0)
+	if got := g.step(0.95, 0.6); got != 2 {
+		t.Fatalf("two busy intervals with an idle core: %d Ps, want 2", got)
+	}
+	for range 50 { // busy on two with no room: stays, neither up nor down
+		if got := g.step(1.9, 0); got != 2 {
+			t.Fatalf("1.9 cores busy, none idle: %d Ps, want 2", got)
+		}
+	}
+}
+
+// TestMachineIdleAdvances: where the machine's idle time can be read, it
+// never goes back and grows while a core sleeps.
+func TestMachineIdleAdvances(t *testing.T) {
+	idle := machineIdle()
+	if idle == nil {
+		t.Skip("no machine idle time on this system")
+	}
+	a := idle()
+	time.Sleep(200 * time.Millisecond)
+	if b := idle(); b < a {
+		t.Fatalf("idle time went back: %v then %v", a, b)
 	}
 }
