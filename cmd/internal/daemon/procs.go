@@ -12,7 +12,8 @@ import (
 //
 // GovernProcs runs the process on one P while it is lightly or moderately
 // loaded, doubling the Ps (up to Max) once they are more than Raise busy
-// while the machine has Room idle cores for them, and halving them again
+// while the machine has Room idle cores for them (or they are saturated),
+// and halving them again
 // once the load would fit in half of them under Lower busy. Why: one P
 // costs fewer thread wake-ups per request, until it is busy enough that
 // requests queue behind each other; and a P no core is free to run adds
@@ -33,8 +34,10 @@ type ProcsConfig struct {
 	// until it nears saturation.
 	Raise float64
 	// Room: the Ps double only while the machine's cores were idle at
-	// least this much (in cores, over the interval). Default 0.5.
-	Room float64
+	// least this much (in cores, over the interval), or while the process
+	// used more than Saturated of its Ps' time: a P that is never idle
+	// queues requests whatever the machine does. Defaults 0.5 and 0.95.
+	Room, Saturated float64
 	// Lower: when, for LowerAfter consecutive intervals, the process used
 	// less than this share of half its Ps' time, the Ps halve (at least
 	// one). Default 0.6: under Raise, so a load that halves them is under
@@ -71,6 +74,9 @@ func (c ProcsConfig) withDefaults() ProcsConfig {
 	}
 	if c.Room <= 0 {
 		c.Room = 0.5
+	}
+	if c.Saturated <= 0 {
+		c.Saturated = 0.95
 	}
 	if c.Lower <= 0 {
 		c.Lower = 0.6
@@ -175,7 +181,7 @@ func (g *procsGovernor) step(cores, free float64) int {
 	p := g.procs
 	if p < g.cfg.Max && cores > g.cfg.Raise*float64(p) {
 		g.under = 0
-		if free < g.cfg.Room {
+		if free < g.cfg.Room && cores < g.cfg.Saturated*float64(p) {
 			g.over = 0 // busy, but no core to run another P
 			return p
 		}

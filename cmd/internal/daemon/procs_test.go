@@ -168,27 +168,32 @@ func TestProcsGovernorDefaults(t *testing.T) {
 }
 
 // TestProcsGovernorNeedsAnIdleCore: a busy process gets a second P only
-// while the machine has Room idle cores to run it; a busy interval without
-// them breaks the run of two that doubling needs.
+// while the machine has Room idle cores to run it, or while its Ps are
+// saturated; a busy interval without either breaks the run of two that
+// doubling needs.
 func TestProcsGovernorNeedsAnIdleCore(t *testing.T) {
 	g := newProcsGovernor(ProcsConfig{Max: 4}.withDefaults())
 	for range 50 {
-		if got := g.step(0.95, 0.1); got != 1 {
-			t.Fatalf("0.95 cores busy, 0.1 idle on the machine: %d Ps, want 1", got)
+		if got := g.step(0.9, 0.1); got != 1 {
+			t.Fatalf("0.9 cores busy, 0.1 idle on the machine: %d Ps, want 1", got)
 		}
 	}
-	g.step(0.95, 1.0)
-	if got := g.step(0.95, 0.2); got != 1 {
+	g.step(0.9, 1.0)
+	if got := g.step(0.9, 0.2); got != 1 {
 		t.Fatalf("the second busy interval had no idle core: %d Ps, want 1", got)
 	}
-	g.step(0.95, 1.0)
-	if got := g.step(0.95, 0.6); got != 2 {
+	g.step(0.9, 1.0)
+	if got := g.step(0.9, 0.6); got != 2 {
 		t.Fatalf("two busy intervals with an idle core: %d Ps, want 2", got)
 	}
 	for range 50 { // busy on two with no room: stays, neither up nor down
-		if got := g.step(1.9, 0); got != 2 {
-			t.Fatalf("1.9 cores busy, none idle: %d Ps, want 2", got)
+		if got := g.step(1.8, 0); got != 2 {
+			t.Fatalf("1.8 cores busy, none idle: %d Ps, want 2", got)
 		}
+	}
+	g.step(1.95, 0) // saturated: doubles without an idle core
+	if got := g.step(1.97, 0); got != 4 {
+		t.Fatalf("two saturated intervals: %d Ps, want 4", got)
 	}
 }
 

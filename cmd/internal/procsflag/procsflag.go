@@ -17,7 +17,7 @@ import (
 
 // Flag is --procs.
 func Flag() cli.Flag {
-	return &cli.IntFlag{Name: "procs", Usage: "threads running Go code at once (GOMAXPROCS). 0: follow the load, one until it is 70% busy (fewer thread wake-ups and less CPU per request than on more), doubling up to one per core above while the machine has half a core idle to run another, halving when the load fits in half of them under 60% busy (daemon.GovernProcs); the GOMAXPROCS environment variable, when set, fixes it instead. N: always N (1 for one worker process per core, as nginx runs its workers)"}
+	return &cli.IntFlag{Name: "procs", Usage: "threads running Go code at once (GOMAXPROCS). 0: follow the load, one until it is 70% busy (fewer thread wake-ups and less CPU per request than on more), doubling up to one per core above while the machine has half a core idle to run another (or its Ps are 95% busy), halving when the load fits in half of them under 60% busy (daemon.GovernProcs); the GOMAXPROCS environment variable, when set, fixes it instead. N: always N (1 for one worker process per core, as nginx runs its workers)"}
 }
 
 // Start applies --procs of c: a fixed count at once, or, for 0 without
