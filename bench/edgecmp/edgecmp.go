@@ -102,7 +102,14 @@ type round struct {
 	P999     time.Duration `json:"p999"`
 	CPU      time.Duration `json:"cpu"`         // the proxy processes' user+system CPU over the run
 	CPUPerRq time.Duration `json:"cpu_per_req"` // CPU / Requests
+	Parts    []partCPU     `json:"parts"`       // CPU per request of each kind of process
 	Load1    float64       `json:"load1"`       // the host's 1-minute load average after the run
+}
+
+// partCPU is the CPU per request of one kind of a proxy's processes.
+type partCPU struct {
+	Name     string        `json:"name"`
+	CPUPerRq time.Duration `json:"cpu_per_req"`
 }
 
 // report is the result of Run.
@@ -170,10 +177,16 @@ func (c Config) Run(ctx context.Context) (bench.Result, error) {
 }
 
 // target is one proxy under test: its URL and the processes whose CPU is
-// its cost.
+// its cost, by kind.
 type target struct {
+	name  string
+	url   string
+	parts []part
+}
+
+// part is one kind of a target's processes (edge, mcproxy, memcached).
+type part struct {
 	name string
-	url  string
 	pids func() []int
 }
 
@@ -225,17 +238,22 @@ end
 
 // measure runs wrk once against t and reads t's processes' CPU around it.
 func (c Config) measure(ctx context.Context, wrk, script string, t target) (round, error) {
-	pids := t.pids()
-	cpu := func() (time.Duration, error) {
-		var sum time.Duration
-		for _, pid := range pids {
-			s, err := procs.ReadStat(pid)
-			if err != nil {
-				return 0, err
+	pids := make([][]int, len(t.parts))
+	for i, p := range t.parts {
+		pids[i] = p.pids()
+	}
+	cpu := func() ([]time.Duration, error) {
+		sums := make([]time.Duration, len(pids))
+		for i, ps := range pids {
+			for _, pid := range ps {
+				s, err := procs.ReadStat(pid)
+				if err != nil {
+					return nil, err
+				}
+				sums[i] += s.CPU
 			}
-			sum += s.CPU
 		}
-		return sum, nil
+		return sums, nil
 	}
 	before, err := cpu()
 	if err != nil {
@@ -257,7 +275,14 @@ func (c Config) measure(ctx context.Context, wrk, script string, t target) (roun
 	if err != nil {
 		return round{}, fmt.Errorf("edgecmp: %s: %w", t.name, err)
 	}
-	r.Proxy, r.CPU = t.name, after-before
+	r.Proxy = t.name
+	for i, p := range t.parts {
+		used := after[i] - before[i]
+		r.CPU += used
+		if r.Requests > 0 {
+			r.Parts = append(r.Parts, partCPU{Name: p.name, CPUPerRq: used / time.Duration(r.Requests)})
+		}
+	}
 	r.RPS = float64(r.Requests) / elapsed.Seconds()
 	if r.Requests > 0 {
 		r.CPUPerRq = r.CPU / time.Duration(r.Requests)

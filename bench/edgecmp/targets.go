@@ -52,7 +52,7 @@ func (c Config) startEdge(ctx context.Context, dir, upstream string, stops *[]fu
 	if err != nil {
 		return target{}, err
 	}
-	var pids []int
+	var shardPids []int
 	args := []string{"--admin", ""}
 	for range c.Shards {
 		m, err := procs.StartMemcached(ctx, procs.MemcachedConfig{})
@@ -60,7 +60,7 @@ func (c Config) startEdge(ctx context.Context, dir, upstream string, stops *[]fu
 			return target{}, err
 		}
 		*stops = append(*stops, m.Stop)
-		pids = append(pids, m.Pid())
+		shardPids = append(shardPids, m.Pid())
 		args = append(args, "--shard", m.Addr)
 	}
 	mcAddr, err := freeAddr()
@@ -72,7 +72,7 @@ func (c Config) startEdge(ctx context.Context, dir, upstream string, stops *[]fu
 	if err != nil {
 		return target{}, err
 	}
-	pids = append(pids, mc.Pid())
+	mcPid := mc.Pid()
 	policy := filepath.Join(dir, "policy.yml")
 	if err := os.WriteFile(policy, []byte(edgePolicy), 0o644); err != nil {
 		return target{}, err
@@ -91,8 +91,10 @@ func (c Config) startEdge(ctx context.Context, dir, upstream string, stops *[]fu
 	if err != nil {
 		return target{}, err
 	}
-	pids = append(pids, e.Pid())
-	return target{name: "edge", url: "http://" + listen + "/", pids: func() []int { return pids }}, nil
+	edgePid := e.Pid()
+	parts := []part{{"edge", func() []int { return []int{edgePid} }}, {"mcproxy", func() []int { return []int{mcPid} }},
+		{"memcached", func() []int { return shardPids }}}
+	return target{name: "edge", url: "http://" + listen + "/", parts: parts}, nil
 }
 
 // nginxConf is nginx.conf for prefix dir: workers, limit_req keyed by
@@ -147,7 +149,7 @@ func (c Config) startNginx(ctx context.Context, dir, upstream string, stops *[]f
 	if n := len(pids()) - 1; n != c.NginxWorkers {
 		return target{}, fmt.Errorf("edgecmp: nginx has %d workers, want %d", n, c.NginxWorkers)
 	}
-	return target{name: "nginx", url: "http://" + listen + "/", pids: pids}, nil
+	return target{name: "nginx", url: "http://" + listen + "/", parts: []part{{"nginx", pids}}}, nil
 }
 
 // startWaiting starts bin, logging to dir/name.log, and waits until ready
@@ -233,10 +235,14 @@ func (r *report) ratios() {
 
 // Tables are the runs, round by round.
 func (r *report) Tables() []*bench.Table {
-	t := &bench.Table{Header: []string{"round", "proxy", "req/s", "p50", "p99", "p999", "CPU/req", "errors", "load1"}}
+	t := &bench.Table{Header: []string{"round", "proxy", "req/s", "p50", "p99", "p999", "CPU/req", "by process", "errors", "load1"}}
 	for _, x := range r.Runs {
+		var by []string
+		for _, p := range x.Parts {
+			by = append(by, p.Name+" "+p.CPUPerRq.Round(100*time.Nanosecond).String())
+		}
 		t.Add(x.Round, x.Proxy, fmt.Sprintf("%.0f", x.RPS), x.P50.Round(10*time.Microsecond).String(), x.P99.Round(10*time.Microsecond).String(),
-			x.P999.Round(10*time.Microsecond).String(), x.CPUPerRq.Round(100*time.Nanosecond).String(), x.Errors, fmt.Sprintf("%.2f", x.Load1))
+			x.P999.Round(10*time.Microsecond).String(), x.CPUPerRq.Round(100*time.Nanosecond).String(), strings.Join(by, " + "), x.Errors, fmt.Sprintf("%.2f", x.Load1))
 	}
 	return []*bench.Table{t}
 }
