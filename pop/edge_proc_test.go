@@ -270,3 +270,100 @@ func TestEdgeFDExhaustion(t *testing.T) {
 	fresh := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	waitUntil(t, "a new client accepted after the flood", func() bool { c, _ := body(fresh, "http://"+listen+"/api/widgets"); return c == 200 })
 }
+
+// TestEdgePipelinedAndTrickledRequests: requests pipelined in one write,
+// one pipelined while edge is still answering the one before, and one sent
+// a byte at a time are all answered, in order, on one connection.
+func TestEdgePipelinedAndTrickledRequests(t *testing.T) {
+	bin, _ := binaries(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			time.Sleep(100 * time.Millisecond)
+		}
+		io.WriteString(w, r.URL.Path)
+	}))
+	defer up.Close()
+	policy := writePolicy(t, t.TempDir(), edgeSafetyDoc)
+	e := startEdge(t, bin, up.URL, "", policy)
+	c, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	req := func(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: edge.test\r\n\r\n" }
+	br := bufio.NewReader(c)
+	expect := func(paths ...string) {
+		t.Helper()
+		for _, p := range paths {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("answer for %s: %v", p, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || string(body) != p {
+				t.Fatalf("answer for %s: %d %q", p, resp.StatusCode, body)
+			}
+		}
+	}
+	io.WriteString(c, req("/a")+req("/b")+req("/c"))
+	expect("/a", "/b", "/c")
+	io.WriteString(c, req("/slow"))
+	time.Sleep(30 * time.Millisecond) // edge is waiting for the upstream
+	io.WriteString(c, req("/after-slow"))
+	expect("/slow", "/after-slow")
+	for _, b := range []byte(req("/trickled")) {
+		c.Write([]byte{b})
+		time.Sleep(time.Millisecond)
+	}
+	expect("/trickled")
+}
+
+// TestEdgeUpstreamClosesIdleConnections: an upstream that closes every
+// connection after its response, without saying so, costs no request: a
+// GET that finds its pooled connection closed is sent again on another
+// one, at once (not at a timeout). A POST is not sent twice: it gets 502.
+func TestEdgeUpstreamClosesIdleConnections(t *testing.T) {
+	bin, _ := binaries(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				r.Body.Close()
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			}()
+		}
+	}()
+	policy := writePolicy(t, t.TempDir(), edgeSafetyDoc)
+	e := startEdge(t, bin, "http://"+ln.Addr().String(), "", policy, "--upstream-header-timeout", "5s", "--upstream-timeout", "10s")
+	for i := range 20 {
+		start := time.Now()
+		status, _ := get(t, "http://"+e.addr+"/api/widgets", "")
+		if d := time.Since(start); status != http.StatusOK || d > 2*time.Second {
+			t.Fatalf("GET %d after the upstream closed its connection: %d after %v, want 200 at once", i, status, d)
+		}
+		time.Sleep(20 * time.Millisecond) // the upstream's close arrives
+	}
+	resp, err := httpClient.Post("http://"+e.addr+"/api/widgets", "text/plain", strings.NewReader("once"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("POST on a pooled connection the upstream closed: %d, want 502 (never sent twice)", resp.StatusCode)
+	}
+}

@@ -11,12 +11,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -88,7 +90,15 @@ func newFastEdge(l *pop.Limiter, cfg fastConfig) (*fastEdge, error) {
 			NoDefaultUserAgentHeader:      true,
 			DisableHeaderNamesNormalizing: true,
 			DisablePathNormalizing:        true,
-			MaxIdemponentCallAttempts:     1,
+			// A pooled connection the upstream closed while it sat idle
+			// fails before any answer: a replayable request is sent again
+			// on another connection, as net/http's Transport does. Nothing
+			// else is retried (a timeout, or a request that may have had
+			// an effect).
+			MaxIdemponentCallAttempts: 4,
+			RetryIfErr: func(req *fasthttp.Request, _ int, err error) (bool, bool) {
+				return false, replayable(req) && closedBeforeAnswer(err)
+			},
 		},
 	}
 	e.views.New = func() any { return newView() }
@@ -229,6 +239,23 @@ func (e *fastEdge) forward(ctx *fasthttp.RequestCtx, v *view, r *http.Request) {
 	} else {
 		ctx.Response.Header.ResetConnectionClose()
 	}
+}
+
+// replayable reports whether req may be sent twice, by net/http's rule:
+// GET, HEAD, OPTIONS and TRACE, or a request with an idempotency key.
+func replayable(req *fasthttp.Request) bool {
+	switch string(req.Header.Method()) {
+	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodOptions, fasthttp.MethodTrace:
+		return true
+	}
+	return len(req.Header.Peek("Idempotency-Key")) > 0 || len(req.Header.Peek("X-Idempotency-Key")) > 0
+}
+
+// closedBeforeAnswer reports whether err is the upstream's close or reset
+// of the connection (not a timeout).
+func closedBeforeAnswer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // fastStatus maps an upstream error to the status answered: 504 when a
