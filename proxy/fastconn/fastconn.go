@@ -74,6 +74,12 @@ func (s *Conn) Read(p []byte) (int, error) {
 	}
 	s.rp = p
 	err := s.rc.Read(s.readFn)
+	return s.readDone(err)
+}
+
+// readDone ends a read registration that returned err: it returns what
+// the read got (EOF for 0 bytes) and clears the read state.
+func (s *Conn) readDone(err error) (int, error) {
 	n, e := s.rn, s.rerrno
 	s.rp, s.rn, s.rerrno = nil, 0, 0
 	switch {
@@ -106,25 +112,19 @@ func (s *Conn) WriteRead(w, p []byte) (int, error) {
 	s.wp, s.rp = w, p
 	err := s.rc.Read(s.wrFn)
 	wn, we, wrote := s.wn, s.werrno, s.wrote
-	n, e := s.rn, s.rerrno
 	s.wp, s.wn, s.werrno, s.wrote = nil, 0, 0, false
-	s.rp, s.rn, s.rerrno = nil, 0, 0
 	switch {
 	case we != 0:
+		s.readDone(nil)
 		return 0, s.opError("write", we)
 	case !wrote && err == nil: // the socket is full: as Write, then Read
+		s.readDone(nil)
 		if _, err := s.Write(w[wn:]); err != nil {
 			return 0, err
 		}
 		return s.Read(p)
-	case err != nil:
-		return 0, err
-	case e != 0:
-		return 0, s.opError("read", e)
-	case n == 0:
-		return 0, io.EOF
 	}
-	return n, nil
+	return s.readDone(err)
 }
 
 // ReadNext is what ReadEach does after consume took a read's bytes.
