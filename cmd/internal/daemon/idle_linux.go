@@ -9,7 +9,7 @@ import (
 
 // machineIdle returns a reader of the idle and iowait time of all the
 // machine's cores (the "cpu" line of /proc/stat), or nil when it cannot
-// be read.
+// be read. The reader is for one goroutine.
 func machineIdle() func() time.Duration {
 	f := func() (time.Duration, bool) {
 		b, err := os.ReadFile("/proc/stat")
@@ -31,10 +31,16 @@ func machineIdle() func() time.Duration {
 		}
 		return time.Duration(ticks) * (time.Second / userHZ), true
 	}
-	if _, ok := f(); !ok {
+	last, ok := f()
+	if !ok {
 		return nil
 	}
-	return func() time.Duration { d, _ := f(); return d }
+	return func() time.Duration { // the last good reading when one fails
+		if d, ok := f(); ok {
+			last = d
+		}
+		return last
+	}
 }
 
 // userHZ is the unit of /proc/stat (USER_HZ, 100 on every Linux ABI).

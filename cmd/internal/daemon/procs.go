@@ -13,12 +13,11 @@ import (
 // GovernProcs runs the process on one P while it is lightly or moderately
 // loaded, doubling the Ps (up to Max) once they are more than Raise busy
 // while the machine has Room idle cores for them (or they are saturated),
-// and halving them again
-// once the load would fit in half of them under Lower busy. Why: one P
-// costs fewer thread wake-ups per request, until it is busy enough that
-// requests queue behind each other; and a P no core is free to run adds
-// wake-ups, not throughput. The defaults' measurements are in
-// bench/RESULTS.md ("Figures behind code defaults").
+// and halving them again once the load would fit in half of them under
+// Lower busy. Why: one P costs fewer thread wake-ups per request, until
+// it is busy enough that requests queue behind each other; and a P no
+// core is free to run adds wake-ups, not throughput. The defaults'
+// measurements are in bench/RESULTS.md ("Figures behind code defaults").
 
 // ProcsConfig configures GovernProcs. Zero means default.
 type ProcsConfig struct {
