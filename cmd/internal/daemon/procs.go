@@ -50,7 +50,7 @@ type ProcsConfig struct {
 	// GovernProcs then leaves GOMAXPROCS alone).
 	CPU func() time.Duration
 	// MachineIdle returns the idle time of all the machine's cores so far;
-	// default /proc/stat's idle and iowait where it exists (nil elsewhere:
+	// default /proc/uptime's idle time where it exists (nil elsewhere:
 	// the Ps then double on the process's CPU use alone).
 	MachineIdle func() time.Duration
 	// SetProcs sets the number of Ps; default runtime.GOMAXPROCS.
