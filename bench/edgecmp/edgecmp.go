@@ -50,6 +50,9 @@ type Config struct {
 	Edge, Mcproxy string
 	// EdgeArgs are extra edge flags (e.g. --core net/http).
 	EdgeArgs []string
+	// NoLimit gives edge a policy that limits no route: it forwards
+	// without deciding, so the run measures the proxying alone.
+	NoLimit bool
 	// Nginx and Wrk are the binaries; default /usr/sbin/nginx and wrk on
 	// PATH.
 	Nginx, Wrk string

@@ -32,6 +32,16 @@ policies:
   - {name: perkey, identity: [api_key], tier: t}
 `
 
+// noLimitPolicy limits only a route the load never asks for (Config.NoLimit).
+const noLimitPolicy = `version: 1
+api_key:
+  header: X-API-Key
+tiers:
+  t: {limits: [{name: w, algorithm: sliding_window, quantity: 1000000000, window: 1m}]}
+policies:
+  - {name: unused, routes: ["/never-requested"], identity: [api_key], tier: t}
+`
+
 func (c Config) binaries(ctx context.Context, dir string) (edge, mcproxy string, err error) {
 	edge, mcproxy = c.Edge, c.Mcproxy
 	for _, b := range []struct {
@@ -74,7 +84,11 @@ func (c Config) startEdge(ctx context.Context, dir, upstream string, stops *[]fu
 	}
 	mcPid := mc.Pid()
 	policy := filepath.Join(dir, "policy.yml")
-	if err := os.WriteFile(policy, []byte(edgePolicy), 0o644); err != nil {
+	doc := edgePolicy
+	if c.NoLimit {
+		doc = noLimitPolicy
+	}
+	if err := os.WriteFile(policy, []byte(doc), 0o644); err != nil {
 		return target{}, err
 	}
 	listen, err := freeAddr()

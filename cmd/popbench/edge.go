@@ -36,6 +36,7 @@ nginx master + workers), then edge/nginx ratios of the medians.
 			&cli.StringFlag{Name: "edge", Usage: "edge binary (default: go build ./cmd/edge)"},
 			&cli.StringFlag{Name: "mcproxy", Usage: "mcproxy binary (default: go build ./cmd/mcproxy)"},
 			&cli.StringSliceFlag{Name: "edge-arg", Usage: "extra edge flag (repeatable), e.g. --edge-arg=--core=net/http"},
+			&cli.BoolFlag{Name: "no-limit", Usage: "edge forwards without deciding (its policy limits no route): the proxying's own cost, for scale; nginx keeps limit_req"},
 			&cli.StringFlag{Name: "dir", Usage: "keep configurations and logs in `DIR` (default: a removed temp dir)"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
 		},
@@ -44,7 +45,7 @@ nginx master + workers), then edge/nginx ratios of the medians.
 				Peer: c.String("peer"), Rounds: c.Int("rounds"), Duration: c.Duration("duration"),
 				Conns: c.Int("conns"), Threads: c.Int("threads"), Keys: c.Int("keys"), Shards: c.Int("shards"),
 				NginxWorkers: c.Int("nginx-workers"), Edge: c.String("edge"), Mcproxy: c.String("mcproxy"),
-				EdgeArgs: c.StringSlice("edge-arg"), Dir: c.String("dir"),
+				EdgeArgs: c.StringSlice("edge-arg"), NoLimit: c.Bool("no-limit"), Dir: c.String("dir"),
 				Progress: func(s string) { fmt.Fprintln(c.App.ErrWriter, s) },
 			}
 			rep, err := cfg.Run(c.Context)
