@@ -80,6 +80,16 @@ func (c *upstreamConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// Close sends what was written and not yet sent (a TLS close_notify
+// written just before) with one non-blocking attempt, then closes.
+func (c *upstreamConn) Close() error {
+	if len(c.pend) > 0 && c.Raw() {
+		c.TryWrite(c.pend)
+		c.pend = c.pend[:0]
+	}
+	return c.Conn.Close()
+}
+
 func (c *upstreamConn) Read(p []byte) (int, error) {
 	if len(c.pend) == 0 {
 		return c.Conn.Read(p)

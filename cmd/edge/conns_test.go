@@ -136,3 +136,17 @@ func TestUpstreamConnSendsTheRequestWithTheRead(t *testing.T) {
 		t.Fatalf("large exchange: %q %v", resp[:n], err)
 	}
 }
+
+// TestUpstreamConnCloseSendsWhatWasWritten: bytes written and never
+// followed by a read (a TLS close_notify) are sent before the close.
+func TestUpstreamConnCloseSendsWhatWasWritten(t *testing.T) {
+	c, peer := tcpPair(t)
+	u := &upstreamConn{Conn: fastconn.New(c)}
+	u.Write([]byte("bye"))
+	u.Close()
+	peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(peer)
+	if err != nil || string(got) != "bye" {
+		t.Fatalf("peer read %q, %v; want bye then EOF", got, err)
+	}
+}
