@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"encoding/pem"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -365,5 +368,34 @@ func TestEdgeUpstreamClosesIdleConnections(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("POST on a pooled connection the upstream closed: %d, want 502 (never sent twice)", resp.StatusCode)
+	}
+}
+
+// TestEdgeHTTPSUpstream: edge forwards to an https upstream (the test
+// server's certificate trusted through SSL_CERT_FILE), request after
+// request on its pooled TLS connections.
+func TestEdgeHTTPSUpstream(t *testing.T) {
+	bin, _ := binaries(t)
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "tls "+r.URL.Path)
+	}))
+	defer up.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: up.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SSL_CERT_FILE", ca) // inherited by the edge process
+	policy := writePolicy(t, t.TempDir(), edgeSafetyDoc)
+	e := startEdge(t, bin, up.URL, "", policy)
+	for i := range 5 {
+		resp, err := httpClient.Get("http://" + e.addr + "/api/widgets")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(body) != "tls /api/widgets" {
+			t.Fatalf("request %d through https: %d %q", i, resp.StatusCode, body)
+		}
 	}
 }

@@ -216,6 +216,9 @@ func (e *fastEdge) forward(ctx *fasthttp.RequestCtx, v *view, r *http.Request) {
 		v.uri = append(v.uri, q...)
 	}
 	req.SetRequestURIBytes(v.uri)
+	if e.up.IsTLS {
+		req.URI().SetScheme("https") // the client's request came in over http
+	}
 	if len(req.Header.Host()) == 0 {
 		req.Header.SetHost(e.up.Addr)
 	}
