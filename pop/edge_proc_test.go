@@ -399,3 +399,66 @@ func TestEdgeHTTPSUpstream(t *testing.T) {
 		}
 	}
 }
+
+// TestEdgeConcurrencySlotHeldWhileStreaming: a concurrency slot is held
+// until the response's streamed body is written, not until the upstream's
+// headers arrive, and given back when the client goes away mid-stream.
+func TestEdgeConcurrencySlotHeldWhileStreaming(t *testing.T) {
+	bin, _ := binaries(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		chunks := 10 // 1 s
+		switch r.URL.Path {
+		case "/long":
+			chunks = 600 // 60 s, unless the client leaves
+		case "/stream":
+		default:
+			return
+		}
+		for range chunks {
+			io.WriteString(w, "chunk\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}))
+	defer up.Close()
+	policy := writePolicy(t, t.TempDir(), `version: 1
+default_policy: p
+tiers:
+  t: {limits: [{name: inflight, algorithm: concurrency, quantity: 1, max_request_time: 30s, retry_after: 1s}]}
+policies:
+  - {name: p, identity: [ip], tier: t}
+`)
+	e := startEdge(t, bin, up.URL, "", policy)
+	base := "http://" + e.addr
+	stream := func() (*http.Response, error) { return httpClient.Get(base + "/stream") }
+	a, err := stream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.StatusCode != http.StatusOK {
+		t.Fatalf("first stream: %d", a.StatusCode)
+	}
+	if status, _ := get(t, base+"/other", ""); status != http.StatusTooManyRequests {
+		t.Fatalf("a second request while the first streams: %d, want 429", status)
+	}
+	io.Copy(io.Discard, a.Body)
+	a.Body.Close()
+	waitUntil(t, "the slot back after the stream", func() bool {
+		status, _ := get(t, base+"/other", "")
+		return status == http.StatusOK
+	})
+	b, err := httpClient.Get(base + "/long") // the client goes away mid-stream
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Body.Read(make([]byte, 1))
+	b.Body.Close()
+	waitUntil(t, "the slot back after the client left (within 10 s of a 60 s stream)", func() bool {
+		status, _ := get(t, base+"/other", "")
+		return status == http.StatusOK
+	})
+}

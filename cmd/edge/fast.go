@@ -175,8 +175,29 @@ func (e *fastEdge) serve(ctx *fasthttp.RequestCtx) {
 	e.forward(ctx, v, r)
 	w.addHeaders(&ctx.Response.Header)
 	if d.Owed() {
-		e.l.Finish(context.Background(), d, time.Now(), ctx.Response.StatusCode(), responseHeader(&ctx.Response.Header))
+		// Finished once the response is written, its streamed body
+		// included (a concurrency slot is held until then): fasthttp
+		// closes a request's io.Closer user values at that point, and when
+		// the connection fails.
+		ctx.SetUserValue(finishKey{}, &finisher{l: e.l, d: d, status: ctx.Response.StatusCode(), h: responseHeader(&ctx.Response.Header)})
 	}
+}
+
+// finishKey is the user value key of a request's finisher.
+type finishKey struct{}
+
+// finisher calls Limiter.Finish for an admitted request when fasthttp
+// closes it.
+type finisher struct {
+	l      *pop.Limiter
+	d      pop.Decision
+	status int
+	h      http.Header
+}
+
+func (f *finisher) Close() error {
+	f.l.Finish(context.Background(), f.d, time.Now(), f.status, f.h)
+	return nil
 }
 
 // hopHeaders are the hop-by-hop headers never forwarded (RFC 9110 7.6.1),
