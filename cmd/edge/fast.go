@@ -164,6 +164,10 @@ func (e *fastEdge) serve(ctx *fasthttp.RequestCtx) {
 	v := e.views.Get().(*view)
 	defer e.views.Put(v)
 	r := v.fill(ctx, &e.strs, e.l)
+	if r == nil {
+		ctx.Error("bad request: invalid escape in path", http.StatusBadRequest)
+		return
+	}
 	r = e.l.Normalize(r)
 	now := time.Now()
 	d := e.l.Decide(context.Background(), r, now)

@@ -130,4 +130,9 @@ func TestViewCarriesWhatDecideReads(t *testing.T) {
 	if pop.APIKey(r, policy.APIKeySource{Header: "X-API-Key"}) != "k1" || r.Header.Get("X-User") != "u1" || len(r.Header["X-Forwarded-For"]) != 2 || r.Header.Get("Cookie") != "" {
 		t.Errorf("view headers: %v", r.Header)
 	}
+	req.SetRequestURI("/a%ZZ")
+	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1000}, nil)
+	if r := v.fill(&ctx, &strs, l); r != nil {
+		t.Errorf("a path with an invalid escape has a view: %q", r.URL.Path)
+	}
 }

@@ -31,7 +31,8 @@ func newView() *view {
 	return &view{hdr: http.Header{}, out: http.Header{}, w: fastWriter{h: http.Header{}}}
 }
 
-// fill makes v's request the view of ctx's, for l's current policy.
+// fill makes v's request the view of ctx's, for l's current policy; nil
+// when the path has an invalid percent-escape.
 func (v *view) fill(ctx *fasthttp.RequestCtx, strs *internTable, l *pop.Limiter) *http.Request {
 	r, u := &v.req, &v.url
 	*u = url.URL{}
@@ -41,9 +42,11 @@ func (v *view) fill(ctx *fasthttp.RequestCtx, strs *internTable, l *pop.Limiter)
 	}
 	u.Path = strs.get(raw)
 	if bytes.IndexByte(raw, '%') >= 0 {
-		if p, err := url.PathUnescape(u.Path); err == nil {
-			u.Path, u.RawPath = p, strs.get(raw)
+		p, err := url.PathUnescape(u.Path)
+		if err != nil {
+			return nil // an invalid escape: net/http's server answers 400
 		}
+		u.Path, u.RawPath = p, strs.get(raw)
 	}
 	if q := ctx.URI().QueryString(); len(q) > 0 {
 		u.RawQuery = string(q)
