@@ -274,6 +274,41 @@ func TestEdgeFDExhaustion(t *testing.T) {
 	waitUntil(t, "a new client accepted after the flood", func() bool { c, _ := body(fresh, "http://"+listen+"/api/widgets"); return c == 200 })
 }
 
+// TestEdgeRefusalReachesClientStillSending: a request refused before it
+// was read whole (431 for its headers, 413 for its body) gets its answer
+// even though the client is still sending: edge stops reading, answers,
+// and drains before closing, so no reset destroys the answer.
+func TestEdgeRefusalReachesClientStillSending(t *testing.T) {
+	bin, _ := binaries(t)
+	policy := writePolicy(t, t.TempDir(), edgeSafetyDoc)
+	for _, core := range []string{"fasthttp", "net/http"} {
+		t.Run(strings.ReplaceAll(core, "/", "-"), func(t *testing.T) {
+			e := startEdge(t, bin, upstream(t), "", policy, "--core", core, "--max-header-bytes", "4096", "--max-body-bytes", "1024")
+			client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+			for i := range 10 {
+				r, _ := http.NewRequest("GET", "http://"+e.addr+"/api/widgets", nil)
+				r.Header.Set("X-Big", strings.Repeat("x", 256<<10))
+				resp, err := client.Do(r)
+				if err != nil {
+					t.Fatalf("256 KiB header, try %d: %v", i, err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+					t.Fatalf("256 KiB header, try %d: %d, want 431", i, resp.StatusCode)
+				}
+				resp, err = client.Post("http://"+e.addr+"/api/widgets", "application/octet-stream", bytes.NewReader(make([]byte, 128<<10)))
+				if err != nil {
+					t.Fatalf("128 KiB body, try %d: %v", i, err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusRequestEntityTooLarge {
+					t.Fatalf("128 KiB body, try %d: %d, want 413", i, resp.StatusCode)
+				}
+			}
+		})
+	}
+}
+
 // TestEdgePipelinedAndTrickledRequests: requests pipelined in one write,
 // one pipelined while edge is still answering the one before, and one sent
 // a byte at a time are all answered, in order, on one connection.

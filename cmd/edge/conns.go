@@ -2,6 +2,7 @@ package main
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/poplimit/poplimit/proxy/fastconn"
 )
@@ -22,6 +23,8 @@ type clientConn struct {
 	*fastconn.Conn
 	ahead    *[]byte // unread bytes in (*ahead)[off:end]; nil when none
 	off, end int
+	held     atomic.Bool // ahead != nil, for Close (which may run on another goroutine)
+	refused  atomic.Bool // a request was refused before it was read whole
 }
 
 func (c *clientConn) Read(p []byte) (int, error) {
@@ -30,6 +33,7 @@ func (c *clientConn) Read(p []byte) (int, error) {
 		if c.off += n; c.off == c.end {
 			aheadPool.Put(c.ahead)
 			c.ahead = nil
+			c.held.Store(false)
 		}
 		return n, nil
 	}
@@ -41,11 +45,15 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	k := copy(p, (*b)[:n])
 	if k < n {
 		c.ahead, c.off, c.end = b, k, n
+		c.held.Store(true)
 	} else {
 		aheadPool.Put(b)
 	}
 	return k, err
 }
+
+// Close closes the connection as lingerClose does.
+func (c *clientConn) Close() error { return lingerClose(c.Conn, c.held.Load() || c.refused.Load()) }
 
 // deferWrite is the largest request upstreamConn sends with the read of
 // its reply.

@@ -140,6 +140,9 @@ func (e *fastEdge) server(cfg fastConfig) *fasthttp.Server {
 func fastError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	var ne net.Error
+	if c, ok := ctx.Conn().(*clientConn); ok && !(errors.As(err, &ne) && ne.Timeout()) {
+		c.refused.Store(true) // the client may still be sending: lingerClose
+	}
 	switch {
 	case errors.As(err, &small):
 		ctx.Error("request header fields too large", http.StatusRequestHeaderFieldsTooLarge)

@@ -204,11 +204,18 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	servers, err := newServers(c, logger, limiter.Middleware(proxy), adminMux(c, logger, reg, limiter, policy))
+	servers, err := newServers(c, logger, lingerUnread(limiter.Middleware(proxy)), adminMux(c, logger, reg, limiter, policy))
 	if err != nil {
 		return err
 	}
-	return daemon.ServeHTTP(ctx, daemon.ServeConfig{Servers: servers, Logger: logger, Wrap: watch})
+	servers["proxy"].ConnContext = withLingerConn
+	wrap := func(name string, ln net.Listener) net.Listener {
+		if ln = watch(name, ln); name == "proxy" {
+			ln = lingerListener{ln}
+		}
+		return ln
+	}
+	return daemon.ServeHTTP(ctx, daemon.ServeConfig{Servers: servers, Logger: logger, Wrap: wrap})
 }
 
 // newServers builds the proxied listener's server and, with --admin, the
