@@ -53,6 +53,9 @@ type Config struct {
 	// NoLimit gives edge a policy that limits no route: it forwards
 	// without deciding, so the run measures the proxying alone.
 	NoLimit bool
+	// Pprof serves /debug/pprof/ on edge's admin listener, whose URL is
+	// reported through Progress.
+	Pprof bool
 	// Nginx and Wrk are the binaries; default /usr/sbin/nginx and wrk on
 	// PATH.
 	Nginx, Wrk string

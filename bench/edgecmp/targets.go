@@ -101,9 +101,15 @@ func (c Config) startEdge(ctx context.Context, dir, upstream string, stops *[]fu
 	}
 	eargs := append([]string{"--listen", listen, "--admin", admin, "--upstream", "http://" + upstream,
 		"--memcached", mcAddr, "--policy", policy}, c.EdgeArgs...)
+	if c.Pprof {
+		eargs = append(eargs, "--pprof")
+	}
 	e, err := startWaiting(ctx, "edge", edgeBin, eargs, dir, stops, func() error { return httpOK("http://" + admin + "/healthz") })
 	if err != nil {
 		return target{}, err
+	}
+	if c.Pprof {
+		c.Progress("edge pprof: http://" + admin + "/debug/pprof/")
 	}
 	edgePid := e.Pid()
 	parts := []part{{"edge", func() []int { return []int{edgePid} }}, {"mcproxy", func() []int { return []int{mcPid} }},

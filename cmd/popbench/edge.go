@@ -38,6 +38,7 @@ nginx master + workers), then edge/nginx ratios of the medians.
 			&cli.StringSliceFlag{Name: "edge-arg", Usage: "extra edge flag (repeatable), e.g. --edge-arg=--core=net/http"},
 			&cli.BoolFlag{Name: "no-limit", Usage: "edge forwards without deciding (its policy limits no route): the proxying's own cost, for scale; nginx keeps limit_req"},
 			&cli.StringFlag{Name: "dir", Usage: "keep configurations and logs in `DIR` (default: a removed temp dir)"},
+			&cli.BoolFlag{Name: "pprof", Usage: "serve /debug/pprof/ on edge's admin listener (its URL is logged) to profile it during the run"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
 		},
 		Action: func(c *cli.Context) error {
@@ -46,6 +47,7 @@ nginx master + workers), then edge/nginx ratios of the medians.
 				Conns: c.Int("conns"), Threads: c.Int("threads"), Keys: c.Int("keys"), Shards: c.Int("shards"),
 				NginxWorkers: c.Int("nginx-workers"), Edge: c.String("edge"), Mcproxy: c.String("mcproxy"),
 				EdgeArgs: c.StringSlice("edge-arg"), NoLimit: c.Bool("no-limit"), Dir: c.String("dir"),
+				Pprof:    c.Bool("pprof"),
 				Progress: func(s string) { fmt.Fprintln(c.App.ErrWriter, s) },
 			}
 			rep, err := cfg.Run(c.Context)
