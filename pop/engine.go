@@ -182,7 +182,11 @@ func (l *Limiter) DecideAll(ctx context.Context, checks []Check, now time.Time, 
 	}
 	// Every check goes to a worker, the caller only waits: its goroutine
 	// (one per gRPC call) then never grows its stack down the decision.
-	b := &checkBatch{}
+	b, _ := checkBatches.Get().(*checkBatch)
+	if b == nil {
+		b = &checkBatch{}
+	}
+	defer b.recycle()
 	jobs := b.jobs[:0]
 	if len(checks) > len(b.jobs) {
 		jobs = make([]checkJob, 0, len(checks))
@@ -417,4 +421,13 @@ func checkWorker(j *checkJob) {
 type checkBatch struct {
 	wg   sync.WaitGroup
 	jobs [4]checkJob
+}
+
+// checkBatches recycles the batches of finished DecideAll calls: once
+// wg.Wait returns, no worker touches a batch's jobs.
+var checkBatches sync.Pool
+
+func (b *checkBatch) recycle() {
+	clear(b.jobs[:])
+	checkBatches.Put(b)
 }

@@ -43,6 +43,7 @@ import (
 	"github.com/poplimit/poplimit/cmd/internal/daemon"
 	"github.com/poplimit/poplimit/cmd/internal/eventsflag"
 	"github.com/poplimit/poplimit/cmd/internal/globalflags"
+	"github.com/poplimit/poplimit/cmd/internal/procsflag"
 	"github.com/poplimit/poplimit/cmd/internal/storeflags"
 	"github.com/poplimit/poplimit/pop"
 	"github.com/poplimit/poplimit/pop/rls"
@@ -82,6 +83,7 @@ func newApp() *cli.App {
 			&cli.BoolFlag{Name: "fail-closed-unavailable", Usage: "a descriptor failing closed answers gRPC UNAVAILABLE (Envoy's failure_mode_deny decides) instead of OVER_LIMIT"},
 			&cli.Float64Flag{Name: "near-limit-ratio", Value: 0.8, EnvVars: []string{"NEAR_LIMIT_RATIO"}, Usage: "share of a limit above which admissions count as near_limit"},
 			&cli.IntFlag{Name: "max-descriptors", Value: 256, Usage: "descriptors per request; more is INVALID_ARGUMENT"},
+			procsflag.Flag(),
 			&cli.IntFlag{Name: "gc-heap-floor-mib", Value: daemon.DefaultHeapFloorMiB, Usage: "the garbage collector's heap goal is at least this many MiB (memory ≤ max(floor, 2 × live heap)): with rls's few MB of live heap, Go's default goal (4 MB) makes the collector run ten times a second under load; 0 = Go's default; ignored when GOGC is set"},
 		}, append(grpcFlags(), append(append(storeflags.Flags(), globalflags.Flags()...), eventsflag.Flags()...)...)...),
 		Action: run,
@@ -116,6 +118,11 @@ func run(c *cli.Context) error {
 	daemon.StartHeapFloor(uint64(floor)<<20, logger)
 	ctx, stop := daemon.StopContext(context.Background())
 	defer stop()
+	procsDone, err := procsflag.Start(ctx, c, logger)
+	if err != nil {
+		return err
+	}
+	defer func() { stop(); <-procsDone }()
 	dir, err := configDir(c)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -285,4 +286,23 @@ func loadErrors(t *testing.T, h string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestRLSProcs: by default an idle rls runs on one P (daemon.GovernProcs,
+// as edge and mcproxy: it raises the count when the load calls for it);
+// --procs N, or GOMAXPROCS in the environment, fixes the count instead.
+// Read from go_sched_gomaxprocs_threads on /metrics.
+func TestRLSProcs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	if runtime.NumCPU() < 2 {
+		t.Skip("one CPU: nothing to govern")
+	}
+	bin, dir := fixture.Binary(t, "rls"), t.TempDir()
+	writeConfig(t, dir, fmt.Sprintf(popConfig, 100))
+	fixture.CheckProcs(t, func(t *testing.T, admin string, args []string) func() bool {
+		p := fixture.Start(t, bin, append([]string{"--grpc", fixture.FreeAddr(t), "--http", admin, "--config-dir", dir}, args...)...)
+		return p.Exited
+	})
 }

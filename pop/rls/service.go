@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -197,8 +199,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitReques
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	cur := s.cur.Load()
-	descs := make([]descriptor, len(req.Descriptors))
-	checks := make([]pop.Check, 0, len(req.Descriptors))
+	sc := getScratch(len(req.Descriptors))
+	defer putScratch(sc)
+	descs, checks := sc.descs, sc.checks
 	var replacing map[string]bool // the names replaced, made by the first replaces
 	var ebuf [8]Entry
 	for i, d := range req.Descriptors {
@@ -242,7 +245,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitReques
 			ds.unlimited, ds.limit = true, nil
 		}
 	}
-	var pbuf partsBuf
+	pbuf := &sc.parts
 	for i := range descs {
 		ds := &descs[i]
 		if ds.limit == nil {
@@ -255,14 +258,63 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitReques
 		ds.check = len(checks)
 		checks = append(checks, pop.Check{Rule: ds.rule, Parts: pbuf.parts(req, i), Hits: ds.hits})
 	}
-	out := make([]pop.Decision, len(checks))
+	out := sc.decisions(len(checks))
 	s.cfg.Limiter.DecideAll(ctx, checks, now, out)
 	return s.answer(req, descs, checks, out, now)
 }
 
+// scratch is one call's working memory, recycled: nothing of it outlives
+// the call (emit copies the parts it keeps).
+type scratch struct {
+	descs  []descriptor
+	checks []pop.Check
+	out    []pop.Decision
+	parts  partsBuf
+}
+
+var scratches sync.Pool
+
+// maxPooledDescriptors bounds the calls whose scratch is recycled, so one
+// huge request does not pin its memory in the pool.
+const maxPooledDescriptors = 64
+
+func getScratch(n int) *scratch {
+	sc, _ := scratches.Get().(*scratch)
+	if sc == nil {
+		sc = &scratch{}
+	}
+	if cap(sc.descs) < n {
+		sc.descs, sc.checks = make([]descriptor, n), make([]pop.Check, 0, n)
+	}
+	sc.descs, sc.checks = sc.descs[:n], sc.checks[:0]
+	return sc
+}
+
+// decisions is out for n checks, zeroed.
+func (sc *scratch) decisions(n int) []pop.Decision {
+	if cap(sc.out) < n {
+		sc.out = make([]pop.Decision, n)
+	}
+	sc.out = sc.out[:n]
+	clear(sc.out)
+	return sc.out
+}
+
+func putScratch(sc *scratch) {
+	if cap(sc.descs) > maxPooledDescriptors {
+		return
+	}
+	clear(sc.descs[:cap(sc.descs)])
+	clear(sc.checks[:cap(sc.checks)])
+	clear(sc.out)
+	clear(sc.parts.all)
+	sc.parts.free = sc.parts.all
+	scratches.Put(sc)
+}
+
 // partsBuf holds the parts of one request's descriptors: one allocation
 // for the usual few short descriptors.
-type partsBuf struct{ free []string }
+type partsBuf struct{ all, free []string }
 
 // parts are the identity of descriptor i: the domain, then each key and
 // value (the wildcard and key-only nodes count per value, as
@@ -271,7 +323,8 @@ func (b *partsBuf) parts(req *rlv3.RateLimitRequest, i int) []string {
 	d := req.Descriptors[i]
 	n := 1 + 2*len(d.Entries)
 	if len(b.free) < n {
-		b.free = make([]string, max(n, 3*len(req.Descriptors)))
+		b.all = make([]string, max(n, 3*len(req.Descriptors)))
+		b.free = b.all
 	}
 	p := b.free[:0:n]
 	b.free = b.free[n:]
@@ -317,12 +370,8 @@ func (s *Service) validate(req *rlv3.RateLimitRequest) error {
 // the overall code, and the headers of the descriptor closest to its
 // limit (the last one over it, if any).
 func (s *Service) answer(req *rlv3.RateLimitRequest, descs []descriptor, checks []pop.Check, out []pop.Decision, now time.Time) (*rlv3.RateLimitResponse, error) {
-	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(descs))}
-	// One allocation each for the statuses, their limits and their
-	// durations (not one per descriptor).
-	sts := make([]rlv3.RateLimitResponse_DescriptorStatus, len(descs))
-	lims := make([]rlv3.RateLimitResponse_RateLimit, len(out))
-	durs := make([]durationpb.Duration, len(out))
+	resp, sts, lims, durs := newAnswer(len(descs), len(out))
+	resp.OverallCode = rlv3.RateLimitResponse_OK
 	var closest *rlv3.RateLimitResponse_DescriptorStatus
 	var closestReset time.Duration
 	minRemaining := uint32(math.MaxUint32)
@@ -383,12 +432,36 @@ func (s *Service) answer(req *rlv3.RateLimitRequest, descs []descriptor, checks 
 	return resp, nil
 }
 
+// answerBuf is a response of up to len(sts) descriptors in one
+// allocation.
+type answerBuf struct {
+	resp     rlv3.RateLimitResponse
+	statuses [4]*rlv3.RateLimitResponse_DescriptorStatus
+	sts      [4]rlv3.RateLimitResponse_DescriptorStatus
+	lims     [4]rlv3.RateLimitResponse_RateLimit
+	durs     [4]durationpb.Duration
+}
+
+// newAnswer is an OK response with room for n statuses, and m limits and
+// durations for them to point to: one allocation for a few descriptors,
+// else one per slice (never one per descriptor).
+func newAnswer(n, m int) (*rlv3.RateLimitResponse, []rlv3.RateLimitResponse_DescriptorStatus, []rlv3.RateLimitResponse_RateLimit, []durationpb.Duration) {
+	if n <= len(answerBuf{}.sts) {
+		b := &answerBuf{}
+		b.resp.Statuses = b.statuses[:n]
+		return &b.resp, b.sts[:n], b.lims[:m], b.durs[:m]
+	}
+	resp := &rlv3.RateLimitResponse{Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, n)}
+	return resp, make([]rlv3.RateLimitResponse_DescriptorStatus, n), make([]rlv3.RateLimitResponse_RateLimit, m),
+		make([]durationpb.Duration, m)
+}
+
 // emit queues the event of an over-limit descriptor of limit l: refused,
 // or admitted in shadow mode (the rule's shadow_mode or SHADOW_MODE).
 func (s *Service) emit(domain string, l *Limit, d pop.Decision, o outcome, parts []string, reset time.Duration, now time.Time) {
 	ev := pop.Event{
 		Time: now, Domain: domain, Descriptor: l.FullKey, Policy: d.Policy, Limit: l.Name, Tier: d.Tier,
-		IdentityParts: parts, Decision: pop.EventRefused, Reason: d.Reason, Status: http.StatusTooManyRequests,
+		IdentityParts: slices.Clone(parts), Decision: pop.EventRefused, Reason: d.Reason, Status: http.StatusTooManyRequests,
 		RetryAfter: reset.Seconds(),
 	}
 	if ev.Limit == "" {

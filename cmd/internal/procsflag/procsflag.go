@@ -1,4 +1,4 @@
-// Package procsflag is the --procs flag of mcproxy and edge: how many
+// Package procsflag is the --procs flag of mcproxy, edge and rls: how many
 // threads run Go code at once (GOMAXPROCS), fixed or following the load
 // (daemon.GovernProcs).
 package procsflag
