@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/poplimit/poplimit/bench/fixture"
 	"github.com/poplimit/poplimit/counter/store"
@@ -21,6 +22,11 @@ func TestOpenRedis(t *testing.T) {
 		// Each run's keys must be fresh: flush the cluster's masters.
 		for _, a := range c.Addrs() {
 			_, _ = c.Cli(context.Background(), a, "flushall")
+		}
+		if serverTime {
+			// The shard's clock is real time: start the three requests
+			// at the start of a second, so that the 1 s window holds all.
+			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 10*time.Millisecond)))
 		}
 		var out strings.Builder
 		serve(&out, pop.Options{Store: store.Config{Redis: "redis://" + strings.Join(c.Addrs(), ","), RedisServerTime: serverTime}})
