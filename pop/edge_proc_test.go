@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -303,6 +304,67 @@ func TestEdgeRefusalReachesClientStillSending(t *testing.T) {
 				resp.Body.Close()
 				if resp.StatusCode != http.StatusRequestEntityTooLarge {
 					t.Fatalf("128 KiB body, try %d: %d, want 413", i, resp.StatusCode)
+				}
+			}
+		})
+	}
+}
+
+// TestEdgeRequestsNotForwarded: on both cores, "OPTIONS *" is answered
+// by edge (200, empty), CONNECT is refused 405 (a reverse proxy opens no
+// tunnels), and an HTTP/1.0 upstream's answer reaches the client with
+// this hop's HTTP/1.1 status line.
+func TestEdgeRequestsNotForwarded(t *testing.T) {
+	bin, _ := binaries(t)
+	policy := writePolicy(t, t.TempDir(), edgeSafetyDoc)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // an HTTP/1.0 upstream echoing the request line
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				body := req.Method + " " + req.RequestURI
+				fmt.Fprintf(c, "HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			}()
+		}
+	}()
+	for _, core := range []string{"fasthttp", "net/http"} {
+		t.Run(strings.ReplaceAll(core, "/", "-"), func(t *testing.T) {
+			e := startEdge(t, bin, "http://"+ln.Addr().String(), "", policy, "--core", core)
+			for _, tt := range []struct {
+				req, status, body string
+			}{
+				{"OPTIONS * HTTP/1.1", "HTTP/1.1 200 OK", ""},
+				{"CONNECT example.com:443 HTTP/1.1", "HTTP/1.1 405 Method Not Allowed", "method not allowed\n"},
+				{"GET /api/widgets HTTP/1.1", "HTTP/1.1 200 OK", "GET /api/widgets"},
+			} {
+				c, err := net.Dial("tcp", e.addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				io.WriteString(c, tt.req+"\r\nHost: edge.test\r\nConnection: close\r\n\r\n")
+				br := bufio.NewReader(c)
+				line, _ := br.ReadString('\n')
+				resp, err := http.ReadResponse(bufio.NewReader(io.MultiReader(strings.NewReader(line), br)), nil)
+				if err != nil {
+					t.Fatalf("%s: %v", tt.req, err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				c.Close()
+				if got := strings.TrimRight(line, "\r\n"); got != tt.status || string(body) != tt.body {
+					t.Errorf("%s: %q %q, want %q %q", tt.req, got, body, tt.status, tt.body)
 				}
 			}
 		})

@@ -108,6 +108,10 @@ func (l *Limiter) Forwarder(upstream *url.URL, cfg ForwardConfig) (http.Handler,
 	}
 	maxBody, timeout := cfg.maxBody(), cfg.timeout()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !Forwardable(r.Method) {
+			http.Error(w, NotForwardedBody, http.StatusMethodNotAllowed)
+			return
+		}
 		if maxBody > 0 && r.Body != nil && r.Body != http.NoBody {
 			if r.ContentLength > maxBody {
 				http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
@@ -120,6 +124,15 @@ func (l *Limiter) Forwarder(upstream *url.URL, cfg ForwardConfig) (http.Handler,
 		rp.ServeHTTP(w, r.WithContext(ctx))
 	}), nil
 }
+
+// Forwardable reports whether a request with method is forwarded to the
+// upstream: every method but CONNECT, which asks a forward proxy for a
+// tunnel; a reverse proxy answers it 405, as nginx does.
+func Forwardable(method string) bool { return method != http.MethodConnect }
+
+// NotForwardedBody is the body of the 405 answered to a request that is
+// not Forwardable.
+const NotForwardedBody = "method not allowed"
 
 // copyBuffers lends ReverseProxy its response copy buffers, which it
 // would otherwise allocate (32 KiB) per request.

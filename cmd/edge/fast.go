@@ -164,6 +164,12 @@ func (f fastLogger) Printf(format string, args ...any) {
 // serve is one proxied request: the decision, the answer, the exchange
 // with the upstream and the decision's finish.
 func (e *fastEdge) serve(ctx *fasthttp.RequestCtx) {
+	if ctx.IsOptions() && string(ctx.RequestURI()) == "*" {
+		// About the server, not a resource: answered here, undecided,
+		// as net/http's server does.
+		ctx.Response.Header.SetContentLength(0)
+		return
+	}
 	v := e.views.Get().(*view)
 	defer e.views.Put(v)
 	r := v.fill(ctx, &e.strs, e.l)
@@ -217,6 +223,10 @@ var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy
 // 502 when the upstream cannot be reached or answers nonsense.
 func (e *fastEdge) forward(ctx *fasthttp.RequestCtx, v *view, r *http.Request) {
 	req := &ctx.Request
+	if !pop.Forwardable(string(req.Header.Method())) {
+		ctx.Error(pop.NotForwardedBody+"\n", http.StatusMethodNotAllowed) // http.Error's body
+		return
+	}
 	clientClose := req.Header.ConnectionClose()
 	for _, name := range connectionTokens(req.Header.Peek("Connection")) {
 		req.Header.Del(name)
@@ -258,6 +268,7 @@ func (e *fastEdge) forward(ctx *fasthttp.RequestCtx, v *view, r *http.Request) {
 		e.log.Warn("upstream", "status", status, "err", err)
 		ctx.SetStatusCode(status)
 	} else {
+		ctx.Response.Header.SetProtocol(nil) // this hop's HTTP/1.1, not the upstream's version
 		for _, name := range connectionTokens(ctx.Response.Header.Peek("Connection")) {
 			ctx.Response.Header.Del(name)
 		}
