@@ -317,31 +317,13 @@ func TestEdgeRefusalReachesClientStillSending(t *testing.T) {
 func TestEdgeRequestsNotForwarded(t *testing.T) {
 	bin, _ := binaries(t)
 	policy := writePolicy(t, t.TempDir(), edgeSafetyDoc)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() { // an HTTP/1.0 upstream echoing the request line
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				body := req.Method + " " + req.RequestURI
-				fmt.Fprintf(c, "HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-			}()
-		}
-	}()
+	up := oneShotUpstream(t, func(req *http.Request) string { // HTTP/1.0, echoing the request line
+		body := req.Method + " " + req.RequestURI
+		return fmt.Sprintf("HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	})
 	for _, core := range []string{"fasthttp", "net/http"} {
 		t.Run(strings.ReplaceAll(core, "/", "-"), func(t *testing.T) {
-			e := startEdge(t, bin, "http://"+ln.Addr().String(), "", policy, "--core", core)
+			e := startEdge(t, bin, up, "", policy, "--core", core)
 			for _, tt := range []struct {
 				req, status, body string
 			}{
@@ -426,30 +408,9 @@ func TestEdgePipelinedAndTrickledRequests(t *testing.T) {
 // one, at once (not at a timeout). A POST is not sent twice: it gets 502.
 func TestEdgeUpstreamClosesIdleConnections(t *testing.T) {
 	bin, _ := binaries(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				r.Body.Close()
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-			}()
-		}
-	}()
+	up := oneShotUpstream(t, func(*http.Request) string { return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" })
 	policy := writePolicy(t, t.TempDir(), edgeSafetyDoc)
-	e := startEdge(t, bin, "http://"+ln.Addr().String(), "", policy, "--upstream-header-timeout", "5s", "--upstream-timeout", "10s")
+	e := startEdge(t, bin, up, "", policy, "--upstream-header-timeout", "5s", "--upstream-timeout", "10s")
 	for i := range 20 {
 		start := time.Now()
 		status, _ := get(t, "http://"+e.addr+"/api/widgets", "")
@@ -557,5 +518,20 @@ policies:
 	waitUntil(t, "the slot back after the client left (within 10 s of a 60 s stream)", func() bool {
 		status, _ := get(t, base+"/other", "")
 		return status == http.StatusOK
+	})
+}
+
+// oneShotUpstream is an upstream that reads one request per connection,
+// writes answer(request) as is and closes the connection without saying
+// so; its URL, stopped with the test.
+func oneShotUpstream(t *testing.T, answer func(*http.Request) string) string {
+	t.Helper()
+	return "http://" + fixture.TCPServer(t, func(c net.Conn) {
+		r, err := http.ReadRequest(bufio.NewReader(c))
+		if err != nil {
+			return
+		}
+		r.Body.Close()
+		io.WriteString(c, answer(r))
 	})
 }
