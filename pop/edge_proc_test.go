@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -348,6 +349,42 @@ func TestEdgeRequestsNotForwarded(t *testing.T) {
 				if got := strings.TrimRight(line, "\r\n"); got != tt.status || string(body) != tt.body {
 					t.Errorf("%s: %q %q, want %q %q", tt.req, got, body, tt.status, tt.body)
 				}
+			}
+		})
+	}
+}
+
+// TestEdgeKeepsFieldOrder: dropping hop-by-hop fields reorders no other
+// field, both ways, on both cores: fields of one name (Link,
+// WWW-Authenticate, X-Forwarded-For chains) are ordered lists.
+func TestEdgeKeepsFieldOrder(t *testing.T) {
+	bin, _ := binaries(t)
+	policy := writePolicy(t, t.TempDir(), edgeSafetyDoc)
+	up := oneShotUpstream(t, func(r *http.Request) string {
+		body := strings.Join(r.Header.Values("X-Multi"), ",")
+		return fmt.Sprintf("HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nLink: <a>\r\nX-Other: 1\r\nLink: <b>\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	})
+	for _, core := range []string{"fasthttp", "net/http"} {
+		t.Run(strings.ReplaceAll(core, "/", "-"), func(t *testing.T) {
+			e := startEdge(t, bin, up, "", policy, "--core", core)
+			c, err := net.Dial("tcp", e.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			io.WriteString(c, "GET /api/widgets HTTP/1.1\r\nHost: edge.test\r\nKeep-Alive: 300\r\nX-Multi: a\r\nTe: trailers\r\nX-Multi: b\r\nX-Multi: c\r\n\r\n")
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(body) != "a,b,c" {
+				t.Errorf("the upstream got X-Multi %q, want a,b,c", body)
+			}
+			if got := resp.Header.Values("Link"); !slices.Equal(got, []string{"<a>", "<b>"}) || resp.Header.Get("Keep-Alive") != "" {
+				t.Errorf("the client got Link %q, Keep-Alive %q; want [<a> <b>] and none", got, resp.Header.Get("Keep-Alive"))
 			}
 		})
 	}

@@ -215,6 +215,8 @@ func (f *finisher) Close() error {
 
 // hopHeaders are the hop-by-hop headers never forwarded (RFC 9110 7.6.1),
 // as httputil.ReverseProxy's.
+var forwardingHeaders = [...]string{"X-Forwarded-For", "Forwarded", "X-Forwarded-Proto", "X-Forwarded-Host"}
+
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 // forward sends the request, with r's canonical path under the
@@ -228,19 +230,20 @@ func (e *fastEdge) forward(ctx *fasthttp.RequestCtx, v *view, r *http.Request) {
 		return
 	}
 	clientClose := req.Header.ConnectionClose()
-	for _, name := range connectionTokens(req.Header.Peek("Connection")) {
-		req.Header.Del(name)
-	}
-	for _, h := range hopHeaders {
-		req.Header.Del(h)
-	}
 	clear(v.out)
 	e.l.SetForwarded(v.out, r)
-	for _, h := range [...]string{"X-Forwarded-For", "Forwarded", "X-Forwarded-Proto", "X-Forwarded-Host"} {
+	del := append(append(v.del[:0], hopHeaders...), connectionTokens(req.Header.Peek("Connection"))...)
+	for _, h := range forwardingHeaders {
+		if len(v.out[h]) == 0 {
+			del = append(del, h)
+		}
+	}
+	delFields(&req.Header, requestApart, del)
+	v.del = del[:0]
+	req.Header.SetNoDefaultContentType(true) // no Content-Type the client did not send
+	for _, h := range forwardingHeaders {
 		if vals := v.out[h]; len(vals) > 0 {
 			req.Header.Set(h, vals[0])
-		} else {
-			req.Header.Del(h)
 		}
 	}
 	v.uri = appendJoinedPath(v.uri[:0], e.base, r.URL.EscapedPath())
@@ -269,12 +272,9 @@ func (e *fastEdge) forward(ctx *fasthttp.RequestCtx, v *view, r *http.Request) {
 		ctx.SetStatusCode(status)
 	} else {
 		ctx.Response.Header.SetProtocol(nil) // this hop's HTTP/1.1, not the upstream's version
-		for _, name := range connectionTokens(ctx.Response.Header.Peek("Connection")) {
-			ctx.Response.Header.Del(name)
-		}
-		for _, h := range hopHeaders {
-			ctx.Response.Header.Del(h)
-		}
+		del := append(append(v.del[:0], hopHeaders...), connectionTokens(ctx.Response.Header.Peek("Connection"))...)
+		delFields(&ctx.Response.Header, responseApart, del)
+		v.del = del[:0]
 	}
 	if clientClose {
 		ctx.SetConnectionClose()

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -134,5 +136,23 @@ func TestViewCarriesWhatDecideReads(t *testing.T) {
 	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1000}, nil)
 	if r := v.fill(&ctx, &strs, l); r != nil {
 		t.Errorf("a path with an invalid escape has a view: %q", r.URL.Path)
+	}
+}
+
+// TestDelFieldsKeepsOrder: deleting fields leaves the others, and the
+// fields fasthttp keeps apart, as they were.
+func TestDelFieldsKeepsOrder(t *testing.T) {
+	var req fasthttp.Request
+	if err := req.Read(bufio.NewReader(strings.NewReader("POST / HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nKeep-Alive: 5\r\nContent-Type: text/plain\r\nX-A: 2\r\nX-B: 3\r\nTe: trailers\r\nX-A: 4\r\nContent-Length: 2\r\n\r\nhi"))); err != nil {
+		t.Fatal(err)
+	}
+	delFields(&req.Header, requestApart, []string{"Keep-Alive", "Te", "Upgrade"})
+	var got []string
+	for k, v := range req.Header.All() {
+		got = append(got, string(k)+"="+string(v))
+	}
+	want := []string{"Host=h", "Content-Length=2", "Content-Type=text/plain", "X-A=1", "X-A=2", "X-B=3", "X-A=4"}
+	if !slices.Equal(got, want) {
+		t.Errorf("fields %q, want %q", got, want)
 	}
 }

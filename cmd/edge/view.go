@@ -24,6 +24,7 @@ type view struct {
 	out   http.Header // the forwarding headers pop.SetForwarded writes
 	names []string    // pop.Limiter.RequestHeaders
 	uri   []byte      // the upstream request URI
+	del   []string    // the fields forward deletes (delFields)
 	w     fastWriter
 }
 
