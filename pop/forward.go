@@ -95,6 +95,9 @@ func (l *Limiter) Forwarder(upstream *url.URL, cfg ForwardConfig) (http.Handler,
 			MaxIdleConns:          idle,
 			MaxIdleConnsPerHost:   idle,
 			IdleConnTimeout:       90 * time.Second,
+			// The client's Accept-Encoding goes as it came: no gzip asked
+			// for it and inflated here.
+			DisableCompression: true,
 		},
 		BufferPool: copyBuffers,
 		ErrorLog:   slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
