@@ -17,7 +17,9 @@ import (
 // TestEdgeCoresAgreeOnRandomRequests sends the same randomized raw
 // requests (methods, dot segments and escapes in paths, queries,
 // hop-by-hop and Connection-named fields, repeated fields, forwarding
-// fields, bodies with Content-Length or chunked) through edge's two cores
+// fields, bodies with Content-Length or chunked; answers of every shape:
+// 204, 304, 301, 503, several Set-Cookie, Connection-named fields, chunked
+// with a trailer, 100 KiB gzip) through edge's two cores
 // and compares what the upstream received and what the client got. The
 // differences the cores are known to have are normalized away (listed in
 // cmd/edge/README.md): a chunked body arrives with Content-Length from the
@@ -34,10 +36,47 @@ func TestEdgeCoresAgreeOnRandomRequests(t *testing.T) {
 			}
 		}
 		slices.Sort(fields)
-		w.Header().Add("Link", "<a>")
-		w.Header().Set("Keep-Alive", "timeout=5")
-		w.Header().Add("Link", "<b>")
-		fmt.Fprintf(w, "%s %s host=%s body=%d\n%s", r.Method, r.RequestURI, r.Host, len(b), strings.Join(fields, "\n"))
+		h := w.Header()
+		h.Add("Link", "<a>")
+		h.Set("Keep-Alive", "timeout=5")
+		h.Add("Link", "<b>")
+		echo := fmt.Sprintf("%s %s host=%s body=%d\n%s", r.Method, r.RequestURI, r.Host, len(b), strings.Join(fields, "\n"))
+		switch r.Header.Get("X-Shape") { // the answer's shape
+		case "no-content":
+			w.WriteHeader(http.StatusNoContent)
+		case "not-modified":
+			h.Set("ETag", `"v1"`)
+			w.WriteHeader(http.StatusNotModified)
+		case "cookies":
+			h.Add("Set-Cookie", "a=1; Path=/")
+			h.Add("Set-Cookie", "b=2; HttpOnly")
+			h.Add("Cache-Control", "no-cache")
+			h.Add("Cache-Control", "private")
+			io.WriteString(w, echo)
+		case "connection":
+			h.Set("Connection", "X-Secret")
+			h.Set("X-Secret", "1")
+			h.Set("Proxy-Authenticate", "Basic")
+			io.WriteString(w, echo)
+		case "chunked":
+			h.Set("Trailer", "X-Sum")
+			io.WriteString(w, echo)
+			w.(http.Flusher).Flush()
+			io.WriteString(w, strings.Repeat("z", 5000))
+			h.Set("X-Sum", "5")
+		case "redirect":
+			h.Set("Location", "/next?x=1")
+			w.WriteHeader(http.StatusMovedPermanently)
+		case "error":
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, echo)
+		case "big":
+			h.Set("Content-Encoding", "gzip")
+			h.Set("Vary", "Accept-Encoding")
+			w.Write(make([]byte, 100<<10))
+		default:
+			io.WriteString(w, echo)
+		}
 	}))
 	defer up.Close()
 	policy := writePolicy(t, t.TempDir(), `version: 1
@@ -81,6 +120,8 @@ func randomRawRequest(r *rand.Rand) string {
 		{5, "X-Forwarded-Proto: https\r\nX-Forwarded-Host: evil\r\nForwarded: for=1.2.3.4\r\n"},
 		{3, "X-Multi: a\r\nX-Other: 1\r\nX-Multi: b\r\n"},
 		{8, "Te: trailers\r\n"},
+		{2, "X-Shape: " + pick("no-content", "not-modified", "cookies", "connection", "chunked", "redirect", "error", "big") + "\r\n"},
+		{4, "Accept-Encoding: gzip\r\n"},
 	} {
 		if r.IntN(f.odds) == 0 {
 			b.WriteString(f.lines)
@@ -122,6 +163,10 @@ func coreAnswer(t *testing.T, addr, req string) string {
 		body = nil
 	}
 	s := strings.NewReplacer("#frag", "", "?%zz", "", "&%zz", "", "? host=", " host=").Replace(string(body))
-	return fmt.Sprintf("%d Link=%q Keep-Alive=%q RateLimit-Remaining=%q\n%s", resp.StatusCode, resp.Header.Values("Link"),
-		resp.Header.Get("Keep-Alive"), resp.Header.Get("Ratelimit-Remaining"), s)
+	var fields []string
+	for _, k := range []string{"Link", "Keep-Alive", "Ratelimit-Remaining", "Set-Cookie", "Cache-Control", "Connection",
+		"X-Secret", "Proxy-Authenticate", "Location", "Etag", "Content-Encoding", "Vary", "Content-Type"} {
+		fields = append(fields, fmt.Sprintf("%s=%q", k, resp.Header.Values(k)))
+	}
+	return fmt.Sprintf("%d %s\n%s", resp.StatusCode, strings.Join(fields, " "), s)
 }
