@@ -17,14 +17,14 @@ import (
 // TestEdgeCoresAgreeOnRandomRequests sends the same randomized raw
 // requests (methods, dot segments and escapes in paths, queries,
 // hop-by-hop and Connection-named fields, repeated fields, forwarding
-// fields, bodies with Content-Length or chunked; answers of every shape:
-// 204, 304, 301, 503, several Set-Cookie, Connection-named fields, chunked
-// with a trailer, 100 KiB gzip) through edge's two cores
-// and compares what the upstream received and what the client got. The
-// differences the cores are known to have are normalized away (listed in
-// cmd/edge/README.md): a chunked body arrives with Content-Length from the
-// fasthttp core, which also forwards TE and an unparseable query as they
-// came and drops a fragment; the 400 bodies differ.
+// fields, bodies with Content-Length or chunked) through edge's two cores,
+// the upstream answering in every shape (204, 304, 301, 503, several
+// Set-Cookie, Connection-named fields, chunked with a trailer, 100 KiB
+// gzip), and compares what the upstream received and what the client got.
+// The cores' known differences are normalized away (cmd/edge/README.md): a
+// chunked body arrives with Content-Length from the fasthttp core, which
+// passes TE on no further, forwards an unparseable query as it came and
+// drops a fragment; the 400 bodies differ.
 func TestEdgeCoresAgreeOnRandomRequests(t *testing.T) {
 	bin, _ := binaries(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
