@@ -238,7 +238,7 @@ func (e *fastEdge) forward(ctx *fasthttp.RequestCtx, v *view, r *http.Request) {
 			del = append(del, h)
 		}
 	}
-	delFields(&req.Header, requestApart, del)
+	v.fields.delFields(&req.Header, requestApart, del)
 	v.del = del[:0]
 	req.Header.SetNoDefaultContentType(true) // no Content-Type the client did not send
 	for _, h := range forwardingHeaders {
@@ -273,7 +273,7 @@ func (e *fastEdge) forward(ctx *fasthttp.RequestCtx, v *view, r *http.Request) {
 	} else {
 		ctx.Response.Header.SetProtocol(nil) // this hop's HTTP/1.1, not the upstream's version
 		del := append(append(v.del[:0], hopHeaders...), connectionTokens(ctx.Response.Header.Peek("Connection"))...)
-		delFields(&ctx.Response.Header, responseApart, del)
+		v.fields.delFields(&ctx.Response.Header, responseApart, del)
 		v.del = del[:0]
 	}
 	if clientClose {

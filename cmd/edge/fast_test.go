@@ -146,7 +146,8 @@ func TestDelFieldsKeepsOrder(t *testing.T) {
 	if err := req.Read(bufio.NewReader(strings.NewReader("POST / HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nKeep-Alive: 5\r\nContent-Type: text/plain\r\nX-A: 2\r\nX-B: 3\r\nTe: trailers\r\nX-A: 4\r\nContent-Length: 2\r\n\r\nhi"))); err != nil {
 		t.Fatal(err)
 	}
-	delFields(&req.Header, requestApart, []string{"Keep-Alive", "Te", "Upgrade"})
+	var s fieldScratch
+	s.delFields(&req.Header, requestApart, []string{"Keep-Alive", "Te", "Upgrade"})
 	var got []string
 	for k, v := range req.Header.All() {
 		got = append(got, string(k)+"="+string(v))

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"iter"
-	"slices"
 )
 
 // fieldSet is the part of fasthttp's request and response headers that
@@ -22,12 +21,20 @@ var (
 	responseApart = []string{"Content-Length", "Content-Type", "Content-Encoding", "Server", "Set-Cookie", "Trailer"}
 )
 
+// fieldScratch is delFields' reusable memory (one per view).
+type fieldScratch struct {
+	buf  []byte
+	kept [][4]int // key and value of each kept field: buf[k0:k1], buf[v0:v1]
+}
+
 // delFields deletes the fields named in del from h and keeps the others in
 // their order. fasthttp's Del moves the last field into the deleted one's
-// place, which reorders fields of one name, and a proxy must not (RFC 9110
-// 5.3: Link, WWW-Authenticate, Via, X-Forwarded-For are ordered lists).
-// apart names the fields h keeps apart, which delFields leaves alone.
-func delFields(h fieldSet, apart []string, del []string) {
+// place: harmless between fields of different names, whose order carries
+// nothing (RFC 9110 5.3), but fields of one name are an ordered list (Link,
+// WWW-Authenticate, Via) a proxy must not reorder, so when h has such
+// fields the others are deleted and added back in order. apart names the
+// fields h keeps apart, which delFields leaves alone.
+func (s *fieldScratch) delFields(h fieldSet, apart []string, del []string) {
 	present := false
 	for _, name := range del {
 		if h.Peek(name) != nil {
@@ -41,31 +48,53 @@ func delFields(h fieldSet, apart []string, del []string) {
 		}
 		return
 	}
-	type field struct{ k, v []byte }
-	var kept []field
+	s.buf, s.kept = s.buf[:0], s.kept[:0]
+	repeated := false
 	for k, v := range h.All() {
-		if !hasFold(apart, k) && !hasFold(del, k) {
-			kept = append(kept, field{bytes.Clone(k), bytes.Clone(v)})
+		if hasFold(apart, k) || hasFold(del, k) {
+			continue
 		}
+		for _, f := range s.kept {
+			repeated = repeated || bytes.EqualFold(s.buf[f[0]:f[1]], k)
+		}
+		k0 := len(s.buf)
+		s.buf = append(s.buf, k...)
+		v0 := len(s.buf)
+		s.buf = append(s.buf, v...)
+		s.kept = append(s.kept, [4]int{k0, v0, v0, len(s.buf)})
 	}
 	for _, name := range del {
 		h.Del(name)
 	}
-	for i, f := range kept {
-		if !slices.ContainsFunc(kept[:i], func(g field) bool { return bytes.EqualFold(g.k, f.k) }) {
-			h.Del(string(f.k))
-		}
+	if !repeated {
+		return
 	}
-	for _, f := range kept {
-		h.AddBytesKV(f.k, f.v)
+	for _, f := range s.kept {
+		h.Del(string(s.buf[f[0]:f[1]])) // the first of a name deletes them all
+	}
+	for _, f := range s.kept {
+		h.AddBytesKV(s.buf[f[0]:f[1]], s.buf[f[2]:f[3]])
 	}
 }
 
 func hasFold(names []string, k []byte) bool {
 	for _, n := range names {
-		if bytes.EqualFold([]byte(n), k) {
+		if equalFoldASCII(n, k) {
 			return true
 		}
 	}
 	return false
+}
+
+// equalFoldASCII is bytes.EqualFold for field names (tokens: ASCII).
+func equalFoldASCII(n string, k []byte) bool {
+	if len(n) != len(k) {
+		return false
+	}
+	for i := range len(n) {
+		if n[i]|0x20 != k[i]|0x20 {
+			return false
+		}
+	}
+	return true
 }

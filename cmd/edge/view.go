@@ -18,14 +18,15 @@ import (
 // view is one request's pooled storage. Its strings outlive the request
 // only when interned (method, host, path): the route cache keeps them.
 type view struct {
-	req   http.Request
-	url   url.URL
-	hdr   http.Header // the request headers pop reads
-	out   http.Header // the forwarding headers pop.SetForwarded writes
-	names []string    // pop.Limiter.RequestHeaders
-	uri   []byte      // the upstream request URI
-	del   []string    // the fields forward deletes (delFields)
-	w     fastWriter
+	req    http.Request
+	url    url.URL
+	hdr    http.Header // the request headers pop reads
+	out    http.Header // the forwarding headers pop.SetForwarded writes
+	names  []string    // pop.Limiter.RequestHeaders
+	uri    []byte      // the upstream request URI
+	del    []string    // the fields forward deletes (delFields)
+	fields fieldScratch
+	w      fastWriter
 }
 
 func newView() *view {
