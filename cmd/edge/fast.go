@@ -213,10 +213,12 @@ func (f *finisher) Close() error {
 	return nil
 }
 
-// hopHeaders are the hop-by-hop headers never forwarded (RFC 9110 7.6.1),
-// as httputil.ReverseProxy's.
+// forwardingHeaders are the fields pop.SetForwarded writes: forwarded as
+// it says, dropped when it writes none.
 var forwardingHeaders = [...]string{"X-Forwarded-For", "Forwarded", "X-Forwarded-Proto", "X-Forwarded-Host"}
 
+// hopHeaders are the hop-by-hop headers never forwarded (RFC 9110 7.6.1),
+// as httputil.ReverseProxy's.
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 // forward sends the request, with r's canonical path under the
