@@ -442,7 +442,7 @@ type answerBuf struct {
 	durs     [4]durationpb.Duration
 }
 
-// newAnswer is an OK response with room for n statuses, and m limits and
+// newAnswer is a response with room for n statuses, and m limits and
 // durations for them to point to: one allocation for a few descriptors,
 // else one per slice (never one per descriptor).
 func newAnswer(n, m int) (*rlv3.RateLimitResponse, []rlv3.RateLimitResponse_DescriptorStatus, []rlv3.RateLimitResponse_RateLimit, []durationpb.Duration) {
