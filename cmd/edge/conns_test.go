@@ -3,45 +3,20 @@ package main
 import (
 	"bytes"
 	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/poplimit/poplimit/bench/fixture/sockpair"
 	"github.com/poplimit/poplimit/proxy/fastconn"
 )
-
-// tcpPair returns both ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (client, server net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	acc := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		acc <- c
-	}()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server = <-acc
-	if server == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
-}
 
 // TestClientConnServesTheOneByteWaitFromOneRead: fasthttp's one-byte
 // read takes everything that had arrived into the read-ahead, the next
 // read returns the rest from it, and the read-ahead is given back once
 // taken; a request larger than the read-ahead is read on as usual.
 func TestClientConnServesTheOneByteWaitFromOneRead(t *testing.T) {
-	peer, s := tcpPair(t)
+	peer, s := sockpair.TCP(t)
 	c := &clientConn{Conn: fastconn.New(s)}
 	req := "GET /a HTTP/1.1\r\nHost: edge.test\r\n\r\n"
 	io.WriteString(peer, req)
@@ -90,7 +65,7 @@ func TestClientConnServesTheOneByteWaitFromOneRead(t *testing.T) {
 // when its response is read, a large one at once; both exchanges see
 // their responses.
 func TestUpstreamConnSendsTheRequestWithTheRead(t *testing.T) {
-	c, peer := tcpPair(t)
+	c, peer := sockpair.TCP(t)
 	u := &upstreamConn{Conn: fastconn.New(c)}
 	got := make(chan []byte, 2)
 	go func() {
@@ -140,7 +115,7 @@ func TestUpstreamConnSendsTheRequestWithTheRead(t *testing.T) {
 // TestUpstreamConnCloseSendsWhatWasWritten: bytes written and never
 // followed by a read (a TLS close_notify) are sent before the close.
 func TestUpstreamConnCloseSendsWhatWasWritten(t *testing.T) {
-	c, peer := tcpPair(t)
+	c, peer := sockpair.TCP(t)
 	u := &upstreamConn{Conn: fastconn.New(c)}
 	u.Write([]byte("bye"))
 	u.Close()

@@ -9,43 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/poplimit/poplimit/bench/fixture/sockpair"
 )
-
-// tcpPair returns both ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (client, server net.Conn) {
-	t.Helper()
-	return connPair(t, "tcp")
-}
-
-// connPair returns both ends of a loopback TCP or a Unix socket
-// connection.
-func connPair(t *testing.T, network string) (client, server net.Conn) {
-	t.Helper()
-	addr := "127.0.0.1:0"
-	if network == "unix" {
-		addr = t.TempDir() + "/s.sock"
-	}
-	ln, err := net.Listen(network, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	acc := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		acc <- c
-	}()
-	client, err = net.Dial(network, ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server = <-acc
-	if server == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
-}
 
 // result is the outcome of a Read or Write run by async.
 type result struct {
@@ -64,7 +30,7 @@ func async(op func() (int, error)) <-chan result {
 }
 
 func TestConnReadWriteEOF(t *testing.T) {
-	c, s := tcpPair(t)
+	c, s := sockpair.TCP(t)
 	fc := New(c)
 	if !fc.Raw() {
 		t.Fatal("a TCP conn should use raw system calls")
@@ -124,7 +90,7 @@ func fill(t *testing.T, fc *Conn) []byte {
 // called (TryWrite said so), so a Write that reports all its bytes written
 // cannot have returned before the peer read: no sleep decides the outcome.
 func TestConnWriteWaitsForRoom(t *testing.T) {
-	c, s := tcpPair(t)
+	c, s := sockpair.TCP(t)
 	// Fixed buffers: Linux grows loopback TCP buffers while data flows
 	// (autotuning), which let a write after fill find room again.
 	if err := c.(*net.TCPConn).SetWriteBuffer(64 << 10); err != nil {
@@ -178,7 +144,7 @@ func TestConnWriteWaitsForRoom(t *testing.T) {
 // TryWrite never waits: on a full socket it reports what was taken and no
 // error.
 func TestConnTryWriteFull(t *testing.T) {
-	c, _ := tcpPair(t)
+	c, _ := sockpair.TCP(t)
 	fc := New(c)
 	chunk := make([]byte, 1<<20)
 	total := 0
@@ -197,7 +163,7 @@ func TestConnTryWriteFull(t *testing.T) {
 }
 
 func TestConnDeadlineAndClose(t *testing.T) {
-	c, _ := tcpPair(t)
+	c, _ := sockpair.TCP(t)
 	fc := New(c)
 	fc.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
 	start := time.Now()
@@ -248,7 +214,7 @@ func TestConnFallback(t *testing.T) {
 // reading to EAGAIN: none may be lost), stops when consume says so, and
 // reports EOF.
 func TestConnReadEach(t *testing.T) {
-	c, s := tcpPair(t)
+	c, s := sockpair.TCP(t)
 	fc := New(c)
 	go func() {
 		for i := range 20 {
@@ -286,7 +252,7 @@ func TestConnReadEach(t *testing.T) {
 // Shutdown from inside consume ends ReadEach with EOF (Close there would
 // deadlock), and a deadline ends it with a timeout.
 func TestConnReadEachShutdownAndDeadline(t *testing.T) {
-	c, s := tcpPair(t)
+	c, s := sockpair.TCP(t)
 	fc := New(c)
 	s.Write([]byte("x"))
 	buf := make([]byte, 8)
@@ -300,7 +266,7 @@ func TestConnReadEachShutdownAndDeadline(t *testing.T) {
 		t.Fatalf("after Shutdown: %v; want EOF", err)
 	}
 
-	c2, _ := tcpPair(t)
+	c2, _ := sockpair.TCP(t)
 	fc2 := New(c2)
 	fc2.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
 	err = fc2.ReadEach(func() []byte { return buf }, func(int) ReadNext { return ReadShort })
@@ -316,7 +282,7 @@ func TestConnReadEachShutdownAndDeadline(t *testing.T) {
 func TestConnReadEachSeesCloseWithData(t *testing.T) {
 	for _, network := range []string{"tcp", "unix"} {
 		t.Run(network, func(t *testing.T) {
-			c, s := connPair(t, network)
+			c, s := sockpair.Of(t, network)
 			fc := New(c)
 			if _, err := s.Write([]byte("get k")); err != nil {
 				t.Fatal(err)
@@ -340,7 +306,7 @@ func TestConnReadEachSeesCloseWithData(t *testing.T) {
 // TestConnWriteReadExchanges: WriteRead writes the request and returns
 // the reply the peer sends once it has read it, exchange after exchange.
 func TestConnWriteReadExchanges(t *testing.T) {
-	c, s := tcpPair(t)
+	c, s := sockpair.TCP(t)
 	fc := New(c)
 	go func() {
 		buf := make([]byte, 64)
@@ -367,7 +333,7 @@ func TestConnWriteReadExchanges(t *testing.T) {
 // connection was idle (its FIN arrived before the call) answers the write
 // with a reset, which ends the wait with an error instead of a hang.
 func TestConnWriteReadPeerClosedBefore(t *testing.T) {
-	c, s := tcpPair(t)
+	c, s := sockpair.TCP(t)
 	fc := New(c)
 	s.Close()
 	time.Sleep(10 * time.Millisecond) // the FIN is queued
@@ -389,7 +355,7 @@ func TestConnWriteReadPeerClosedBefore(t *testing.T) {
 // TestConnWriteReadFullSocket: a request larger than the socket takes at
 // once is written in full (as Write) before the reply is read.
 func TestConnWriteReadFullSocket(t *testing.T) {
-	c, s := tcpPair(t)
+	c, s := sockpair.TCP(t)
 	fc := New(c)
 	req := bytes.Repeat([]byte("x"), 8<<20)
 	go func() {
@@ -411,7 +377,7 @@ func TestConnWriteReadFullSocket(t *testing.T) {
 // TestConnWriteReadDeadline: with no reply, the read deadline ends the
 // wait.
 func TestConnWriteReadDeadline(t *testing.T) {
-	c, _ := tcpPair(t)
+	c, _ := sockpair.TCP(t)
 	fc := New(c)
 	fc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
 	_, err := fc.WriteRead([]byte("get k"), make([]byte, 64))
