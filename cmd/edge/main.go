@@ -168,10 +168,7 @@ func run(c *cli.Context) error {
 		}
 		defer func() { stop(); <-done }()
 	} else {
-		if err := limiter.LoadFile(policy); err != nil {
-			return err
-		}
-		watched, err := daemon.Watch(ctx, daemon.WatchConfig{Path: policy, Load: func(string) error { return limiter.LoadFile(policy) }, Logger: logger})
+		watched, err := daemon.Watch(ctx, daemon.WatchConfig{Path: policy, LoadFirst: true, Load: func(string) error { return limiter.LoadFile(policy) }, Logger: logger})
 		if err != nil {
 			return err
 		}

@@ -168,11 +168,8 @@ func run(c *cli.Context) error {
 		return err
 	}
 	opt := rls.Options{StopIncrementOverLimit: c.Bool("stop-increment-over-limit"), MergeDomains: c.Bool("merge-domains")}
-	if err := svc.LoadDir(dir, opt); err != nil {
-		return err
-	}
 	healthSrv := health.NewServer()
-	watched, err := daemon.Watch(ctx, daemon.WatchConfig{Path: dir, Dir: true, Logger: logger, Load: func(string) error { return svc.LoadDir(dir, opt) }})
+	watched, err := daemon.Watch(ctx, daemon.WatchConfig{Path: dir, Dir: true, LoadFirst: true, Logger: logger, Load: func(string) error { return svc.LoadDir(dir, opt) }})
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,8 @@ const (
 	TriggerFile = "file changed"
 	// TriggerSignal: a reload signal (SIGHUP) arrived.
 	TriggerSignal = "SIGHUP"
+	// TriggerStart: the first load, by Watch itself (LoadFirst).
+	TriggerStart = "start"
 )
 
 // ErrWatchConfig reports a WatchConfig that Watch cannot use.
@@ -48,6 +50,12 @@ type WatchConfig struct {
 	// NoFileWatch, when set, leaves the file alone: only the reload
 	// signals call Load.
 	NoFileWatch bool
+	// LoadFirst, when set, makes Watch call Load (TriggerStart) once the
+	// file is watched and before it returns, and return Load's error
+	// (watching nothing then). The content loaded is the one later events
+	// compare with, so an event that changed nothing (another file
+	// written in the directory) loads nothing again.
+	LoadFirst bool
 	// Load applies the config (required). It is called from Watch's one
 	// goroutine, never concurrently, with the trigger (TriggerFile or
 	// TriggerSignal). An error means the content was not taken: the next
@@ -119,17 +127,28 @@ func Watch(ctx context.Context, cfg WatchConfig) (<-chan struct{}, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := fw.Add(filepath.Dir(abs)); err != nil {
+		err = fw.Add(filepath.Dir(abs))
+		if err == nil && cfg.Dir {
+			err = fw.Add(abs)
+		}
+		if err != nil {
 			fw.Close()
+			if cfg.LoadFirst {
+				if lerr := cfg.Load(TriggerStart); lerr != nil {
+					return nil, lerr // the config's own error (a missing file) says more
+				}
+			}
 			return nil, err
 		}
-		if cfg.Dir {
-			if err := fw.Add(abs); err != nil {
-				fw.Close()
-				return nil, err
-			}
-		}
 		w.abs, w.fs = abs, fw
+	}
+	if cfg.LoadFirst {
+		if err := w.loadFirst(); err != nil {
+			if w.fs != nil {
+				w.fs.Close()
+			}
+			return nil, err
+		}
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, cfg.signals()...)
@@ -207,6 +226,20 @@ func (w *watch) load(trigger string, force bool) {
 	if w.cfg.Load(trigger) == nil {
 		w.last, w.loaded = sum, true
 	}
+}
+
+// loadFirst is LoadFirst's load: Load's error, the content recorded when
+// Load took it.
+func (w *watch) loadFirst() error {
+	if w.abs == "" {
+		return w.cfg.Load(TriggerStart)
+	}
+	b, rerr := w.read()
+	if err := w.cfg.Load(TriggerStart); err != nil || rerr != nil {
+		return err
+	}
+	w.last, w.loaded = sha256.Sum256(b), true
+	return nil
 }
 
 // read is the watched content: the file, or with Dir every regular file

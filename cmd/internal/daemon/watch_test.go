@@ -255,3 +255,48 @@ func TestWatchConfigErrors(t *testing.T) {
 		t.Errorf("missing directory: %v, want ErrNotExist", err)
 	}
 }
+
+// TestWatchLoadFirst: with LoadFirst, Watch loads the file once before it
+// returns, and another file written in the directory loads nothing again;
+// a change of the file loads it; a config that fails to load, or is
+// missing, fails Watch with Load's error.
+func TestWatchLoadFirst(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.yml")
+	if err := os.WriteFile(path, []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeConfig(path)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done, err := Watch(ctx, WatchConfig{Path: path, LoadFirst: true, Load: f.Load, Debounce: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); <-done }()
+	if l := f.next(t, "the first load"); l.trigger != TriggerStart || l.content != "v1" {
+		t.Fatalf("first load %+v, want %q of v1", l, TriggerStart)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "edge.log"), []byte("a log line"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.none(t, "another file of the directory written", 300*time.Millisecond)
+	if err := os.WriteFile(path, []byte("v2"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if l := f.next(t, "the change"); l.trigger != TriggerFile || l.content != "v2" {
+		t.Fatalf("load %+v, want %q of v2", l, TriggerFile)
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.yml")
+	if err := os.WriteFile(bad, []byte("bad"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Watch(ctx, WatchConfig{Path: bad, LoadFirst: true, Load: newFakeConfig(bad).Load}); !errors.Is(err, errBroken) {
+		t.Fatalf("Watch of a broken config: %v, want %v", err, errBroken)
+	}
+	missing := filepath.Join(t.TempDir(), "no-such-dir", "policy.yml")
+	if _, err := Watch(ctx, WatchConfig{Path: missing, LoadFirst: true, Load: newFakeConfig(missing).Load}); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Watch of a config in a missing directory: %v, want the config's not-exist error", err)
+	}
+}
