@@ -217,6 +217,14 @@ func (f *finisher) Close() error {
 // it says, dropped when it writes none.
 var forwardingHeaders = [...]string{"X-Forwarded-For", "Forwarded", "X-Forwarded-Proto", "X-Forwarded-Host"}
 
+// dropHopFields deletes from h, keeping the other fields in order, the
+// hop-by-hop fields, those its Connection field names, and also.
+func (v *view) dropHopFields(h fieldSet, apart, also []string) {
+	del := append(append(append(v.del[:0], hopHeaders...), connectionTokens(h.Peek("Connection"))...), also...)
+	v.fields.delFields(h, apart, del)
+	v.del = del[:0]
+}
+
 // hopHeaders are the hop-by-hop headers never forwarded (RFC 9110 7.6.1),
 // as httputil.ReverseProxy's.
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
@@ -234,14 +242,14 @@ func (e *fastEdge) forward(ctx *fasthttp.RequestCtx, v *view, r *http.Request) {
 	clientClose := req.Header.ConnectionClose()
 	clear(v.out)
 	e.l.SetForwarded(v.out, r)
-	del := append(append(v.del[:0], hopHeaders...), connectionTokens(req.Header.Peek("Connection"))...)
+	var absent [len(forwardingHeaders)]string
+	unset := absent[:0]
 	for _, h := range forwardingHeaders {
 		if len(v.out[h]) == 0 {
-			del = append(del, h)
+			unset = append(unset, h)
 		}
 	}
-	v.fields.delFields(&req.Header, requestApart, del)
-	v.del = del[:0]
+	v.dropHopFields(&req.Header, requestApart, unset)
 	req.Header.SetNoDefaultContentType(true) // no Content-Type the client did not send
 	for _, h := range forwardingHeaders {
 		if vals := v.out[h]; len(vals) > 0 {
@@ -274,9 +282,7 @@ func (e *fastEdge) forward(ctx *fasthttp.RequestCtx, v *view, r *http.Request) {
 		ctx.SetStatusCode(status)
 	} else {
 		ctx.Response.Header.SetProtocol(nil) // this hop's HTTP/1.1, not the upstream's version
-		del := append(append(v.del[:0], hopHeaders...), connectionTokens(ctx.Response.Header.Peek("Connection"))...)
-		v.fields.delFields(&ctx.Response.Header, responseApart, del)
-		v.del = del[:0]
+		v.dropHopFields(&ctx.Response.Header, responseApart, nil)
 	}
 	if clientClose {
 		ctx.SetConnectionClose()

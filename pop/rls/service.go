@@ -290,13 +290,13 @@ func getScratch(n int) *scratch {
 	return sc
 }
 
-// decisions is out for n checks, zeroed.
+// decisions is out for n checks, zeroed (putScratch clears what a call
+// used).
 func (sc *scratch) decisions(n int) []pop.Decision {
 	if cap(sc.out) < n {
 		sc.out = make([]pop.Decision, n)
 	}
 	sc.out = sc.out[:n]
-	clear(sc.out)
 	return sc.out
 }
 
