@@ -163,6 +163,61 @@ func (cc *clientConn) answerReady() {
 	}
 }
 
+// takeReady is answer's first half for a batch of clients written
+// together (answerBatch): it answers the ready head entries and, when
+// they make bytes to write and no write is under way, takes the output
+// buffer for the batch and marks the output busy, reporting true; sent
+// must follow. Otherwise it does all answer does.
+func (cc *clientConn) takeReady() (buf []byte, held int64, ok bool) {
+	o := &cc.out
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	cc.answerReady()
+	if len(o.buf) == 0 || o.busy || o.dead || !cc.sock.Raw() {
+		cc.writeReady()
+		if o.eof && o.head == nil && !o.busy {
+			cc.signal()
+		}
+		return nil, 0, false
+	}
+	buf, held = o.buf, o.held
+	o.buf, o.held, o.spare = o.spare[:0], 0, nil
+	o.busy = true
+	return buf, held, true
+}
+
+// sent ends the batched write of buf, taken by takeReady: the socket took
+// n bytes, or the write failed with err. What the socket did not take is
+// written first by the writer goroutine; what became ready meanwhile is
+// answered and written as answer does.
+func (cc *clientConn) sent(buf []byte, held int64, n int, err error) {
+	o := &cc.out
+	o.mu.Lock()
+	switch {
+	case err != nil:
+		cc.giveBack(held)
+		o.busy = false
+		cc.writeFailed()
+	case n == len(buf):
+		cc.giveBack(held)
+		if cap(buf) <= 2*maxOutBuffered { // a big reply's: not kept
+			o.spare = buf[:0]
+		}
+		o.busy = false
+		cc.writeReady()
+	default:
+		later := o.buf
+		o.buf = append(buf[:copy(buf, buf[n:])], later...)
+		o.held += held
+		o.spare = later[:0]
+		go cc.writeDirect() // busy stays set: the writer clears it
+	}
+	if o.eof && o.head == nil && !o.busy {
+		cc.signal()
+	}
+	o.mu.Unlock()
+}
+
 // writeNow writes the output buffer with one non-blocking write; what the
 // socket does not take is left to the writer goroutine. out.mu is held.
 func (cc *clientConn) writeNow() {

@@ -85,7 +85,8 @@ func (s *session) setErr(err error) (first bool) {
 // replies then shows as that request's reset.
 func (s *session) read() {
 	defer s.p.wg.Done()
-	rd := &replyReader{s: s, buf: make([]byte, readBufSize)}
+	rd := &replyReader{s: s, buf: make([]byte, readBufSize), batch: fastconn.NewBatch()}
+	defer rd.batch.Close()
 	fill, consume := rd.fill, rd.consume
 	var err error
 	for err == nil {
@@ -110,6 +111,8 @@ type replyReader struct {
 	i            int
 	lastDeadline time.Time
 	owners       []answerer // clients with calls finished in this batch
+	batch        *fastconn.Batch
+	taken        []takenOut
 	err          error      // a reply that is none (consume stopped)
 }
 
@@ -183,16 +186,53 @@ func (rd *replyReader) answer() (err error) {
 		s.pc.doneCalls.Add(uint64(answered))
 	}
 	// Answer each client once per batch of replies: one write carries all
-	// of a pipelining client's replies.
-	for k, o := range rd.owners {
-		o.answer()
-		rd.owners[k] = nil
-	}
-	rd.owners = rd.owners[:0]
+	// of a pipelining client's replies, and one system call all clients'.
+	rd.answerOwners()
 	if answered > 0 {
 		s.p.ok()
 	}
 	return err
+}
+
+// answerOwners answers the clients of the replies just read: the writes
+// of those with bytes to send go out together (fastconn.Batch), the rest
+// answer as usual.
+func (rd *replyReader) answerOwners() {
+	if len(rd.owners) > 1 && rd.batch.Uring() {
+		b := rd.batch
+		for _, o := range rd.owners {
+			cc, ok := o.(*clientConn)
+			if !ok {
+				o.answer()
+				continue
+			}
+			if buf, held, ok := cc.takeReady(); ok {
+				b.Add(cc.sock, buf)
+				rd.taken = append(rd.taken, takenOut{cc, buf, held})
+			}
+		}
+		b.Send()
+		for i, t := range rd.taken {
+			n, err := b.Result(i)
+			t.cc.sent(t.buf, t.held, n, err)
+		}
+		b.Reset()
+		clear(rd.taken)
+		rd.taken = rd.taken[:0]
+	} else {
+		for _, o := range rd.owners {
+			o.answer()
+		}
+	}
+	clear(rd.owners)
+	rd.owners = rd.owners[:0]
+}
+
+// takenOut is a client's output taken for a batched write.
+type takenOut struct {
+	cc   *clientConn
+	buf  []byte
+	held int64
 }
 
 // compact makes room in buf for the next read.

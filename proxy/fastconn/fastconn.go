@@ -44,6 +44,10 @@ type Conn struct {
 	wrote bool                  // WriteRead: w is written, wait for the reply
 	wrFn  func(fd uintptr) bool // WriteRead's registration
 
+	bb           *Batch // Batch.hold's state while it holds this Conn
+	bi, bhi, blo int
+	batchFn      func(fd uintptr) bool
+
 	fill    func() []byte // ReadEach's arguments and result
 	consume func(n int) ReadNext
 	eerr    error

@@ -47,6 +47,13 @@ func (s *Conn) initRaw() {
 		}
 		return s.readFn(fd)
 	}
+	s.batchFn = func(fd uintptr) bool {
+		b := s.bb
+		it := &b.items[s.bi]
+		it.fd, it.held = fd, true
+		b.hold(s.bi+1, s.bhi, s.blo)
+		return true
+	}
 	s.eachFn = func(fd uintptr) bool {
 		for {
 			p := s.fill()
@@ -100,6 +107,23 @@ func (s *Conn) write(fd uintptr) bool {
 		}
 		s.werrno = e
 		return true
+	}
+}
+
+// writeOnce is one write of p to fd, a descriptor held for writing,
+// with TryWrite's results.
+func (s *Conn) writeOnce(fd uintptr, p []byte) (int, error) {
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		switch e {
+		case 0:
+			return int(n), nil
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return 0, nil
+		}
+		return 0, s.opError("write", e)
 	}
 }
 
