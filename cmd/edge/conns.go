@@ -52,6 +52,25 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	return k, err
 }
 
+// combined joins the writes of the fasthttp core's connections, to
+// clients and to the upstream, into one system call per moment
+// (fastconn.Combiner): one ring for the process, made on first use.
+var combined = sync.OnceValue(fastconn.NewCombiner)
+
+// Write writes p as net.Conn.Write does; its non-blocking first attempt
+// goes out with the other connections' writes of the moment.
+func (c *clientConn) Write(p []byte) (int, error) {
+	if len(p) == 0 || !c.Raw() {
+		return c.Conn.Write(p)
+	}
+	n, err := combined().TryWrite(c.Conn, p)
+	if err != nil || n == len(p) {
+		return n, err
+	}
+	m, err := c.Conn.Write(p[n:])
+	return n + m, err
+}
+
 // Close closes the connection as lingerClose does.
 func (c *clientConn) Close() error { return lingerClose(c.Conn, c.held.Load() || c.refused.Load()) }
 
@@ -61,9 +80,9 @@ const deferWrite = 4 << 10
 
 // upstreamConn is a connection to the upstream. fasthttp's HostClient
 // writes a request and then reads its response, on one goroutine; a
-// request up to deferWrite bytes is sent by that read (fastconn.WriteRead),
-// which waits for the response instead of first reading to find the socket
-// empty. Sound because an upstream sends nothing unprompted: what it sent
+// request up to deferWrite bytes is sent by that read (fastconn.WriteRead,
+// with the other connections' writes), which waits for the response
+// instead of first reading to find the socket empty. Sound because an upstream sends nothing unprompted: what it sent
 // while the connection was idle (a close) draws a reset on the write.
 type upstreamConn struct {
 	*fastconn.Conn
@@ -102,7 +121,7 @@ func (c *upstreamConn) Read(p []byte) (int, error) {
 	if len(c.pend) == 0 {
 		return c.Conn.Read(p)
 	}
-	n, err := c.Conn.WriteRead(c.pend, p)
+	n, err := c.Conn.WriteReadVia(combined(), c.pend, p)
 	c.pend = c.pend[:0]
 	return n, err
 }

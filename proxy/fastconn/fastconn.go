@@ -43,6 +43,8 @@ type Conn struct {
 
 	wrote bool                  // WriteRead: w is written, wait for the reply
 	wrFn  func(fd uintptr) bool // WriteRead's registration
+	comb  *Combiner             // WriteReadVia's
+	cerr  error                 // WriteReadVia's write error
 
 	bb           *Batch // Batch.hold's state while it holds this Conn
 	bi, bhi, blo int
@@ -107,17 +109,26 @@ func (s *Conn) readDone(err error) (int, error) {
 // w, WriteRead writes the rest as Write does and then reads as Read does.
 // A write error is returned as Write's. The read deadline bounds it all.
 func (s *Conn) WriteRead(w, p []byte) (int, error) {
+	return s.WriteReadVia(nil, w, p)
+}
+
+// WriteReadVia is WriteRead whose write attempt goes out through cb (nil:
+// on its own), with other goroutines' writes.
+func (s *Conn) WriteReadVia(cb *Combiner, w, p []byte) (int, error) {
 	if s.rc == nil || len(w) == 0 || len(p) == 0 {
 		if _, err := s.Write(w); err != nil {
 			return 0, err
 		}
 		return s.Read(p)
 	}
-	s.wp, s.rp = w, p
+	s.wp, s.rp, s.comb = w, p, cb
 	err := s.rc.Read(s.wrFn)
-	wn, we, wrote := s.wn, s.werrno, s.wrote
-	s.wp, s.wn, s.werrno, s.wrote = nil, 0, 0, false
+	wn, we, wrote, cerr := s.wn, s.werrno, s.wrote, s.cerr
+	s.wp, s.wn, s.werrno, s.wrote, s.comb, s.cerr = nil, 0, 0, false, nil, nil
 	switch {
+	case cerr != nil:
+		s.readDone(nil)
+		return 0, cerr
 	case we != 0:
 		s.readDone(nil)
 		return 0, s.opError("write", we)

@@ -33,6 +33,20 @@ func (s *Conn) initRaw() {
 		return true
 	}
 	s.wrFn = func(fd uintptr) bool {
+		if !s.wrote && s.comb != nil {
+			// One attempt, with other writes; a rest is written outside.
+			n, err := s.comb.TryWrite(s, s.wp)
+			s.wn += n
+			if err != nil {
+				s.cerr = err
+				return true
+			}
+			if s.wn < len(s.wp) {
+				return true
+			}
+			s.wrote = true
+			return false
+		}
 		if !s.wrote {
 			for s.werrno == 0 && s.wn < len(s.wp) {
 				if !s.write(fd) {

@@ -1,0 +1,96 @@
+package fastconn
+
+import (
+	"runtime"
+	"sync"
+)
+
+// Combiner joins the non-blocking writes of many goroutines into Batches:
+// the first writer lets the goroutines runnable at that moment queue
+// theirs (runtime.Gosched), then sends them all with one system call
+// where io_uring is available. For a server whose handlers each write
+// their own connection, as a Batch is for one goroutine answering many.
+// Without io_uring a write is a TryWrite of its own.
+type Combiner struct {
+	mu     sync.Mutex
+	queue  []*combineReq
+	leader bool // a writer is sending the queue
+	batch  *Batch
+	spare  []*combineReq
+}
+
+type combineReq struct {
+	c    *Conn
+	p    []byte
+	n    int
+	err  error
+	done chan struct{}
+}
+
+var reqPool = sync.Pool{New: func() any { return &combineReq{done: make(chan struct{}, 1)} }}
+
+// NewCombiner returns a Combiner with its own io_uring ring, if the kernel
+// gives one.
+func NewCombiner() *Combiner {
+	return &Combiner{batch: NewBatch()}
+}
+
+// Close releases the ring; later writes are TryWrites of their own. No
+// write may be under way.
+func (cb *Combiner) Close() error { return cb.batch.Close() }
+
+// TryWrite is c.TryWrite(p) (c must be Raw, p not empty), sent together
+// with the other writes queued meanwhile. One goroutine writes to c at a
+// time.
+func (cb *Combiner) TryWrite(c *Conn, p []byte) (int, error) {
+	if !cb.batch.Uring() {
+		return c.TryWrite(p)
+	}
+	req := reqPool.Get().(*combineReq)
+	req.c, req.p = c, p
+	cb.mu.Lock()
+	cb.queue = append(cb.queue, req)
+	if cb.leader {
+		cb.mu.Unlock()
+		<-req.done
+	} else {
+		cb.leader = true
+		cb.mu.Unlock()
+		runtime.Gosched() // the runnable writers queue theirs
+		cb.sendAll(req)
+	}
+	n, err := req.n, req.err
+	req.c, req.p, req.n, req.err = nil, nil, 0, nil
+	reqPool.Put(req)
+	return n, err
+}
+
+// sendAll sends the queue, and what is queued meanwhile, until it is
+// empty; it wakes every writer but own.
+func (cb *Combiner) sendAll(own *combineReq) {
+	b := cb.batch
+	for {
+		cb.mu.Lock()
+		q := cb.queue
+		if len(q) == 0 {
+			cb.leader = false
+			cb.mu.Unlock()
+			return
+		}
+		cb.queue = cb.spare[:0]
+		cb.mu.Unlock()
+		for _, r := range q {
+			b.Add(r.c, r.p)
+		}
+		b.Send()
+		for i, r := range q {
+			r.n, r.err = b.Result(i)
+			if r != own {
+				r.done <- struct{}{}
+			}
+		}
+		b.Reset()
+		clear(q)
+		cb.spare = q[:0]
+	}
+}
