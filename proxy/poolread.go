@@ -113,7 +113,7 @@ type replyReader struct {
 	owners       []answerer // clients with calls finished in this batch
 	batch        *fastconn.Batch
 	taken        []takenOut
-	err          error      // a reply that is none (consume stopped)
+	err          error // a reply that is none (consume stopped)
 }
 
 // fill makes room in buf for the next read and returns it.
