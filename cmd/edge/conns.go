@@ -38,10 +38,10 @@ func (c *clientConn) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	if len(p) >= readAhead {
-		return c.Conn.Read(p)
+		return c.Conn.ReadVia(combined(), p)
 	}
 	b := aheadPool.Get().(*[]byte)
-	n, err := c.Conn.Read(*b)
+	n, err := c.Conn.ReadVia(combined(), *b)
 	k := copy(p, (*b)[:n])
 	if k < n {
 		c.ahead, c.off, c.end = b, k, n
@@ -119,7 +119,7 @@ func (c *upstreamConn) Close() error {
 
 func (c *upstreamConn) Read(p []byte) (int, error) {
 	if len(c.pend) == 0 {
-		return c.Conn.Read(p)
+		return c.Conn.ReadVia(combined(), p)
 	}
 	n, err := c.Conn.WriteReadVia(combined(), c.pend, p)
 	c.pend = c.pend[:0]

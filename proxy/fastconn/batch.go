@@ -1,5 +1,7 @@
 package fastconn
 
+import "syscall"
+
 // Batch is one non-blocking write attempt on each of several Conns, made
 // together: with one io_uring_enter system call for all of them on Linux
 // when the kernel allows io_uring, else one write each (TryWrite). A
@@ -16,13 +18,15 @@ type Batch struct {
 }
 
 type batchItem struct {
-	c    *Conn
-	p    []byte
-	fd   uintptr
-	held bool // fd is valid: the Conn's write side is held
-	done bool // the ring completed it
-	n    int
-	err  error
+	c     *Conn
+	p     []byte
+	fd    uintptr
+	recv  bool // a read into p, on a descriptor its reader holds (fd)
+	held  bool // fd is valid: the Conn's write side is held, or recv
+	done  bool // the ring completed it
+	n     int
+	err   error
+	errno syscall.Errno // recv's result: EAGAIN when nothing had arrived
 }
 
 // maxRing is the most writes one system call carries; a larger batch
@@ -45,6 +49,20 @@ func (b *Batch) Add(c *Conn, p []byte) int {
 	return len(b.items) - 1
 }
 
+// addRecv queues one read into p (not empty) from fd, the descriptor of
+// c that the caller holds for reading (inside c's RawConn.Read callback)
+// until Send returns; Result's error is then nil and recvResult has it.
+func (b *Batch) addRecv(c *Conn, fd uintptr, p []byte) int {
+	b.items = append(b.items, batchItem{c: c, p: p, fd: fd, recv: true})
+	return len(b.items) - 1
+}
+
+// recvResult is read i's outcome, as one read(2): the bytes read (0 at
+// end of stream) and its errno (EAGAIN: nothing had arrived).
+func (b *Batch) recvResult(i int) (int, syscall.Errno) {
+	return b.items[i].n, b.items[i].errno
+}
+
 // Len is the number of writes queued.
 func (b *Batch) Len() int { return len(b.items) }
 
@@ -53,12 +71,16 @@ func (b *Batch) Len() int { return len(b.items) }
 func (b *Batch) Send() {
 	for i := range b.items {
 		it := &b.items[i]
-		it.n, it.err, it.held, it.done = 0, nil, false, false
+		it.n, it.err, it.errno, it.held, it.done = 0, nil, 0, it.recv, false
 	}
 	if b.ring == nil || len(b.items) < 2 {
 		for i := range b.items {
 			it := &b.items[i]
-			it.n, it.err = it.c.TryWrite(it.p)
+			if it.recv {
+				it.n, it.errno = rawRead(it.fd, it.p)
+			} else {
+				it.n, it.err = it.c.TryWrite(it.p)
+			}
 		}
 		return
 	}
@@ -98,6 +120,10 @@ func (b *Batch) hold(i, hi, lo int) {
 		return
 	}
 	it := &b.items[i]
+	if it.recv {
+		b.hold(i+1, hi, lo) // its reader holds it
+		return
+	}
 	c := it.c
 	if c.bb != nil {
 		panic("fastconn: a Conn queued twice in one Batch")

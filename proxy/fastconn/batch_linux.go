@@ -15,6 +15,7 @@ const (
 	ioringOffSQEs   = 0x10000000
 
 	ioringOpSend         = 26
+	ioringOpRecv         = 27
 	ioringEnterGetEvents = 1
 )
 
@@ -137,12 +138,16 @@ func (b *Batch) submit(lo, hi int) {
 			continue
 		}
 		idx := (tail + queued) & mask
+		op, flags := uint8(ioringOpSend), uint32(unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		if it.recv {
+			op, flags = ioringOpRecv, unix.MSG_DONTWAIT
+		}
 		r.sqes[idx] = ioUringSQE{
-			opcode:   ioringOpSend,
+			opcode:   op,
 			fd:       int32(it.fd),
 			addr:     uint64(uintptr(unsafe.Pointer(&it.p[0]))),
 			len:      uint32(len(it.p)),
-			msgFlags: unix.MSG_DONTWAIT | unix.MSG_NOSIGNAL,
+			msgFlags: flags,
 			userData: uint64(i),
 		}
 		r.sqArray[idx] = idx
@@ -175,7 +180,11 @@ func (b *Batch) submit(lo, hi int) {
 	}
 	for i := lo; i < hi; i++ {
 		it := &b.items[i]
-		if it.held && !it.done {
+		switch {
+		case it.done || !it.held:
+		case it.recv:
+			it.n, it.errno = rawRead(it.fd, it.p)
+		default:
 			it.n, it.err = it.c.writeOnce(it.fd, it.p)
 		}
 	}
@@ -191,6 +200,15 @@ func (b *Batch) reap() uint32 {
 		cqe := r.cqes[head&r.cqMask]
 		it := &b.items[cqe.userData]
 		it.done = true
+		if it.recv {
+			if cqe.res >= 0 {
+				it.n = int(cqe.res)
+			} else {
+				it.errno = syscall.Errno(-cqe.res)
+			}
+			n++
+			continue
+		}
 		switch {
 		case cqe.res >= 0:
 			it.n = int(cqe.res)

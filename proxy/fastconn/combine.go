@@ -3,6 +3,7 @@ package fastconn
 import (
 	"runtime"
 	"sync"
+	"syscall"
 )
 
 // Combiner joins the non-blocking writes of many goroutines into Batches:
@@ -20,11 +21,14 @@ type Combiner struct {
 }
 
 type combineReq struct {
-	c    *Conn
-	p    []byte
-	n    int
-	err  error
-	done chan struct{}
+	c     *Conn
+	p     []byte
+	fd    uintptr
+	recv  bool // a read (readHeld)
+	n     int
+	err   error
+	errno syscall.Errno
+	done  chan struct{}
 }
 
 var reqPool = sync.Pool{New: func() any { return &combineReq{done: make(chan struct{}, 1)} }}
@@ -48,6 +52,32 @@ func (cb *Combiner) TryWrite(c *Conn, p []byte) (int, error) {
 	}
 	req := reqPool.Get().(*combineReq)
 	req.c, req.p = c, p
+	cb.run(req)
+	n, err := req.n, req.err
+	req.c, req.p, req.n, req.err = nil, nil, 0, nil
+	reqPool.Put(req)
+	return n, err
+}
+
+// readHeld is one read(2) of fd, c's descriptor that the caller holds for
+// reading (inside c's RawConn.Read callback), made with the other queued
+// reads and writes.
+func (cb *Combiner) readHeld(c *Conn, fd uintptr, p []byte) (int, syscall.Errno) {
+	if !cb.batch.Uring() {
+		return rawRead(fd, p)
+	}
+	req := reqPool.Get().(*combineReq)
+	req.c, req.p, req.fd, req.recv = c, p, fd, true
+	cb.run(req)
+	n, e := req.n, req.errno
+	req.c, req.p, req.fd, req.recv, req.n, req.errno = nil, nil, 0, false, 0, 0
+	reqPool.Put(req)
+	return n, e
+}
+
+// run queues req and returns once it is done: sent by the writer that
+// leads the moment's batch, or by this one.
+func (cb *Combiner) run(req *combineReq) {
 	cb.mu.Lock()
 	cb.queue = append(cb.queue, req)
 	if cb.leader {
@@ -59,10 +89,6 @@ func (cb *Combiner) TryWrite(c *Conn, p []byte) (int, error) {
 		runtime.Gosched() // the runnable writers queue theirs
 		cb.sendAll(req)
 	}
-	n, err := req.n, req.err
-	req.c, req.p, req.n, req.err = nil, nil, 0, nil
-	reqPool.Put(req)
-	return n, err
 }
 
 // sendAll sends the queue, and what is queued meanwhile, until it is
@@ -80,11 +106,19 @@ func (cb *Combiner) sendAll(own *combineReq) {
 		cb.queue = cb.spare[:0]
 		cb.mu.Unlock()
 		for _, r := range q {
-			b.Add(r.c, r.p)
+			if r.recv {
+				b.addRecv(r.c, r.fd, r.p)
+			} else {
+				b.Add(r.c, r.p)
+			}
 		}
 		b.Send()
 		for i, r := range q {
-			r.n, r.err = b.Result(i)
+			if r.recv {
+				r.n, r.errno = b.recvResult(i)
+			} else {
+				r.n, r.err = b.Result(i)
+			}
 			if r != own {
 				r.done <- struct{}{}
 			}

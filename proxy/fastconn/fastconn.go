@@ -44,6 +44,7 @@ type Conn struct {
 	wrote bool                  // WriteRead: w is written, wait for the reply
 	wrFn  func(fd uintptr) bool // WriteRead's registration
 	comb  *Combiner             // WriteReadVia's
+	rcomb *Combiner             // ReadVia's
 	cerr  error                 // WriteReadVia's write error
 
 	bb           *Batch // Batch.hold's state while it holds this Conn
@@ -83,6 +84,15 @@ func (s *Conn) Read(p []byte) (int, error) {
 	return s.readDone(err)
 }
 
+// ReadVia is Read whose read(2) calls are made through cb (nil: on their
+// own), with other goroutines' reads and writes.
+func (s *Conn) ReadVia(cb *Combiner, p []byte) (int, error) {
+	s.rcomb = cb
+	n, err := s.Read(p)
+	s.rcomb = nil
+	return n, err
+}
+
 // readDone ends a read registration that returned err: it returns what
 // the read got (EOF for 0 bytes) and clears the read state.
 func (s *Conn) readDone(err error) (int, error) {
@@ -112,8 +122,8 @@ func (s *Conn) WriteRead(w, p []byte) (int, error) {
 	return s.WriteReadVia(nil, w, p)
 }
 
-// WriteReadVia is WriteRead whose write attempt goes out through cb (nil:
-// on its own), with other goroutines' writes.
+// WriteReadVia is WriteRead whose write attempt and reads go through cb
+// (nil: on their own), with other goroutines' reads and writes.
 func (s *Conn) WriteReadVia(cb *Combiner, w, p []byte) (int, error) {
 	if s.rc == nil || len(w) == 0 || len(p) == 0 {
 		if _, err := s.Write(w); err != nil {
@@ -121,10 +131,10 @@ func (s *Conn) WriteReadVia(cb *Combiner, w, p []byte) (int, error) {
 		}
 		return s.Read(p)
 	}
-	s.wp, s.rp, s.comb = w, p, cb
+	s.wp, s.rp, s.comb, s.rcomb = w, p, cb, cb
 	err := s.rc.Read(s.wrFn)
 	wn, we, wrote, cerr := s.wn, s.werrno, s.wrote, s.cerr
-	s.wp, s.wn, s.werrno, s.wrote, s.comb, s.cerr = nil, 0, 0, false, nil, nil
+	s.wp, s.wn, s.werrno, s.wrote, s.comb, s.rcomb, s.cerr = nil, 0, 0, false, nil, nil, nil
 	switch {
 	case cerr != nil:
 		s.readDone(nil)

@@ -13,7 +13,13 @@ import (
 // escapes).
 func (s *Conn) initRaw() {
 	s.readFn = func(fd uintptr) bool {
-		n, e := rawRead(fd, s.rp)
+		var n int
+		var e syscall.Errno
+		if s.rcomb != nil {
+			n, e = s.rcomb.readHeld(s, fd, s.rp)
+		} else {
+			n, e = rawRead(fd, s.rp)
+		}
 		if e == syscall.EAGAIN {
 			return false // wait for readiness
 		}
