@@ -25,6 +25,7 @@ type combineReq struct {
 	p     []byte
 	fd    uintptr
 	recv  bool // a read (readHeld)
+	lead  bool // woken to send the queue, not with its result
 	n     int
 	err   error
 	errno syscall.Errno
@@ -83,6 +84,10 @@ func (cb *Combiner) run(req *combineReq) {
 	if cb.leader {
 		cb.mu.Unlock()
 		<-req.done
+		if req.lead { // handed the queue, req still in it
+			req.lead = false
+			cb.sendAll(req)
+		}
 	} else {
 		cb.leader = true
 		cb.mu.Unlock()
@@ -91,16 +96,26 @@ func (cb *Combiner) run(req *combineReq) {
 	}
 }
 
+// maxRounds is how many batches a leader sends before it hands the queue
+// to the oldest waiter, so that no goroutine serves the others forever.
+const maxRounds = 4
+
 // sendAll sends the queue, and what is queued meanwhile, until it is
-// empty; it wakes every writer but own.
+// empty or maxRounds were sent; it wakes every writer but own.
 func (cb *Combiner) sendAll(own *combineReq) {
 	b := cb.batch
-	for {
+	for round := 0; ; round++ {
 		cb.mu.Lock()
 		q := cb.queue
 		if len(q) == 0 {
 			cb.leader = false
 			cb.mu.Unlock()
+			return
+		}
+		if round == maxRounds {
+			q[0].lead = true // it leads from here on
+			cb.mu.Unlock()
+			q[0].done <- struct{}{}
 			return
 		}
 		cb.queue = cb.spare[:0]

@@ -13,13 +13,7 @@ import (
 // escapes).
 func (s *Conn) initRaw() {
 	s.readFn = func(fd uintptr) bool {
-		var n int
-		var e syscall.Errno
-		if s.rcomb != nil {
-			n, e = s.rcomb.readHeld(s, fd, s.rp)
-		} else {
-			n, e = rawRead(fd, s.rp)
-		}
+		n, e := s.readOnce(fd, s.rp)
 		if e == syscall.EAGAIN {
 			return false // wait for readiness
 		}
@@ -77,7 +71,7 @@ func (s *Conn) initRaw() {
 	s.eachFn = func(fd uintptr) bool {
 		for {
 			p := s.fill()
-			n, e := rawRead(fd, p)
+			n, e := s.readOnce(fd, p)
 			switch {
 			case e == syscall.EAGAIN:
 				return false
@@ -98,6 +92,15 @@ func (s *Conn) initRaw() {
 			}
 		}
 	}
+}
+
+// readOnce is one read(2) of fd, through the Combiner of ReadVia or
+// WriteReadVia if any.
+func (s *Conn) readOnce(fd uintptr, p []byte) (int, syscall.Errno) {
+	if s.rcomb != nil {
+		return s.rcomb.readHeld(s, fd, p)
+	}
+	return rawRead(fd, p)
 }
 
 // rawRead reads into p (not empty) with one read(2), retried on EINTR.
