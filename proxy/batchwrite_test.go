@@ -15,7 +15,8 @@ import (
 )
 
 // Replies to many clients finished by one backend read are written
-// together; each client still gets exactly its own replies in order: 16
+// together, and their requests read together (more than combineConns
+// clients); each client still gets exactly its own replies in order: 24
 // clients pipelining gets of 4 KiB values over one memcached connection,
 // half of which start reading late, then every connection reads
 // everything. (TestBatchedWriteLeftPartial covers a full socket.) No goroutine is left.
@@ -23,7 +24,7 @@ func TestRepliesWrittenTogetherStayInOrder(t *testing.T) {
 	noLeaks(t)
 	ms := fixture.Memcached(t, 1)
 	p := startProxy(t, shardAddrs(ms), nil)
-	const clients, gets, size = 16, 60, 4 << 10
+	const clients, gets, size = 24, 60, 4 << 10
 	value := func(k int) string { return strings.Repeat(string(rune('a'+k%26)), size) }
 	set := bytes.Buffer{}
 	for k := range 26 {

@@ -54,7 +54,7 @@ func (cc *clientConn) serve() (parked bool) {
 			rd.markPartial()
 		case stepRead:
 			rd.next = stepRead
-			err := cc.sock.ReadEach(rd.fillFn, rd.consumeFn)
+			err := cc.sock.ReadEachVia(cc.readCombiner, rd.fillFn, rd.consumeFn)
 			if rd.next != stepRead {
 				next = rd.next // consume stopped reading; err is nil
 				continue

@@ -414,7 +414,7 @@ func runFast(ctx context.Context, c *cli.Context, logger *slog.Logger, l *pop.Li
 	if err != nil {
 		return err
 	}
-	logger.Info("listening", "listener", "proxy", "addr", ln.Addr().String(), "core", "fasthttp")
+	logger.Info("listening", "listener", "proxy", "addr", ln.Addr().String(), "core", "fasthttp", "io_uring", fastconn.Uring())
 	delete(servers, "proxy")
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -32,6 +32,7 @@ import (
 	"github.com/poplimit/poplimit/cmd/internal/procsflag"
 	"github.com/poplimit/poplimit/proxy"
 	"github.com/poplimit/poplimit/proxy/embedded"
+	"github.com/poplimit/poplimit/proxy/fastconn"
 	"github.com/poplimit/poplimit/proxy/protocol"
 	"github.com/poplimit/poplimit/shard"
 )
@@ -153,6 +154,7 @@ func run(c *cli.Context) error {
 	go func() { defer close(gcDone); daemon.RunGCFloor(ctx, c.Duration("gc-every")) }()
 	defer func() { stop(); <-gcDone }()
 
+	log.Info("mcproxy: serving", "io_uring", fastconn.Uring())
 	failed := make(chan error, 1)
 	go func() { failed <- p.Wait(ctx) }()
 	select {

@@ -1,6 +1,9 @@
 package fastconn
 
-import "syscall"
+import (
+	"sync"
+	"syscall"
+)
 
 // Batch is one non-blocking write attempt on each of several Conns, made
 // together: with one io_uring_enter system call for all of them on Linux
@@ -38,6 +41,18 @@ const maxRing = 64
 func NewBatch() *Batch {
 	return &Batch{ring: newRing(maxRing)}
 }
+
+// Uring reports whether the kernel gives this process io_uring rings (a
+// seccomp profile, such as Docker's default, or the io_uring_disabled
+// sysctl may refuse them): Batches and Combiners then write one by one.
+var Uring = sync.OnceValue(func() bool {
+	r := newRing(1)
+	if r == nil {
+		return false
+	}
+	_ = r.close()
+	return true
+})
 
 // Uring reports whether b writes through io_uring.
 func (b *Batch) Uring() bool { return b.ring != nil }

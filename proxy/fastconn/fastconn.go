@@ -1,8 +1,9 @@
 // Package fastconn is the socket I/O leaf of poplimit: Conn, a net.Conn
 // whose reads and writes are raw system calls on the non-blocking socket
-// (see Conn for why). The memcached clients of counter/memcached and
-// mcproxy's client and backend sockets use it. It imports only the
-// standard library.
+// (see Conn for why), and Batch and Combiner, which make many sockets'
+// reads and writes with one io_uring call where Linux allows it. The
+// memcached clients of counter/memcached, mcproxy's client and backend
+// sockets and edge's fasthttp core use it.
 package fastconn
 
 import (
@@ -45,6 +46,7 @@ type Conn struct {
 	wrFn  func(fd uintptr) bool // WriteRead's registration
 	comb  *Combiner             // WriteReadVia's
 	rcomb *Combiner             // ReadVia's
+	rpick func() *Combiner      // ReadEachVia's
 	cerr  error                 // WriteReadVia's write error
 
 	bb           *Batch // Batch.hold's state while it holds this Conn
@@ -204,6 +206,16 @@ func (s *Conn) ReadEach(fill func() []byte, consume func(n int) ReadNext) error 
 		err = s.eerr
 	}
 	s.fill, s.consume, s.eerr = nil, nil, nil
+	return err
+}
+
+// ReadEachVia is ReadEach whose read(2) calls are made through the
+// Combiner that pick returns before each (nil: on their own), with other
+// goroutines' reads and writes.
+func (s *Conn) ReadEachVia(pick func() *Combiner, fill func() []byte, consume func(n int) ReadNext) error {
+	s.rpick = pick
+	err := s.ReadEach(fill, consume)
+	s.rpick = nil
 	return err
 }
 

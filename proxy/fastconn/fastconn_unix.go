@@ -94,11 +94,15 @@ func (s *Conn) initRaw() {
 	}
 }
 
-// readOnce is one read(2) of fd, through the Combiner of ReadVia or
-// WriteReadVia if any.
+// readOnce is one read(2) of fd, through the Combiner of ReadVia,
+// ReadEachVia or WriteReadVia if any.
 func (s *Conn) readOnce(fd uintptr, p []byte) (int, syscall.Errno) {
-	if s.rcomb != nil {
-		return s.rcomb.readHeld(s, fd, p)
+	cb := s.rcomb
+	if cb == nil && s.rpick != nil {
+		cb = s.rpick()
+	}
+	if cb != nil {
+		return cb.readHeld(s, fd, p)
 	}
 	return rawRead(fd, p)
 }
