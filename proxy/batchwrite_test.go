@@ -19,7 +19,8 @@ import (
 // clients); each client still gets exactly its own replies in order: 24
 // clients pipelining gets of 4 KiB values over one memcached connection,
 // half of which start reading late, then every connection reads
-// everything. (TestBatchedWriteLeftPartial covers a full socket.) No goroutine is left.
+// everything (TestBatchedWriteLeftPartial covers a full socket). No
+// goroutine is left.
 func TestRepliesWrittenTogetherStayInOrder(t *testing.T) {
 	noLeaks(t)
 	ms := fixture.Memcached(t, 1)
