@@ -137,13 +137,11 @@ func (c Config) Run(ctx context.Context) (bench.Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("edgecmp: wrk: %w (apt-get install wrk)", err)
 	}
-	dir := c.Dir
-	if dir == "" {
-		if dir, err = os.MkdirTemp("", "edgecmp-"); err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
+	dir, done, err := bench.WorkDir(c.Dir, "edgecmp-")
+	if err != nil {
+		return nil, err
 	}
+	defer done()
 	var stops []func()
 	defer func() {
 		for i := len(stops) - 1; i >= 0; i-- {

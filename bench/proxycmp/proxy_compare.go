@@ -176,15 +176,11 @@ func runProxyCompare(ctx context.Context, cfg ProxyCompareConfig) (*proxyCompare
 			return nil, fmt.Errorf("%w: unknown mix %q", errProxyLoad, m)
 		}
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "popbench-proxy-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
+	dir, done, err := bench.WorkDir(cfg.Dir, "popbench-proxy-")
+	if err != nil {
+		return nil, err
 	}
+	defer done()
 	rep := &proxyCompareReport{
 		Date: time.Now().UTC().Format(time.RFC3339), NumCPU: runtime.NumCPU(),
 		Conns: positiveOr(cfg.Conns, 64), Seconds: cfg.duration().Seconds(),

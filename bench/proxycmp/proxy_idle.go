@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"runtime"
 	"syscall"
 	"text/tabwriter"
@@ -113,15 +112,11 @@ func runIdleConns(ctx context.Context, cfg IdleConnsConfig) (*idleConnsReport, e
 		return nil, fmt.Errorf("%w: %d idle connections need a file descriptor limit above %d, the hard limit is %d",
 			errProxyLoad, n, n+256, limit)
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "popbench-idle-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
+	dir, done, err := bench.WorkDir(cfg.Dir, "popbench-idle-")
+	if err != nil {
+		return nil, err
 	}
+	defer done()
 	var shards []*procs.Memcached
 	defer func() {
 		for _, m := range shards {

@@ -77,15 +77,11 @@ func Run(ctx context.Context, cfg Config) (bench.Result, error) {
 		}
 		return results{r}, nil
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "popbench-rls-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
+	dir, done, err := bench.WorkDir(cfg.Dir, "popbench-rls-")
+	if err != nil {
+		return nil, err
 	}
+	defer done()
 	launched, peer, err := launch(ctx, cfg, dir)
 	if launched != nil {
 		defer launched.Close()
