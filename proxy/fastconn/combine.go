@@ -17,6 +17,7 @@ type Combiner struct {
 	queue  []*combineReq
 	leader bool // a writer is sending the queue
 	batch  *Batch
+	uring  bool // batch had a ring when made (it may drop it: see submit)
 	spare  []*combineReq
 }
 
@@ -37,10 +38,11 @@ var reqPool = sync.Pool{New: func() any { return &combineReq{done: make(chan str
 // NewCombiner returns a Combiner with its own io_uring ring, if the kernel
 // gives one.
 func NewCombiner() *Combiner {
-	return &Combiner{batch: NewBatch()}
+	b := NewBatch()
+	return &Combiner{batch: b, uring: b.Uring()}
 }
 
-// Close releases the ring; later writes are TryWrites of their own. No
+// Close releases the ring; later reads and writes are made one by one. No
 // write may be under way.
 func (cb *Combiner) Close() error { return cb.batch.Close() }
 
@@ -48,7 +50,7 @@ func (cb *Combiner) Close() error { return cb.batch.Close() }
 // with the other writes queued meanwhile. One goroutine writes to c at a
 // time.
 func (cb *Combiner) TryWrite(c *Conn, p []byte) (int, error) {
-	if !cb.batch.Uring() {
+	if !cb.uring {
 		return c.TryWrite(p)
 	}
 	req := reqPool.Get().(*combineReq)
@@ -64,7 +66,7 @@ func (cb *Combiner) TryWrite(c *Conn, p []byte) (int, error) {
 // reading (inside c's RawConn.Read callback), made with the other queued
 // reads and writes.
 func (cb *Combiner) readHeld(c *Conn, fd uintptr, p []byte) (int, syscall.Errno) {
-	if !cb.batch.Uring() {
+	if !cb.uring {
 		return rawRead(fd, p)
 	}
 	req := reqPool.Get().(*combineReq)
