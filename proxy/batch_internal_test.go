@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"io"
-	"net"
 	"testing"
 	"time"
 
@@ -29,13 +28,7 @@ func TestBatchedWriteLeftPartial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, server := sockpair.TCP(t)
-	if err := server.(*net.TCPConn).SetWriteBuffer(64 << 10); err != nil {
-		t.Fatal(err)
-	}
-	if err := client.(*net.TCPConn).SetReadBuffer(64 << 10); err != nil {
-		t.Fatal(err)
-	}
+	server, client := sockpair.SmallTCP(t) // the server end sends
 	cc := newClientConn(srv, server)
 	if !cc.sock.Raw() {
 		t.Skip("no raw socket")

@@ -70,13 +70,7 @@ func TestBatchWritesAsTryWriteWould(t *testing.T) {
 			}
 
 			// A full socket, a closed Conn, a gone peer, a healthy one.
-			fullC, fullS := sockpair.TCP(t)
-			if err := fullC.(*net.TCPConn).SetWriteBuffer(64 << 10); err != nil {
-				t.Fatal(err)
-			}
-			if err := fullS.(*net.TCPConn).SetReadBuffer(64 << 10); err != nil {
-				t.Fatal(err)
-			}
+			fullC, _ := sockpair.SmallTCP(t)
 			full := New(fullC)
 			fill(t, full)
 			closedC, _ := sockpair.TCP(t)

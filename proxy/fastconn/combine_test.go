@@ -64,9 +64,7 @@ func TestCombinerWritersOnManyGoroutines(t *testing.T) {
 	}
 
 	// A full socket: a short count, no error.
-	c, s := sockpair.TCP(t)
-	_ = c.(*net.TCPConn).SetWriteBuffer(64 << 10)
-	_ = s.(*net.TCPConn).SetReadBuffer(64 << 10)
+	c, _ := sockpair.SmallTCP(t)
 	fc := New(c)
 	fill(t, fc)
 	big := bytes.Repeat([]byte("y"), 1<<20)

@@ -90,15 +90,7 @@ func fill(t *testing.T, fc *Conn) []byte {
 // called (TryWrite said so), so a Write that reports all its bytes written
 // cannot have returned before the peer read: no sleep decides the outcome.
 func TestConnWriteWaitsForRoom(t *testing.T) {
-	c, s := sockpair.TCP(t)
-	// Fixed buffers: Linux grows loopback TCP buffers while data flows
-	// (autotuning), which let a write after fill find room again.
-	if err := c.(*net.TCPConn).SetWriteBuffer(64 << 10); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.(*net.TCPConn).SetReadBuffer(64 << 10); err != nil {
-		t.Fatal(err)
-	}
+	c, s := sockpair.SmallTCP(t) // fixed buffers: a write after fill finds none
 	fc := New(c)
 	want := fill(t, fc)
 
