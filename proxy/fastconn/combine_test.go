@@ -16,13 +16,31 @@ import (
 // Combiner: every peer receives exactly its writer's bytes in order, a
 // full socket gives a short count (the writer then finishes with Write),
 // and WriteReadVia's write goes out with the others and its reply is
-// read. Run under -race.
+// read; with a ring, without one (one call each, as where the kernel
+// refuses io_uring) and after the ring was dropped. Run under -race.
 func TestCombinerWritersOnManyGoroutines(t *testing.T) {
-	cb := NewCombiner()
-	defer cb.Close()
-	if !cb.batch.Uring() {
-		t.Log("no io_uring: each write is its own TryWrite")
+	for _, kind := range []string{"ring", "no ring", "ring dropped"} {
+		t.Run(kind, func(t *testing.T) {
+			var cb *Combiner
+			switch kind {
+			case "ring":
+				cb = NewCombiner()
+				if !cb.uring {
+					t.Skip("the kernel refuses io_uring here")
+				}
+			case "no ring": // as where the kernel refuses io_uring
+				cb = &Combiner{batch: &Batch{}}
+			case "ring dropped": // as after a failed io_uring_enter
+				cb = NewCombiner()
+				cb.batch.Close()
+			}
+			defer cb.Close()
+			combinerWriters(t, cb)
+		})
 	}
+}
+
+func combinerWriters(t *testing.T, cb *Combiner) {
 	const writers, writes = 32, 200
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*writers)
