@@ -164,7 +164,7 @@ func (cc *clientConn) answerReady() {
 }
 
 // takeReady is answer's first half for a batch of clients written
-// together (answerBatch): it answers the ready head entries and, when
+// together (replyReader.answerOwners): it answers the ready head entries and, when
 // they make bytes to write and no write is under way, takes the output
 // buffer for the batch and marks the output busy, reporting true; sent
 // must follow. Otherwise it does all answer does.

@@ -6,12 +6,13 @@ import (
 	"syscall"
 )
 
-// Combiner joins the non-blocking writes of many goroutines into Batches:
-// the first writer lets the goroutines runnable at that moment queue
-// theirs (runtime.Gosched), then sends them all with one system call
-// where io_uring is available. For a server whose handlers each write
-// their own connection, as a Batch is for one goroutine answering many.
-// Without io_uring a write is a TryWrite of its own.
+// Combiner joins the non-blocking reads and writes of many goroutines
+// into Batches: the first to come lets the goroutines runnable at that
+// moment queue theirs (runtime.Gosched), then makes them all with one
+// system call where io_uring is available. For a server whose handlers
+// each read and write their own connection, as a Batch is for one
+// goroutine answering many. Without io_uring each is a system call of its
+// own.
 type Combiner struct {
 	mu     sync.Mutex
 	queue  []*combineReq
