@@ -80,10 +80,12 @@ const deferWrite = 4 << 10
 
 // upstreamConn is a connection to the upstream. fasthttp's HostClient
 // writes a request and then reads its response, on one goroutine; a
-// request up to deferWrite bytes is sent by that read (fastconn.WriteRead,
-// with the other connections' writes), which waits for the response
-// instead of first reading to find the socket empty. Sound because an upstream sends nothing unprompted: what it sent
-// while the connection was idle (a close) draws a reset on the write.
+// request up to deferWrite bytes is sent by that read
+// (fastconn.WriteReadVia, with the other connections' reads and writes),
+// which waits for the response instead of first reading to find the
+// socket empty. Sound because an upstream sends nothing unprompted: what
+// it sent while the connection was idle (a close) draws a reset on the
+// write.
 type upstreamConn struct {
 	*fastconn.Conn
 	pend []byte // written by the caller, not sent yet

@@ -42,8 +42,8 @@ type Conn struct {
 	tryFn   func(fd uintptr) bool // one write attempt
 	writeFn func(fd uintptr) bool // write all of wp, waiting for room
 
-	wrote bool                  // WriteRead: w is written, wait for the reply
-	wrFn  func(fd uintptr) bool // WriteRead's registration
+	wrote bool                  // WriteReadVia: w is written, wait for the reply
+	wrFn  func(fd uintptr) bool // WriteReadVia's registration
 	comb  *Combiner             // WriteReadVia's
 	rcomb *Combiner             // ReadVia's
 	rpick func() *Combiner      // ReadEachVia's
@@ -111,21 +111,17 @@ func (s *Conn) readDone(err error) (int, error) {
 	return n, nil
 }
 
-// WriteRead writes all of w, then reads into p as Read does. Both run in
-// one wait registration with the poller, so after writing it waits for
-// the reply instead of first reading to find the socket empty (one system
-// call saved per exchange). That is sound only for a peer that sends
-// nothing unprompted, as a server to its client without pipelining: a
-// reply to w, or the reset a write to a closed socket draws, arrives after
-// the registration and wakes the wait. When the socket takes only part of
-// w, WriteRead writes the rest as Write does and then reads as Read does.
-// A write error is returned as Write's. The read deadline bounds it all.
-func (s *Conn) WriteRead(w, p []byte) (int, error) {
-	return s.WriteReadVia(nil, w, p)
-}
-
-// WriteReadVia is WriteRead whose write attempt and reads go through cb
-// (nil: on their own), with other goroutines' reads and writes.
+// WriteReadVia writes all of w, then reads into p as Read does, its
+// write attempt and reads made through cb (nil: on their own) with other
+// goroutines' reads and writes. Both run in one wait registration with
+// the poller, so after writing it waits for the reply instead of first
+// reading to find the socket empty (one system call saved per exchange).
+// That is sound only for a peer that sends nothing unprompted, as a
+// server to its client without pipelining: a reply to w, or the reset a
+// write to a closed socket draws, arrives after the registration and
+// wakes the wait. When the socket takes only part of w, WriteReadVia
+// writes the rest as Write does and then reads as Read does. A write
+// error is returned as Write's. The read deadline bounds it all.
 func (s *Conn) WriteReadVia(cb *Combiner, w, p []byte) (int, error) {
 	if s.rc == nil || len(w) == 0 || len(p) == 0 {
 		if _, err := s.Write(w); err != nil {

@@ -295,7 +295,7 @@ func TestConnReadEachSeesCloseWithData(t *testing.T) {
 	}
 }
 
-// TestConnWriteReadExchanges: WriteRead writes the request and returns
+// TestConnWriteReadExchanges: WriteReadVia writes the request and returns
 // the reply the peer sends once it has read it, exchange after exchange.
 func TestConnWriteReadExchanges(t *testing.T) {
 	c, s := sockpair.TCP(t)
@@ -314,7 +314,7 @@ func TestConnWriteReadExchanges(t *testing.T) {
 	fc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	buf := make([]byte, 64)
 	for _, req := range []string{"get a", "get b", "incr c 1"} {
-		n, err := fc.WriteRead([]byte(req), buf)
+		n, err := fc.WriteReadVia(nil, []byte(req), buf)
 		if err != nil || string(buf[:n]) != strings.ToUpper(req) {
 			t.Fatalf("%q: got %q, %v", req, buf[:n], err)
 		}
@@ -331,16 +331,16 @@ func TestConnWriteReadPeerClosedBefore(t *testing.T) {
 	time.Sleep(10 * time.Millisecond) // the FIN is queued
 	fc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	start := time.Now()
-	_, err := fc.WriteRead([]byte("get k"), make([]byte, 64))
+	_, err := fc.WriteReadVia(nil, []byte("get k"), make([]byte, 64))
 	if err == nil {
-		t.Fatal("WriteRead to a closed peer succeeded")
+		t.Fatal("WriteReadVia to a closed peer succeeded")
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		t.Fatalf("WriteRead to a closed peer waited for the deadline: %v", err)
+		t.Fatalf("WriteReadVia to a closed peer waited for the deadline: %v", err)
 	}
 	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("WriteRead to a closed peer took %v", d)
+		t.Fatalf("WriteReadVia to a closed peer took %v", d)
 	}
 }
 
@@ -360,7 +360,7 @@ func TestConnWriteReadFullSocket(t *testing.T) {
 	fc.SetReadDeadline(time.Now().Add(10 * time.Second))
 	fc.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	buf := make([]byte, 64)
-	n, err := fc.WriteRead(req, buf)
+	n, err := fc.WriteReadVia(nil, req, buf)
 	if err != nil || string(buf[:n]) != "done" {
 		t.Fatalf("got %q, %v; want done", buf[:n], err)
 	}
@@ -372,7 +372,7 @@ func TestConnWriteReadDeadline(t *testing.T) {
 	c, _ := sockpair.TCP(t)
 	fc := New(c)
 	fc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-	_, err := fc.WriteRead([]byte("get k"), make([]byte, 64))
+	_, err := fc.WriteReadVia(nil, []byte("get k"), make([]byte, 64))
 	if !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("got %v, want a deadline error", err)
 	}

@@ -50,7 +50,7 @@ func (s *Conn) initRaw() {
 		if !s.wrote {
 			for s.werrno == 0 && s.wn < len(s.wp) {
 				if !s.write(fd) {
-					return true // full: WriteRead finishes outside
+					return true // full: WriteReadVia finishes outside
 				}
 			}
 			if s.werrno != 0 {
