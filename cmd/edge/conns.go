@@ -52,9 +52,9 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	return k, err
 }
 
-// combined joins the writes of the fasthttp core's connections, to
-// clients and to the upstream, into one system call per moment
-// (fastconn.Combiner): one ring for the process, made on first use.
+// combined joins the reads and writes of the fasthttp core's
+// connections, to clients and to the upstream, into one system call per
+// moment (fastconn.Combiner): one ring for the process, made on first use.
 var combined = sync.OnceValue(fastconn.NewCombiner)
 
 // Write writes p as net.Conn.Write does; its non-blocking first attempt

@@ -120,37 +120,38 @@ func rawRead(fd uintptr, p []byte) (int, syscall.Errno) {
 // write writes wp[wn:] once, adding to wn; it reports false when the
 // socket is full.
 func (s *Conn) write(fd uintptr) bool {
-	p := s.wp[s.wn:]
-	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-		switch e {
-		case 0:
-			s.wn += int(n)
-			return true
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false
-		}
-		s.werrno = e
+	n, e := rawWrite(fd, s.wp[s.wn:])
+	switch e {
+	case 0:
+		s.wn += n
 		return true
+	case syscall.EAGAIN:
+		return false
 	}
+	s.werrno = e
+	return true
 }
 
 // writeOnce is one write of p to fd, a descriptor held for writing,
 // with TryWrite's results.
 func (s *Conn) writeOnce(fd uintptr, p []byte) (int, error) {
+	n, e := rawWrite(fd, p)
+	switch e {
+	case 0:
+		return n, nil
+	case syscall.EAGAIN:
+		return 0, nil
+	}
+	return 0, s.opError("write", e)
+}
+
+// rawWrite writes p (not empty) with one write(2), retried on EINTR.
+func rawWrite(fd uintptr, p []byte) (int, syscall.Errno) {
 	for {
 		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-		switch e {
-		case 0:
-			return int(n), nil
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return 0, nil
+		if e != syscall.EINTR {
+			return int(n), e
 		}
-		return 0, s.opError("write", e)
 	}
 }
 
