@@ -159,13 +159,17 @@ func (b *Batch) submit(lo, hi int) {
 	atomic.StoreUint32(r.sqTail, tail+queued)
 	broken := false
 	for done, first := uint32(0), true; done < queued; first = false {
-		// Sends with MSG_DONTWAIT complete during the call; min_complete
-		// only covers a kernel that would finish one later.
-		submit := uintptr(0)
+		// Sends and receives with MSG_DONTWAIT complete during the
+		// submitting call, made raw (no scheduler hand-off, which would
+		// wake sysmon); a kernel that finishes one later is waited for
+		// in a blocking call.
+		var n uintptr
+		var errno syscall.Errno
 		if first {
-			submit = uintptr(queued)
+			n, _, errno = syscall.RawSyscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(queued), 0, 0, 0, 0)
+		} else {
+			n, _, errno = syscall.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), 0, uintptr(queued-done), ioringEnterGetEvents, 0, 0)
 		}
-		n, _, errno := syscall.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), submit, uintptr(queued-done), ioringEnterGetEvents, 0, 0)
 		if errno != 0 && errno != syscall.EINTR || first && errno == 0 && uint32(n) != queued {
 			broken = true
 			break
