@@ -166,7 +166,12 @@ func (b *Batch) submit(lo, hi int) {
 		var n uintptr
 		var errno syscall.Errno
 		if first {
-			n, _, errno = syscall.RawSyscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(queued), 0, 0, 0, 0)
+			for { // an interrupted submit consumed nothing: submit again
+				n, _, errno = syscall.RawSyscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(queued), 0, 0, 0, 0)
+				if errno != syscall.EINTR {
+					break
+				}
+			}
 		} else {
 			n, _, errno = syscall.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), 0, uintptr(queued-done), ioringEnterGetEvents, 0, 0)
 		}
@@ -177,8 +182,10 @@ func (b *Batch) submit(lo, hi int) {
 		done += b.reap()
 	}
 	if broken {
-		// The ring's state is unknown: drop it (its fd's close cancels
-		// what it holds) and write the rest one by one from now on.
+		// The ring's state is unknown: keep the results it posted (a
+		// send it made must not be made again), drop it (its fd's close
+		// cancels what it holds) and write the rest one by one from now on.
+		b.reap()
 		b.ring = nil
 		_ = r.close()
 	}
