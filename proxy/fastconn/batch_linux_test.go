@@ -4,14 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/poplimit/poplimit/bench/fixture/sockpair"
 )
 
 // A Batch whose io_uring_enter fails drops its ring and makes every write
@@ -23,14 +20,7 @@ func TestBatchRingFailureWritesEachOnce(t *testing.T) {
 	if !b.Uring() {
 		t.Skip("the kernel refuses io_uring here")
 	}
-	const conns = 8
-	var fcs []*Conn
-	var peers []net.Conn
-	for range conns {
-		c, s := sockpair.TCP(t)
-		fcs = append(fcs, New(c))
-		peers = append(peers, s)
-	}
+	fcs, peers := tcpConns(t, 8)
 	// The ring's descriptor now names /dev/null: io_uring_enter fails.
 	null, err := os.Open(os.DevNull)
 	if err != nil {

@@ -35,15 +35,8 @@ func TestBatchWritesAsTryWriteWould(t *testing.T) {
 				b.Close()
 			}
 			const conns, rounds = 70, 50 // more than one ring's worth
-			var fcs []*Conn
-			var peers []net.Conn
-			var want [][]byte
-			for range conns {
-				c, s := sockpair.TCP(t)
-				fcs = append(fcs, New(c))
-				peers = append(peers, s)
-				want = append(want, nil)
-			}
+			fcs, peers := tcpConns(t, conns)
+			want := make([][]byte, conns)
 			for r := range rounds {
 				for i, fc := range fcs {
 					if (i+r)%3 == 0 {
@@ -143,13 +136,7 @@ func BenchmarkBatchSend(b *testing.B) {
 				bt.Close()
 			}
 			const conns = 16
-			var fcs []*Conn
-			var peers []net.Conn
-			for range conns {
-				c, s := sockpair.TCP(b)
-				fcs = append(fcs, New(c))
-				peers = append(peers, s)
-			}
+			fcs, peers := tcpConns(b, conns)
 			msg := []byte("STORED\r\n")
 			buf := make([]byte, 64<<10)
 			b.ResetTimer()
@@ -169,4 +156,16 @@ func BenchmarkBatchSend(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*conns), "ns/write")
 		})
 	}
+}
+
+// tcpConns returns n loopback TCP connections as Conns and their peers,
+// closed when t ends.
+func tcpConns(t testing.TB, n int) ([]*Conn, []net.Conn) {
+	fcs := make([]*Conn, n)
+	peers := make([]net.Conn, n)
+	for i := range n {
+		c, s := sockpair.TCP(t)
+		fcs[i], peers[i] = New(c), s
+	}
+	return fcs, peers
 }
