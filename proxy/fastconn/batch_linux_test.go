@@ -15,11 +15,7 @@ import (
 // one by one: each peer receives its bytes exactly once, in this Send and
 // the next.
 func TestBatchRingFailureWritesEachOnce(t *testing.T) {
-	b := NewBatch()
-	defer b.Close()
-	if !b.Uring() {
-		t.Skip("the kernel refuses io_uring here")
-	}
+	b := testBatch(t, true)
 	fcs, peers := tcpConns(t, 8)
 	// The ring's descriptor now names /dev/null: io_uring_enter fails.
 	null, err := os.Open(os.DevNull)

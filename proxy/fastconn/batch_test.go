@@ -23,17 +23,7 @@ import (
 func TestBatchWritesAsTryWriteWould(t *testing.T) {
 	for _, uring := range []bool{true, false} {
 		t.Run(fmt.Sprintf("uring=%v", uring), func(t *testing.T) {
-			b := NewBatch()
-			defer b.Close()
-			if uring && !b.Uring() {
-				if runtime.GOOS == "linux" {
-					t.Log("the kernel refuses io_uring here: the batch writes one by one")
-				}
-				t.Skip("no io_uring")
-			}
-			if !uring {
-				b.Close()
-			}
+			b := testBatch(t, uring)
 			const conns, rounds = 70, 50 // more than one ring's worth
 			fcs, peers := tcpConns(t, conns)
 			want := make([][]byte, conns)
@@ -127,14 +117,7 @@ func TestBatchOfOneOrNone(t *testing.T) {
 func BenchmarkBatchSend(b *testing.B) {
 	for _, uring := range []bool{false, true} {
 		b.Run(fmt.Sprintf("uring=%v", uring), func(b *testing.B) {
-			bt := NewBatch()
-			defer bt.Close()
-			if uring && !bt.Uring() {
-				b.Skip("no io_uring")
-			}
-			if !uring {
-				bt.Close()
-			}
+			bt := testBatch(b, uring)
 			const conns = 16
 			fcs, peers := tcpConns(b, conns)
 			msg := []byte("STORED\r\n")
@@ -156,6 +139,25 @@ func BenchmarkBatchSend(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*conns), "ns/write")
 		})
 	}
+}
+
+// testBatch returns a Batch with its ring (skipping tb where the kernel
+// refuses io_uring) or, for !uring, one that writes one by one; closed
+// when tb ends.
+func testBatch(tb testing.TB, uring bool) *Batch {
+	tb.Helper()
+	b := NewBatch()
+	tb.Cleanup(func() { b.Close() })
+	if uring && !b.Uring() {
+		if runtime.GOOS == "linux" {
+			tb.Log("the kernel refuses io_uring here: the batch writes one by one")
+		}
+		tb.Skip("no io_uring")
+	}
+	if !uring {
+		b.Close()
+	}
+	return b
 }
 
 // tcpConns returns n loopback TCP connections as Conns and their peers,
