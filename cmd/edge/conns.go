@@ -18,6 +18,8 @@ var aheadPool = sync.Pool{New: func() any { b := make([]byte, readAhead); return
 // connection holds no buffer) and then reads the rest; clientConn reads
 // what has arrived into a pooled buffer at once, so a request costs one
 // read(2), not two. The buffer is held only while it has unread bytes.
+// Its reads and writes go out with the other connections' of the moment,
+// clients' and the upstream's, in one system call (fastconn.Shared).
 // One goroutine reads at a time (fasthttp's serving loop).
 type clientConn struct {
 	*fastconn.Conn
@@ -38,10 +40,10 @@ func (c *clientConn) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	if len(p) >= readAhead {
-		return c.Conn.ReadVia(combined(), p)
+		return c.Conn.ReadVia(fastconn.Shared(), p)
 	}
 	b := aheadPool.Get().(*[]byte)
-	n, err := c.Conn.ReadVia(combined(), *b)
+	n, err := c.Conn.ReadVia(fastconn.Shared(), *b)
 	k := copy(p, (*b)[:n])
 	if k < n {
 		c.ahead, c.off, c.end = b, k, n
@@ -52,18 +54,13 @@ func (c *clientConn) Read(p []byte) (int, error) {
 	return k, err
 }
 
-// combined joins the reads and writes of the fasthttp core's
-// connections, to clients and to the upstream, into one system call per
-// moment (fastconn.Combiner): one ring for the process, made on first use.
-var combined = sync.OnceValue(fastconn.NewCombiner)
-
 // Write writes p as net.Conn.Write does; its non-blocking first attempt
 // goes out with the other connections' writes of the moment.
 func (c *clientConn) Write(p []byte) (int, error) {
 	if len(p) == 0 || !c.Raw() {
 		return c.Conn.Write(p)
 	}
-	n, err := combined().TryWrite(c.Conn, p)
+	n, err := fastconn.Shared().TryWrite(c.Conn, p)
 	if err != nil || n == len(p) {
 		return n, err
 	}
@@ -121,9 +118,9 @@ func (c *upstreamConn) Close() error {
 
 func (c *upstreamConn) Read(p []byte) (int, error) {
 	if len(c.pend) == 0 {
-		return c.Conn.ReadVia(combined(), p)
+		return c.Conn.ReadVia(fastconn.Shared(), p)
 	}
-	n, err := c.Conn.WriteReadVia(combined(), c.pend, p)
+	n, err := c.Conn.WriteReadVia(fastconn.Shared(), c.pend, p)
 	c.pend = c.pend[:0]
 	return n, err
 }

@@ -36,6 +36,10 @@ type combineReq struct {
 
 var reqPool = sync.Pool{New: func() any { return &combineReq{done: make(chan struct{}, 1)} }}
 
+// Shared is the process's Combiner, made on first use: one ring for every
+// server in the process that joins its sockets' reads and writes.
+var Shared = sync.OnceValue(NewCombiner)
+
 // NewCombiner returns a Combiner with its own io_uring ring, if the kernel
 // gives one.
 func NewCombiner() *Combiner {
